@@ -1,0 +1,188 @@
+"""Wires one ``lakesink run``: Spark session, source, decoder, partitions, table writer.
+
+Start-up order (everything that can refuse runs before any data moves):
+config -> Spark -> broker reachable -> table layout check -> schema (declared, stored,
+or inferred from a topic sample and stored) -> partition columns checked against it
+-> checkpoint app id -> streaming query.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pyspark.sql import types as T
+
+from lakesink.config.models import LakesinkConfig
+from lakesink.decode.json import JsonDecoder, infer_schema
+from lakesink.decode.schema import declared_schema
+from lakesink.errors import ConfigError, SourceError
+from lakesink.pipeline.batch import BatchProcessor, RunStats
+from lakesink.pipeline.columns import PartitionSpec
+from lakesink.runtime.shutdown import StopRequest, await_query
+from lakesink.sources import kafka
+from lakesink.tables.fs import HadoopFS, to_uri
+from lakesink.tables.identity import checkpoint_app_id
+from lakesink.tables.layout import TableLayout
+from lakesink.tables.parquet import ParquetTableWriter
+from lakesink.tables.rejected import RejectedWriter
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+logger = logging.getLogger(__name__)
+
+
+def spark_interval(text: str) -> str:
+    """``"10s"`` / ``"500 ms"`` / ``"1 minute"`` -> a processingTime Spark accepts."""
+    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$", text)
+    assert m, text
+    number, unit = m.groups()
+    units = {"ms": "milliseconds", "millisecond": "milliseconds", "milliseconds": "milliseconds",
+             "s": "seconds", "second": "seconds", "seconds": "seconds", "m": "minutes",
+             "min": "minutes", "minute": "minutes", "minutes": "minutes", "h": "hours",
+             "hour": "hours", "hours": "hours"}
+    return f"{number} {units[unit]}"
+
+
+def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,
+                   layout: TableLayout) -> T.StructType:
+    """Declared schema, else the one stored with the table, else inferred and stored."""
+    if cfg.decode.schema_ is not None:
+        schema = declared_schema(cfg.decode.schema_)
+        fs.write_json(layout.schema_file, {"source": "declared", "schema": json.loads(schema.json())})
+        return schema
+    stored = fs.read_json(layout.schema_file)
+    if stored:
+        logger.info("using the schema stored with the table (%s)", layout.schema_file)
+        return T.StructType.fromJson(stored["schema"])
+    samples = kafka.sample_values(spark, cfg.source.kafka, limit=cfg.decode.infer_sample_size,
+                                  wait_s=cfg.decode.infer_wait_s)
+    if not samples:
+        raise SourceError(
+            f"no records to infer a schema from after {cfg.decode.infer_wait_s:.0f}s; "
+            "declare decode.schema or produce a record first"
+        )
+    schema = infer_schema(spark, samples)
+    if not schema.fields:
+        raise SourceError("none of the sampled records is a JSON object; declare decode.schema")
+    fs.write_json(layout.schema_file, {"source": f"inferred from {len(samples)} record(s)",
+                                       "schema": json.loads(schema.json())})
+    logger.info("inferred schema from %d record(s): %s", len(samples), schema.simpleString())
+    return schema
+
+
+@dataclass
+class Pipeline:
+    cfg: LakesinkConfig
+    spark: SparkSession
+    layout: TableLayout
+    checkpoint: str
+    processor: BatchProcessor
+
+    @property
+    def stats(self) -> RunStats:
+        return self.processor.stats
+
+    @classmethod
+    def build(cls, cfg: LakesinkConfig, spark: SparkSession) -> Pipeline:
+        table = cfg.table
+        layout = TableLayout.of(table.base_path, cfg.table_name)
+        fs = HadoopFS(spark, layout.base)
+        kafka.check_reachable(cfg.source.kafka)
+        ParquetTableWriter.check_layout(fs, layout, table.partition_by)
+        schema = resolve_schema(spark, cfg, fs, layout)
+        partitions = PartitionSpec.build(
+            columns=table.partition_by, schema=schema, timestamp_column=table.timestamp_column,
+            timestamp_fallback=table.timestamp_fallback, null_value=table.null_partition_value,
+        )
+        checkpoint = to_uri(cfg.checkpoint) if cfg.checkpoint else layout.default_checkpoint
+        app_id = checkpoint_app_id(fs, checkpoint)
+        writer = ParquetTableWriter(
+            spark, layout, app_id=app_id, partition_by=table.partition_by,
+            compression=table.compression, files_per_partition=table.files_per_partition,
+            null_partition_value=table.null_partition_value,
+        )
+        writer.prepare()
+        processor = BatchProcessor(
+            decoder=JsonDecoder(schema), partitions=partitions, writer=writer,
+            rejected=RejectedWriter(fs, layout, app_id=app_id), app_id=app_id,
+        )
+        return cls(cfg, spark, layout, checkpoint, processor)
+
+    def start(self, *, until_caught_up: bool | None = None) -> StreamingQuery:
+        caught_up = self.cfg.trigger.until_caught_up if until_caught_up is None else until_caught_up
+        stream = kafka.read_stream(self.spark, self.cfg.source.kafka)
+        writer = (stream.writeStream.foreachBatch(self.processor)
+                  .option("checkpointLocation", self.checkpoint)
+                  .queryName(f"lakesink_{self.layout.name}"))
+        if caught_up:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=spark_interval(self.cfg.trigger.interval))
+        query = writer.start()
+        logger.info("query started: %s -> %s (checkpoint %s)", self.cfg.source.kafka.topics
+                    or self.cfg.source.kafka.topic_pattern, self.layout.table, self.checkpoint)
+        return query
+
+    def run(self, *, until_caught_up: bool | None = None, stop: StopRequest | None = None
+            ) -> RunStats:
+        stop = stop or StopRequest()
+        query = self.start(until_caught_up=until_caught_up)
+        try:
+            await_query(query, stop)
+        finally:
+            if query.isActive:
+                query.stop()
+        return self.stats
+
+
+def check_config_offline(cfg: LakesinkConfig) -> list[str]:
+    """Checks that need no Spark, JVM or network; raise ConfigError on the first failure."""
+    done = []
+    if cfg.decode.schema_ is not None:
+        schema = declared_schema(cfg.decode.schema_)
+        PartitionSpec.build(columns=cfg.table.partition_by, schema=schema,
+                            timestamp_column=cfg.table.timestamp_column,
+                            timestamp_fallback=cfg.table.timestamp_fallback,
+                            null_value=cfg.table.null_partition_value)
+        done.append(f"schema: {len(schema.fields)} declared field(s); partition columns "
+                    f"{cfg.table.partition_by or '(none)'} resolve")
+    else:
+        done.append("schema: none declared; it will be inferred from the topic at first start")
+    kafka.bootstrap_hosts(cfg.source.kafka.bootstrap_servers)
+    done.append(f"table: {cfg.table.format} at {to_uri(cfg.table.base_path)}/{cfg.table_name}")
+    return done
+
+
+__all__ = ["ConfigError", "Pipeline", "check_config_offline"]
+
+
+def check_local_layout(cfg: LakesinkConfig) -> str:
+    """Partition check for local tables without Spark (other stores are checked at run)."""
+    uri = to_uri(cfg.table.base_path)
+    if not uri.startswith("file:"):
+        return "table layout: checked at start (remote store)"
+    from urllib.parse import urlparse
+
+    from pathlib import Path
+
+    base = Path(urlparse(uri).path)
+    record = base / ".lakesink" / cfg.table_name / "layout.json"
+    if not record.exists():
+        return "table layout: new table"
+    existing = json.loads(record.read_text())
+    if list(existing.get("partition_by", [])) != list(cfg.table.partition_by):
+        from lakesink.errors import LayoutError
+
+        raise LayoutError(
+            "table.partition_by",
+            f"table {cfg.table_name} is partitioned by {existing.get('partition_by')}, "
+            f"config says {list(cfg.table.partition_by)}",
+            fix="use the table's partition columns, or write to a new table",
+        )
+    return f"table layout: matches the existing table ({existing.get('partition_by')})"

@@ -1,0 +1,198 @@
+"""The ``lakesink`` command line.
+
+Exit codes: 0 done (or stopped by SIGINT/SIGTERM), 1 runtime failure, 2 bad configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+
+from lakesink import __version__
+from lakesink.errors import ConfigError, LakesinkError
+
+app = typer.Typer(
+    name="lakesink",
+    help="Stream events from Kafka into Hive-partitioned Parquet tables, exactly once, on Spark.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+out = Console()
+
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="YAML config file.", envvar="LAKESINK_CONFIG")
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", help="Override any key: --set table.compression=zstd (repeatable)."),
+]
+BootstrapOpt = Annotated[
+    str | None, typer.Option("--bootstrap-servers", help="source.kafka.bootstrap_servers")
+]
+TopicOpt = Annotated[list[str] | None, typer.Option("--topic", "-t", help="source.kafka.topics")]
+TableOpt = Annotated[str | None, typer.Option("--table", help="table.name")]
+BaseOpt = Annotated[str | None, typer.Option("--base-path", help="table.base_path")]
+MasterOpt = Annotated[str | None, typer.Option("--master", help="spark.master")]
+
+
+def _setup_logging(level: str = "INFO") -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+    for noisy in ("py4j", "py4j.clientserver", "py4j.java_gateway"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _load(config: Path | None, sets: list[str] | None, flags: dict[str, Any]):  # noqa: ANN202
+    from lakesink.config import load_config
+
+    return load_config(config, overrides=sets or [], flags=flags)
+
+
+def _fail_config(exc: ConfigError) -> None:
+    err.print(f"[bold red]config error:[/] {exc}", highlight=False)
+    raise typer.Exit(2)
+
+
+def _common_flags(bootstrap: str | None, topics: list[str] | None, table: str | None,
+                  base: str | None, master: str | None) -> dict[str, Any]:
+    return {
+        "source.kafka.bootstrap_servers": bootstrap,
+        "source.kafka.topics": topics or None,
+        "table.name": table,
+        "table.base_path": base,
+        "spark.master": master,
+    }
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False,
+) -> None:
+    if version:
+        out.print(f"lakesink {__version__}")
+        raise typer.Exit(0)
+
+
+@app.command()
+def run(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    until_caught_up: Annotated[
+        bool, typer.Option("--until-caught-up", help="Process what the topic holds now, then exit.")
+    ] = False,
+    bootstrap_servers: BootstrapOpt = None,
+    topic: TopicOpt = None,
+    table: TableOpt = None,
+    base_path: BaseOpt = None,
+    master: MasterOpt = None,
+    log_level: Annotated[str, typer.Option(help="Python log level.")] = "INFO",
+) -> None:
+    """Stream from the source into the table until SIGINT/SIGTERM (or until caught up)."""
+    _setup_logging(log_level)
+    flags = _common_flags(bootstrap_servers, topic, table, base_path, master)
+    if until_caught_up:
+        flags["trigger.until_caught_up"] = True
+    try:
+        cfg = _load(config, set_, flags)
+    except ConfigError as exc:
+        _fail_config(exc)
+        return
+    from lakesink.app import Pipeline
+    from lakesink.runtime.shutdown import StopRequest
+    from lakesink.runtime.spark import build_spark_session
+
+    stop = StopRequest()
+    try:
+        spark = build_spark_session(
+            master=cfg.spark.master, app_name=cfg.spark.app_name, conf=cfg.spark.conf,
+            driver_memory=cfg.spark.driver_memory, log_level=cfg.spark.log_level,
+        )
+        stop.install()
+        pipeline = Pipeline.build(cfg, spark)
+        stats = pipeline.run(stop=stop)
+    except ConfigError as exc:
+        _fail_config(exc)
+        return
+    except LakesinkError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    except Exception as exc:  # noqa: BLE001 - a failed query: say what, exit 1
+        err.print(f"[bold red]query failed:[/] {type(exc).__name__}: {str(exc)[:2000]}",
+                  highlight=False)
+        raise typer.Exit(1) from None
+    err.print(f"[green]stopped[/] {json.dumps(stats.as_dict())}", highlight=False)
+
+
+@app.command()
+def validate(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    bootstrap_servers: BootstrapOpt = None,
+    topic: TopicOpt = None,
+    table: TableOpt = None,
+    base_path: BaseOpt = None,
+    master: MasterOpt = None,
+    offline: Annotated[bool, typer.Option("--offline", help="Skip the broker check.")] = False,
+) -> None:
+    """Print the resolved config (secrets redacted) and run the start-up checks."""
+    from lakesink.config import redacted_dict
+
+    try:
+        cfg = _load(config, set_, _common_flags(bootstrap_servers, topic, table, base_path, master))
+        out.print(yaml.safe_dump(redacted_dict(cfg), sort_keys=False).rstrip(), highlight=False,
+                  markup=False)
+        from lakesink.app import check_config_offline, check_local_layout
+
+        checks = check_config_offline(cfg)
+        checks.append(check_local_layout(cfg))
+        if not offline:
+            from lakesink.sources.kafka import check_reachable
+
+            check_reachable(cfg.source.kafka)
+            checks.append(f"broker: {cfg.source.kafka.bootstrap_servers} reachable")
+    except ConfigError as exc:
+        _fail_config(exc)
+        return
+    except LakesinkError as exc:
+        err.print(f"[bold red]check failed:[/] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    for line in checks:
+        err.print(f"[green]ok[/] {line}", highlight=False)
+
+
+@app.command()
+def demo(
+    events: Annotated[int, typer.Option(help="Sensor events to produce.")] = 100_000,
+    lake: Annotated[Path, typer.Option(help="Lake folder.")] = Path("lake"),
+    partitions: Annotated[int, typer.Option(help="Topic partitions.")] = 4,
+) -> None:
+    """Start a local broker, produce sample sensor events, ingest them, show the result."""
+    _setup_logging("INFO")
+    from lakesink.demo import run_demo
+
+    try:
+        run_demo(events=events, lake=lake, partitions=partitions, console=out)
+    except LakesinkError as exc:
+        err.print(f"[bold red]demo failed:[/] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,315 @@
+"""Load a :class:`LakesinkConfig` from a file, the environment and CLI overrides.
+
+Precedence is CLI > env > secret files > file > defaults. Rules enforced here:
+
+* unknown keys anywhere (file, env, ``--set``) are errors naming the key;
+* secret fields (``SecretStr``) are refused in the file and on the command line:
+  they come from ``LAKESINK_<PATH>`` or from a file named by ``LAKESINK_<PATH>_FILE``;
+* every failure becomes one :class:`ConfigError` naming the dotted key.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
+from pydantic_settings.exceptions import SettingsError
+
+from lakesink.errors import ConfigError
+
+ENV_PREFIX = "LAKESINK_"
+#: Environment variables with the prefix that are not configuration keys.
+RESERVED_ENV = {"JARS_DIR", "KAFKA_JARS_DIR", "FAULT", "FAULT_BATCH", "CONFIG", "HOME"}
+
+_file_data: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
+    "lakesink_file_data", default={}
+)
+_secret_data: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
+    "lakesink_secret_data", default={}
+)
+
+
+class FileSource(PydanticBaseSettingsSource):
+    """The parsed YAML file (set by :func:`load_config`)."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_file_data.get())
+
+
+class SecretFileSource(FileSource):
+    """Secrets read from the files named by ``LAKESINK_<PATH>_FILE``."""
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_secret_data.get())
+
+
+# -- secret paths ------------------------------------------------------------------------
+
+
+def _unwrap(annotation: Any) -> list[Any]:
+    """``X | None`` -> ``[X]``; anything else -> ``[annotation]``."""
+    import types
+
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or origin is types.UnionType:
+        return [a for a in typing.get_args(annotation) if a is not type(None)]
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
+    return [annotation]
+
+
+def secret_paths(model: type[BaseModel] | None = None, prefix: tuple[str, ...] = ()) -> list[
+    tuple[str, ...]
+]:
+    """Dotted paths of every secret field; ``*`` stands for any key of a dict of secrets."""
+    from lakesink.config.models import LakesinkConfig
+
+    model = model or LakesinkConfig
+    paths: list[tuple[str, ...]] = []
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        for ann in _unwrap(field.annotation):
+            origin = typing.get_origin(ann)
+            if ann is SecretStr:
+                paths.append((*prefix, key))
+            elif origin is dict and typing.get_args(ann)[1] is SecretStr:
+                paths.append((*prefix, key, "*"))
+            elif isinstance(ann, type) and issubclass(ann, BaseModel):
+                paths.extend(secret_paths(ann, (*prefix, key)))
+    return paths
+
+
+def _matches(path: tuple[str, ...], pattern: tuple[str, ...]) -> bool:
+    return len(path) == len(pattern) and all(p == q or q == "*" for p, q in zip(path, pattern))
+
+
+def _leaf_paths(data: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> Iterable[tuple[str, ...]]:
+    for key, value in data.items():
+        path = (*prefix, str(key))
+        if isinstance(value, Mapping) and value:
+            yield from _leaf_paths(value, path)
+        else:
+            yield path
+
+
+def _refuse_secrets(data: Mapping[str, Any], where: str) -> None:
+    patterns = secret_paths()
+    for path in _leaf_paths(data):
+        for pattern in patterns:
+            if _matches(path, pattern) or _matches(path[: len(pattern)], pattern):
+                env = ENV_PREFIX + "__".join(path).upper()
+                raise ConfigError(
+                    ".".join(path),
+                    f"is a secret and cannot be set in {where}",
+                    fix=f"set the environment variable {env} or put it in a file named by {env}_FILE",
+                )
+
+
+# -- parsing helpers ---------------------------------------------------------------------
+
+
+def _set_path(data: dict[str, Any], path: list[str], value: Any, *, key: str) -> None:
+    node = data
+    for part in path[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(key, f"'{part}' is not a section")
+        node = child
+    node[path[-1]] = value
+
+
+def split_key(key: str) -> list[str]:
+    """Split a dotted key along the model: below a map field the rest is one map key.
+
+    ``spark.conf.spark.sql.shuffle.partitions`` -> ``["spark", "conf",
+    "spark.sql.shuffle.partitions"]``.
+    """
+    from lakesink.config.models import LakesinkConfig
+
+    parts = key.split(".")
+    model: type[BaseModel] | None = LakesinkConfig
+    out: list[str] = []
+    i = 0
+    while i < len(parts):
+        part = parts[i]
+        out.append(part)
+        i += 1
+        if model is None:
+            continue
+        field = model.model_fields.get(part) or next(
+            (f for f in model.model_fields.values() if f.alias == part), None
+        )
+        if field is None:
+            model = None
+            continue
+        next_model: type[BaseModel] | None = None
+        for ann in _unwrap(field.annotation):
+            if typing.get_origin(ann) is dict and i < len(parts):
+                out.append(".".join(parts[i:]))
+                return out
+            if isinstance(ann, type) and issubclass(ann, BaseModel):
+                next_model = ann
+        model = next_model
+    return out
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """``["table.partition_by=[a, b]", "trigger.interval=5 seconds"]`` -> nested dict.
+
+    Values are YAML scalars or flow collections, so ``true``, ``5`` and ``[a, b]`` work.
+    """
+    data: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(item, "use --set key.path=value")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        if value is None:
+            value = None
+        elif not isinstance(value, (dict, list)):
+            value = raw if isinstance(value, str) else value
+        _set_path(data, split_key(key), value, key=key)
+    return data
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("--config", f"file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError("--config", f"{p} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("--config", f"{p} must hold a mapping of sections")
+    return data
+
+
+def _env_items(env: Mapping[str, str]) -> Iterable[tuple[str, str]]:
+    for name, value in env.items():
+        if name.upper().startswith(ENV_PREFIX):
+            yield name[len(ENV_PREFIX):], value
+
+
+def read_secret_files(env: Mapping[str, str]) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    patterns = secret_paths()
+    for rest, value in _env_items(env):
+        if not rest.upper().endswith("_FILE"):
+            continue
+        path = [p.lower() for p in rest[: -len("_FILE")].split("__")]
+        if not any(_matches(tuple(path), p) for p in patterns):
+            continue
+        try:
+            secret = Path(value).read_text().rstrip("\r\n")
+        except OSError as exc:
+            raise ConfigError(".".join(path), f"cannot read secret file {value}: {exc.strerror}")
+        _set_path(data, path, secret, key=".".join(path))
+    return data
+
+
+def _check_env_names(env: Mapping[str, str]) -> None:
+    from lakesink.config.models import LakesinkConfig
+
+    sections = set(LakesinkConfig.model_fields)
+    for rest, _ in _env_items(env):
+        head = rest.split("__", 1)[0].lower()
+        if rest.upper() in RESERVED_ENV or head in sections:
+            continue
+        raise ConfigError(
+            ENV_PREFIX + rest, f"unknown configuration section '{head}'",
+            fix=f"known sections: {', '.join(sorted(sections))}",
+        )
+
+
+def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
+    loc = [str(p) for p in error.get("loc", ()) if not str(p).startswith("function-")]
+    key = ".".join(loc)
+    msg = str(error.get("msg", "invalid"))
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    if ": " in msg and not key:  # model-level validators name their key first
+        head, _, tail = msg.partition(": ")
+        if "." in head and " " not in head:
+            key, msg = head, tail
+    if error.get("type") == "extra_forbidden":
+        msg = "unknown key"
+    elif error.get("type") == "missing":
+        msg = "required value is missing"
+    value = error.get("input")
+    if error.get("type") not in ("missing", "extra_forbidden") and isinstance(
+        value, (str, int, float, bool)
+    ) and not any(_matches(tuple(loc), p) for p in secret_paths()):
+        msg += f" (got {value!r})"
+    return key, msg
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    overrides: Iterable[str] = (),
+    flags: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> LakesinkConfig:
+    """Resolve the configuration; raise :class:`ConfigError` naming the first bad key.
+
+    Args:
+        path: a YAML file, or ``None``.
+        overrides: ``key.path=value`` strings from ``--set``.
+        flags: dotted keys from dedicated CLI flags (``{"table.name": "x"}``); they win
+            over ``--set``.
+        env: the environment (default ``os.environ``).
+    """
+    from lakesink.config.models import LakesinkConfig
+
+    env = os.environ if env is None else env
+    file_data = read_file(path) if path else {}
+    _refuse_secrets(file_data, "the config file")
+    cli_data = parse_overrides(overrides)
+    for key, value in (flags or {}).items():
+        if value is not None:
+            _set_path(cli_data, split_key(key), value, key=key)
+    _refuse_secrets(cli_data, "a command-line flag")
+    _check_env_names(env)
+    secrets = read_secret_files(env)
+
+    tokens = (_file_data.set(file_data), _secret_data.set(secrets))
+    saved_environ = None
+    if env is not os.environ:
+        saved_environ = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(env)
+    try:
+        return LakesinkConfig(**cli_data)
+    except ValidationError as exc:
+        key, msg = _describe(exc.errors()[0])
+        more = len(exc.errors()) - 1
+        raise ConfigError(key, msg + (f" [and {more} more problem(s)]" if more else "")) from None
+    except SettingsError as exc:
+        cause = exc.__cause__ or exc
+        raise ConfigError("environment", str(cause) or str(exc)) from None
+    finally:
+        _file_data.reset(tokens[0])
+        _secret_data.reset(tokens[1])
+        if saved_environ is not None:
+            os.environ.clear()
+            os.environ.update(saved_environ)
+
+
+def redacted_dict(config: BaseSettings) -> dict[str, Any]:
+    """The resolved config as plain data, every secret shown as ``'**********'``."""
+    return config.model_dump(mode="json", by_alias=True)

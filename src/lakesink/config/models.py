@@ -1,0 +1,279 @@
+"""The configuration model. Every section forbids unknown keys.
+
+See ``docs/configuration.md`` for the reference; this module is its source of truth.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+Compression = Literal["snappy", "zstd", "gzip", "lz4", "none"]
+TIME_PARTITIONS = ("year", "month", "day", "hour")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-.]*$")
+
+
+def _split_list(value: Any) -> Any:
+    """Accept a list, a JSON list, or a comma-separated string (handy in env vars)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+StrList = Annotated[list[str], NoDecode]
+
+
+def _stringify_map(value: Any) -> Any:
+    """Map values may be YAML scalars (``8``, ``true``); Spark and Kafka want strings."""
+    if isinstance(value, dict):
+        return {
+            str(k): (str(v).lower() if isinstance(v, bool) else str(v))
+            if isinstance(v, (int, float, bool)) else v
+            for k, v in value.items()
+        }
+    return value
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class KafkaSasl(_Section):
+    """SASL credentials; the JAAS config for Spark's Kafka client is built from them."""
+
+    mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
+    username: str | None = None
+    password: SecretStr | None = None
+
+
+class KafkaSource(_Section):
+    bootstrap_servers: str = Field(description="host:port[,host:port…] of the Kafka brokers")
+    topics: StrList = Field(default_factory=list, description="topics to subscribe to")
+    topic_pattern: str | None = Field(default=None, description="Java regex of topics")
+    group_id: str | None = Field(
+        default=None,
+        description="consumer group id (offsets live in the checkpoint, not in the group)",
+    )
+    starting_offsets: str = Field(
+        default="earliest",
+        description='earliest | latest | per-partition JSON {"topic":{"0":23}}',
+    )
+    max_offsets_per_trigger: int | None = Field(default=None, gt=0)
+    fail_on_data_loss: bool = True
+    connect_timeout_s: float = Field(default=30.0, gt=0)
+    options: dict[str, str] = Field(
+        default_factory=dict, description="any Kafka client option (security.protocol, ssl.*)"
+    )
+    secret_options: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description="Kafka client options whose values are secret (sasl.jaas.config, "
+        "ssl.key.password, …): env or secret file only",
+    )
+    sasl: KafkaSasl | None = None
+
+    _split = field_validator("topics", mode="before")(_split_list)
+    _strings = field_validator("options", "secret_options", mode="before")(_stringify_map)
+
+    @field_validator("starting_offsets")
+    @classmethod
+    def _offsets(cls, value: str) -> str:
+        v = value.strip()
+        if v in ("earliest", "latest"):
+            return v
+        try:
+            parsed = json.loads(v)
+        except json.JSONDecodeError:
+            raise ValueError(
+                "must be 'earliest', 'latest' or per-partition JSON like "
+                '{"topic": {"0": 42}}'
+            ) from None
+        if not isinstance(parsed, dict) or not all(isinstance(p, dict) for p in parsed.values()):
+            raise ValueError('per-partition JSON must look like {"topic": {"0": 42}}')
+        return json.dumps(parsed)
+
+    @model_validator(mode="after")
+    def _one_subscription(self) -> KafkaSource:
+        if bool(self.topics) == bool(self.topic_pattern):
+            raise ValueError("set exactly one of 'topics' or 'topic_pattern'")
+        return self
+
+
+class SourceConfig(_Section):
+    kafka: KafkaSource
+
+
+class FieldSpec(_Section):
+    """One declared field: an Arrow type name (Utf8, Int64, …) or Spark DDL type."""
+
+    name: str
+    type: str
+    nullable: bool = True
+
+
+class DecodeConfig(_Section):
+    format: Literal["json"] = "json"
+    schema_: list[FieldSpec] | str | None = Field(
+        default=None,
+        alias="schema",
+        description="declared fields, or a Spark DDL string; none = infer from the topic",
+    )
+    infer_sample_size: int = Field(default=1000, gt=0)
+    infer_wait_s: float = Field(default=60.0, ge=0)
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True)
+
+
+class TableConfig(_Section):
+    name: str | None = Field(default=None, description="table folder name; default: the topic")
+    base_path: str = "./lake"
+    format: Literal["parquet"] = "parquet"
+    partition_by: StrList = Field(default_factory=list)
+    timestamp_column: str | None = None
+    timestamp_fallback: Literal["none", "kafka"] = Field(
+        default="none",
+        description="when the timestamp is null: 'kafka' uses the record's Kafka timestamp",
+    )
+    compression: Compression = "snappy"
+    null_partition_value: str = "__HIVE_DEFAULT_PARTITION__"
+    files_per_partition: int = Field(
+        default=1, ge=0,
+        description="new files per partition folder per batch (0 = one per Spark task)",
+    )
+
+    _split = field_validator("partition_by", mode="before")(_split_list)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not _NAME.match(value):
+            raise ValueError("use letters, digits, '_', '-' and '.', starting with a letter/digit")
+        return value
+
+    @field_validator("partition_by")
+    @classmethod
+    def _partitions(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("a column appears twice")
+        for col in value:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", col):
+                raise ValueError(f"{col!r} is not a plain column name")
+        return value
+
+    @field_validator("null_partition_value")
+    @classmethod
+    def _null_value(cls, value: str) -> str:
+        if not value or "/" in value or "=" in value or value in (".", ".."):
+            raise ValueError("must be a non-empty folder-safe value (no '/', '=', '.', '..')")
+        return value
+
+    @model_validator(mode="after")
+    def _time_partitions(self) -> TableConfig:
+        if self.timestamp_column is None and self.timestamp_fallback == "kafka":
+            raise ValueError("timestamp_fallback=kafka needs timestamp_column")
+        return self
+
+
+class TriggerConfig(_Section):
+    interval: str = Field(default="10 seconds", description="micro-batch interval")
+    until_caught_up: bool = Field(
+        default=False, description="process what the topic holds now, then exit"
+    )
+
+    @field_validator("interval")
+    @classmethod
+    def _interval(cls, value: str) -> str:
+        if not re.match(r"^\s*\d+(\.\d+)?\s*(ms|milliseconds?|s|seconds?|minutes?|min|m|h|hours?)\s*$",
+                        value):
+            raise ValueError("use a duration like '500 ms', '10 seconds' or '1 minute'")
+        return value.strip()
+
+
+class SparkConfig(_Section):
+    master: str | None = "local[*]"
+    app_name: str = "lakesink"
+    driver_memory: str | None = "2g"
+    log_level: Literal["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"] = "WARN"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+    _strings = field_validator("conf", mode="before")(_stringify_map)
+
+    @field_validator("conf")
+    @classmethod
+    def _spark_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in value if not k.startswith("spark.")]
+        if bad:
+            raise ValueError(f"keys must start with 'spark.': {bad}")
+        return value
+
+
+class LakesinkConfig(BaseSettings):
+    """Everything ``lakesink run`` needs. Sections: source, decode, table, trigger, spark."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="LAKESINK_",
+        env_nested_delimiter="__",
+        case_sensitive=False,
+        extra="forbid",
+        validate_default=True,
+    )
+
+    source: SourceConfig
+    decode: DecodeConfig = Field(default_factory=DecodeConfig)
+    table: TableConfig = Field(default_factory=TableConfig)
+    trigger: TriggerConfig = Field(default_factory=TriggerConfig)
+    checkpoint: str | None = Field(
+        default=None,
+        description="checkpoint folder; default <base_path>/.lakesink/<table>/checkpoint",
+    )
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+
+    @model_validator(mode="after")
+    def _default_table_name(self) -> LakesinkConfig:
+        if self.table.name is None:
+            kafka = self.source.kafka
+            if len(kafka.topics) == 1 and _NAME.match(kafka.topics[0]):
+                self.table.name = kafka.topics[0]
+            else:
+                raise ValueError(
+                    "table.name: required unless exactly one topic is subscribed"
+                )
+        return self
+
+    @property
+    def table_name(self) -> str:
+        assert self.table.name is not None  # filled by the validator above
+        return self.table.name
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """CLI (init kwargs) > env > secret files > config file > defaults."""
+        from lakesink.config.loader import FileSource, SecretFileSource
+
+        return (init_settings, env_settings, SecretFileSource(settings_cls),
+                FileSource(settings_cls))

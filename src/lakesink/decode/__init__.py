@@ -1,0 +1,1 @@
+"""Decoders: raw record bytes -> typed columns, plus a reject reason per record."""

@@ -1,0 +1,141 @@
+"""``lakesink demo``: a local broker, sample sensor events, one ingest, a DuckDB summary.
+
+Everything it starts it stops. It owns the table ``sensors`` under the lake folder and
+clears it first, so every demo run starts from an empty table.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from lakesink.config import load_config
+from lakesink.runtime.services import KafkaBroker, produce
+
+TOPIC = "sensors"
+LOCATIONS = ["berlin", "lisbon", "oslo", "madrid", "warsaw", "dublin"]
+SENSOR_TYPES = {"temperature": ("C", 21.0, 6.0), "humidity": ("%", 55.0, 15.0),
+                "pressure": ("hPa", 1013.0, 8.0), "co2": ("ppm", 600.0, 150.0)}
+#: Events spread over three UTC days starting here.
+START_MS = 1_795_000_000_000
+
+DEMO_SCHEMA = [
+    {"name": "event_id", "type": "Int64", "nullable": False},
+    {"name": "sensor_id", "type": "Utf8"},
+    {"name": "location", "type": "Utf8"},
+    {"name": "sensor_type", "type": "Utf8"},
+    {"name": "ts_ms", "type": "Int64"},
+    {"name": "value", "type": "Float64"},
+    {"name": "unit", "type": "Utf8"},
+    {"name": "battery", "type": "Float32"},
+    {"name": "firmware", "type": "Utf8"},
+]
+
+
+def sensor_events(n: int, *, seed: int = 7, bad_every: int = 0) -> Iterator[tuple[bytes, bytes]]:
+    """``n`` JSON sensor events (about 200 bytes each) with unique ``event_id`` 0..n-1.
+
+    With ``bad_every`` > 0, every ``bad_every``-th record is replaced by a malformed
+    one (they are extra: the n good events are all still produced).
+    """
+    rng = random.Random(seed)
+    span_ms = 3 * 24 * 3600 * 1000
+    for i in range(n):
+        kind = rng.choice(list(SENSOR_TYPES))
+        unit, mean, sd = SENSOR_TYPES[kind]
+        sensor = f"{kind[:3]}-{rng.randrange(200):04d}"
+        event = {
+            "event_id": i,
+            "sensor_id": sensor,
+            "location": LOCATIONS[zlib.crc32(sensor.encode()) % len(LOCATIONS)],
+            "sensor_type": kind,
+            "ts_ms": START_MS + (i * span_ms) // max(n, 1),
+            "value": round(rng.gauss(mean, sd), 3),
+            "unit": unit,
+            "battery": round(rng.uniform(0.05, 1.0), 2),
+            "firmware": f"v{rng.randrange(1, 4)}.{rng.randrange(10)}",
+        }
+        yield sensor.encode(), json.dumps(event, separators=(",", ":")).encode()
+        if bad_every and i % bad_every == bad_every - 1:
+            yield sensor.encode(), b'{"event_id": "oops", "sensor_id": ' + str(i).encode()
+
+
+def run_demo(*, events: int, lake: Path, partitions: int, console: Console) -> None:
+    from lakesink.app import Pipeline
+    from lakesink.runtime.spark import build_spark_session
+
+    lake = lake.resolve()
+    for folder in (lake / TOPIC, lake / ".lakesink" / TOPIC, lake / "_rejected" / TOPIC):
+        shutil.rmtree(folder, ignore_errors=True)
+    started = time.monotonic()
+    console.print(f"[bold]lakesink demo[/]: {events:,} sensor events -> {lake}/{TOPIC}")
+    with KafkaBroker() as broker:
+        console.print(f"  broker      KRaft on {broker.bootstrap_servers} "
+                      f"({time.monotonic() - started:.1f}s)")
+        broker.create_topic(TOPIC, partitions=partitions)
+        t = time.monotonic()
+        produced = produce(broker.bootstrap_servers, TOPIC,
+                           sensor_events(events, bad_every=2000 if events >= 2000 else 0))
+        console.print(f"  produced    {produced:,} records to '{TOPIC}' "
+                      f"({partitions} partitions) in {time.monotonic() - t:.1f}s")
+        cfg = load_config(overrides=[], flags={
+            "source.kafka.bootstrap_servers": broker.bootstrap_servers,
+            "source.kafka.topics": [TOPIC],
+            "decode.schema": DEMO_SCHEMA,
+            "table.base_path": str(lake),
+            "table.partition_by": ["location", "year", "month", "day"],
+            "table.timestamp_column": "ts_ms",
+            "trigger.until_caught_up": True,
+        }, env={})
+        t = time.monotonic()
+        spark = build_spark_session(master=cfg.spark.master, driver_memory=cfg.spark.driver_memory)
+        pipeline = Pipeline.build(cfg, spark)
+        stats = pipeline.run()
+        console.print(f"  ingested    {stats.written:,} rows, {stats.rejected:,} rejected, "
+                      f"{stats.files} files in {stats.batches} batch(es) "
+                      f"({time.monotonic() - t:.1f}s incl. Spark start)")
+        spark.stop()
+    summarize(lake, console)
+    console.print(f"[green]done[/] in {time.monotonic() - started:.1f}s; broker stopped. "
+                  f"Query it yourself: duckdb -c \"SELECT count(*) FROM "
+                  f"read_parquet('{lake}/{TOPIC}/**/*.parquet', hive_partitioning=true)\"")
+
+
+def summarize(lake: Path, console: Console) -> None:
+    import duckdb
+
+    con = duckdb.connect()
+    glob = f"{lake}/{TOPIC}/**/*.parquet"
+    query = f"""
+        SELECT location, year, month, day, count(*) AS events,
+               count(DISTINCT sensor_id) AS sensors, round(avg(value), 2) AS avg_value
+        FROM read_parquet('{glob}', hive_partitioning = true)
+        GROUP BY ALL ORDER BY ALL"""
+    rows = con.execute(query).fetchall()
+    table = Table(title=f"DuckDB: read_parquet('{TOPIC}/**/*.parquet', hive_partitioning=true)")
+    for name in ("location", "year", "month", "day", "events", "sensors", "avg value"):
+        table.add_column(name, justify="right" if name in ("events", "sensors", "avg value")
+                         else "left")
+    for row in rows:
+        *keys, n_events, n_sensors, avg = row
+        table.add_row(*(str(k) for k in keys), f"{n_events:,}", f"{n_sensors:,}", str(avg))
+    console.print(table)
+    total, distinct = con.execute(
+        f"SELECT count(*), count(DISTINCT event_id) FROM read_parquet('{glob}')").fetchone()
+    files = len(list((lake / TOPIC).rglob("*.parquet")))
+    console.print(f"  rows {total:,}, distinct event ids {distinct:,}, files {files}")
+    rejected_glob = f"{lake}/_rejected/{TOPIC}/*.parquet"
+    if list((lake / "_rejected" / TOPIC).glob("*.parquet")):
+        reasons = con.execute(
+            f"SELECT reason, count(*), any_value(detail) FROM read_parquet('{rejected_glob}') "
+            "GROUP BY ALL ORDER BY 2 DESC").fetchall()
+        for reason, count, detail in reasons:
+            console.print(f"  rejected    {count:,} x {reason}: e.g. {detail}")

@@ -1,0 +1,48 @@
+"""Error types, sorted by what the caller should do.
+
+::
+
+    LakesinkError
+     ├─ ConfigError      bad configuration: fail fast at start, exit code 2, name the key
+     ├─ ServiceError     a local service (broker, …) could not be started or reached
+     ├─ SourceError      the source is unreachable or refused us (bounded wait, then this)
+     └─ SinkError        a table write failed; the batch is retried by Spark on restart
+         └─ LayoutError  an existing table's layout differs from the config (refused at start)
+
+Records that cannot be decoded never raise: they are rows in the rejected area.
+"""
+
+from __future__ import annotations
+
+
+class LakesinkError(Exception):
+    """Root of every error lakesink raises on purpose."""
+
+
+class ConfigError(LakesinkError):
+    """The configuration is invalid. ``key`` is the dotted path of the offending key."""
+
+    def __init__(self, key: str, message: str, *, fix: str | None = None) -> None:
+        self.key = key
+        self.message = message
+        self.fix = fix
+        text = f"{key}: {message}" if key else message
+        if fix:
+            text += f" ({fix})"
+        super().__init__(text)
+
+
+class ServiceError(LakesinkError):
+    """A local service failed to start or stop."""
+
+
+class SourceError(LakesinkError):
+    """The source could not be reached within the configured wait."""
+
+
+class SinkError(LakesinkError):
+    """A write to a table failed."""
+
+
+class LayoutError(ConfigError):
+    """An existing table's layout (partition columns, format) differs from the configuration."""

@@ -1,0 +1,38 @@
+"""Named fault points for crash tests.
+
+``LAKESINK_FAULT=<point>`` makes the process SIGKILL its whole process group (Python
+driver, Spark JVM, workers) the moment it reaches that point; with
+``LAKESINK_FAULT_BATCH=<n>`` only in batch *n*. Unset, :func:`fault_point` costs one
+dict lookup. Points:
+
+* ``after_staging``         — the batch's files are in staging, nothing published
+* ``mid_publish``           — half of the batch's files are published, no manifest
+* ``after_publish``         — every file is published, no manifest
+* ``after_manifest``        — the manifest is written, Spark has not recorded the batch
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+logger = logging.getLogger(__name__)
+
+POINTS = ("after_staging", "mid_publish", "after_publish", "after_manifest")
+
+
+def fault_point(name: str, batch_id: int | None = None) -> None:
+    wanted = os.environ.get("LAKESINK_FAULT")
+    if wanted != name:
+        return
+    only = os.environ.get("LAKESINK_FAULT_BATCH")
+    if only is not None and batch_id is not None and int(only) != batch_id:
+        return
+    logger.error("fault injection: killing the process group at %s (batch %s)", name, batch_id)
+    for h in logging.getLogger().handlers:
+        h.flush()
+    try:
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+    finally:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,1 @@
+"""The data path between source and table: decode, partition columns, the batch function."""

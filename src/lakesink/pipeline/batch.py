@@ -1,0 +1,147 @@
+"""The ``foreachBatch`` function: one micro-batch from raw records to a committed table.
+
+Per batch: decode every record with Spark functions, split good from rejected rows
+with one marker column, write the good rows through the table writer, and — inside
+the writer's ``before_commit`` — the rejected ones to the rejected area. Row counts
+come from a Spark ``Observation`` on the same pass (no extra scan); the rejected rows
+are only computed when the count says there are any.
+
+Exactly-once is the table writer's contract (:mod:`lakesink.tables.base`); this
+function is deterministic for a given batch, which is what that contract needs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import Observation
+from pyspark.sql import functions as F
+
+from lakesink.decode.json import JsonDecoder
+from lakesink.pipeline.columns import PartitionSpec
+from lakesink.tables.base import TableWriter
+from lakesink.tables.rejected import RejectedWriter
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+logger = logging.getLogger(__name__)
+
+INVALID_TIMESTAMP = "invalid_timestamp"
+
+
+@dataclass
+class RunStats:
+    """Totals of one ``lakesink run`` (this process only)."""
+
+    batches: int = 0
+    skipped: int = 0
+    records: int = 0
+    written: int = 0
+    rejected: int = 0
+    files: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "lock"}
+
+
+class BatchProcessor:
+    def __init__(
+        self,
+        *,
+        decoder: JsonDecoder,
+        partitions: PartitionSpec,
+        writer: TableWriter,
+        rejected: RejectedWriter,
+        app_id: str,
+    ) -> None:
+        self.decoder = decoder
+        self.partitions = partitions
+        self.writer = writer
+        self.rejected = rejected
+        self.app_id = app_id
+        self.stats = RunStats()
+
+    def _marked(self, df: DataFrame) -> DataFrame:
+        """Raw columns, the parsed record ``_r`` and the rejection marker ``_fail``."""
+        base = df.select(
+            "key", "value", "topic", "partition", "offset",
+            F.col("timestamp").alias("kafka_timestamp"),
+            self.decoder.parse(F.col("value")).alias("_r"),
+        )
+        fail = self.decoder.failure(F.col("value"), F.col("_r"))
+        if self.partitions.timestamp_column is not None:
+            _, invalid = self.partitions.timestamp(F.col("_r"), F.col("kafka_timestamp"))
+            fail = F.coalesce(fail, F.when(invalid, F.lit(INVALID_TIMESTAMP)))
+        return base.withColumn("_fail", fail)
+
+    def rejected_rows(self, marked: DataFrame, batch_id: int) -> DataFrame:
+        bad = marked.where(F.col("_fail").isNotNull())
+        reason, detail = self.decoder.explain(F.col("value"), F.col("_r"))
+        ts_col = self.partitions.timestamp_column
+        is_ts = F.col("_fail") == F.lit(INVALID_TIMESTAMP)
+        ts_detail = F.concat(
+            F.lit(f"{ts_col}: cannot read "),
+            F.coalesce(F.col("_r")[ts_col].cast("string"), F.lit("?")) if ts_col else F.lit("?"),
+            F.lit(" as a timestamp (epoch s/ms/us/ns or ISO-8601)"),
+        )
+        return bad.select(
+            "key", "value",
+            F.when(is_ts, F.lit(INVALID_TIMESTAMP)).otherwise(reason).alias("reason"),
+            F.when(is_ts, ts_detail).otherwise(detail).alias("detail"),
+            "topic", "partition", "offset", "kafka_timestamp",
+            F.lit(batch_id).cast("long").alias("batch_id"),
+            F.lit(self.app_id).alias("app_id"),
+            F.lit(dt.datetime.now(dt.UTC).replace(tzinfo=None)).cast("timestamp")
+            .alias("rejected_at"),
+        )
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        marked = self._marked(df)
+        observation = Observation(f"lakesink_batch_{batch_id}_{time.monotonic_ns()}")
+        observed = marked.observe(
+            observation,
+            F.count(F.lit(1)).alias("records"),
+            F.count(F.col("_fail")).alias("rejected"),
+        )
+        good = observed.where(F.col("_fail").isNull()).select(
+            *self.partitions.output_columns(F.col("_r"), self.decoder.schema,
+                                            F.col("kafka_timestamp"))
+        )
+
+        def before_commit() -> dict[str, Any]:
+            metrics = observation.get
+            records, rejected = int(metrics["records"]), int(metrics["rejected"])
+            if rejected:
+                self.rejected.write(batch_id, self.rejected_rows(marked, batch_id))
+                logger.warning("batch %d: %d record(s) rejected -> %s", batch_id, rejected,
+                               self.rejected.path(batch_id))
+            return {"records": records, "written": records - rejected, "rejected": rejected}
+
+        result = self.writer.write_batch(batch_id, good, before_commit=before_commit)
+        elapsed = time.monotonic() - started
+        with self.stats.lock:
+            self.stats.batches += 1
+            self.stats.seconds += elapsed
+            if result.skipped:
+                self.stats.skipped += 1
+            else:
+                self.stats.records += int(result.info.get("records", 0))
+                self.stats.written += int(result.info.get("written", 0))
+                self.stats.rejected += int(result.info.get("rejected", 0))
+                self.stats.files += result.files
+                self.stats.bytes += result.bytes
+        logger.info(
+            "batch %d: %s in %.2fs (%s written, %s rejected, %d file(s))", batch_id,
+            "skipped (already committed)" if result.skipped else "committed", elapsed,
+            result.info.get("written", 0), result.info.get("rejected", 0), result.files,
+        )

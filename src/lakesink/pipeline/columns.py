@@ -1,0 +1,110 @@
+"""Output columns of a table: payload fields plus derived partition columns."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pyspark.sql import types as T
+
+from lakesink.errors import ConfigError
+from lakesink.pipeline.partitioning import (
+    HIVE_DEFAULT_PARTITION,
+    TIME_PARTS,
+    check_timestamp_type,
+    time_part_exprs,
+    timestamp_column_expr,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    """Which partition columns come from the payload and which from the timestamp."""
+
+    columns: tuple[str, ...]
+    timestamp_column: str | None
+    timestamp_type: T.DataType | None
+    use_kafka_timestamp: bool
+    null_value: str
+
+    @property
+    def derived(self) -> tuple[str, ...]:
+        if self.timestamp_column is None:
+            return ()
+        return tuple(c for c in self.columns if c in TIME_PARTS)
+
+    @classmethod
+    def build(
+        cls, *, columns: Sequence[str], schema: T.StructType, timestamp_column: str | None,
+        timestamp_fallback: str = "none", null_value: str = HIVE_DEFAULT_PARTITION,
+    ) -> PartitionSpec:
+        fields = {f.name: f.dataType for f in schema.fields}
+        ts_type = None
+        if timestamp_column is not None:
+            if timestamp_column not in fields:
+                raise ConfigError(
+                    "table.timestamp_column",
+                    f"{timestamp_column!r} is not a field of the schema ({', '.join(fields)})",
+                )
+            ts_type = fields[timestamp_column]
+            try:
+                check_timestamp_type(ts_type)
+            except TypeError as exc:
+                raise ConfigError("table.timestamp_column", str(exc)) from None
+        for col in columns:
+            derived = timestamp_column is not None and col in TIME_PARTS
+            if not derived and col not in fields:
+                hint = (" (year/month/day/hour need table.timestamp_column)"
+                        if col in TIME_PARTS else "")
+                raise ConfigError(
+                    "table.partition_by",
+                    f"{col!r} is neither a field of the schema nor derived{hint}",
+                )
+            if not derived and isinstance(fields[col], (T.StructType, T.ArrayType, T.MapType,
+                                                        T.BinaryType)):
+                raise ConfigError("table.partition_by",
+                                  f"{col!r} is a {fields[col].simpleString()}: not partitionable")
+        return cls(tuple(columns), timestamp_column, ts_type,
+                   timestamp_fallback == "kafka", null_value)
+
+    def timestamp(self, record: Column, kafka_timestamp: Column) -> tuple[Column, Column]:
+        """(UTC timestamp, invalid flag) for each record."""
+        from pyspark.sql import functions as F
+
+        assert self.timestamp_column is not None and self.timestamp_type is not None
+        raw = record[self.timestamp_column]
+        ts = timestamp_column_expr(raw, self.timestamp_type)
+        invalid = raw.isNotNull() & ts.isNull()
+        if self.use_kafka_timestamp:
+            ts = F.when(raw.isNull(), kafka_timestamp).otherwise(ts)
+        return ts, invalid
+
+    def output_columns(
+        self, record: Column, schema: T.StructType, kafka_timestamp: Column
+    ) -> list[Column]:
+        """Payload columns followed by derived partition columns, with null handling."""
+        from pyspark.sql import functions as F
+
+        derived = self.derived
+        out: list[Column] = []
+        for f in schema.fields:
+            if f.name in derived:
+                continue  # the derived value wins over a payload field of the same name
+            col = record[f.name]
+            if f.name in self.columns and self.null_value != HIVE_DEFAULT_PARTITION:
+                col = F.coalesce(col.cast("string"), F.lit(self.null_value))
+            out.append(col.alias(f.name))
+        if derived:
+            ts, _ = self.timestamp(record, kafka_timestamp)
+            parts = time_part_exprs(ts)
+            for name in derived:
+                col = parts[name]
+                if self.null_value != HIVE_DEFAULT_PARTITION:
+                    col = F.coalesce(col, F.lit(self.null_value))
+                out.append(col.alias(name))
+        return out
+

@@ -1,0 +1,177 @@
+"""Partition columns: payload fields plus ``year/month/day/hour`` from a timestamp.
+
+Rules (the same as the Quix sink's, made per value and safe):
+
+* An epoch number's unit is told apart **per value** by magnitude: ``|v| >= 1e17`` is
+  nanoseconds, ``>= 1e14`` microseconds, ``>= 1e11`` milliseconds, else seconds.
+  Numeric strings follow the same rule; other strings are parsed as ISO-8601.
+  Everything is UTC.
+* ``year`` is four digits; ``month``, ``day`` and ``hour`` are zero-padded to two.
+* A null partition value goes to the folder ``<col>=<null_partition_value>``
+  (default ``__HIVE_DEFAULT_PARTITION__``, what Spark, Hive and DuckDB read as NULL).
+* Folder values are Hive-escaped (``/`` -> ``%2F``, ``=`` -> ``%3D``, …), so no value can
+  change the path: a folder is always ``<col>=<escaped value>``, and ``..`` stays a
+  value inside it.
+
+:func:`detect_unit`, :func:`to_utc` and :func:`partition_path` are the reference
+implementation in plain Python; the Spark expressions below are built from the same
+thresholds, and integration tests check that Spark's folders match these functions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+    from pyspark.sql.types import DataType
+
+#: (lower bound of |value|, unit, microseconds per unit) from largest to smallest.
+UNIT_THRESHOLDS: tuple[tuple[float, str, float], ...] = (
+    (1e17, "ns", 1e-3),
+    (1e14, "us", 1.0),
+    (1e11, "ms", 1e3),
+    (0.0, "s", 1e6),
+)
+TIME_PARTS: dict[str, str] = {"year": "yyyy", "month": "MM", "day": "dd", "hour": "HH"}
+HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+
+# Hive's FileUtils.escapePathName character set (what Spark's partitionBy uses).
+_ESCAPE = set('"#%\'*/:=?\\\x7f{[]^') | {chr(c) for c in range(0x01, 0x20)}
+
+
+def detect_unit(value: float) -> str:
+    """The epoch unit of one value: ``'ns'``, ``'us'``, ``'ms'`` or ``'s'``."""
+    magnitude = abs(value)
+    for bound, unit, _ in UNIT_THRESHOLDS:
+        if magnitude >= bound:
+            return unit
+    return "s"
+
+
+def to_utc(value: int | float | str | dt.datetime | None) -> dt.datetime | None:
+    """Interpret an epoch number (any unit), a numeric string or ISO-8601 text as UTC."""
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            number = float(text)
+        except ValueError:
+            parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+            return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(
+                dt.UTC
+            )
+        value = number
+    unit = detect_unit(value)
+    per = next(p for _, u, p in UNIT_THRESHOLDS if u == unit)
+    micros = int(value * per) if unit != "us" else int(value)
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)
+
+
+def time_parts(ts: dt.datetime | None) -> dict[str, str | None]:
+    if ts is None:
+        return dict.fromkeys(TIME_PARTS)
+    return {
+        "year": f"{ts.year:04d}", "month": f"{ts.month:02d}",
+        "day": f"{ts.day:02d}", "hour": f"{ts.hour:02d}",
+    }
+
+
+def escape_value(value: str) -> str:
+    """Hive path escaping of one partition value."""
+    return "".join(f"%{ord(c):02X}" if c in _ESCAPE else c for c in value)
+
+
+def unescape_value(value: str) -> str:
+    """Inverse of :func:`escape_value`."""
+    return re.sub(r"%([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), value)
+
+
+def partition_path(
+    values: Mapping[str, object | None], columns: Sequence[str], *,
+    null_value: str = HIVE_DEFAULT_PARTITION,
+) -> str:
+    """``{"location": "a/b", "year": "2026"}`` -> ``location=a%2Fb/year=2026``."""
+    parts = []
+    for col in columns:
+        value = values.get(col)
+        text = null_value if value is None or value == "" else str(value)
+        parts.append(f"{escape_value(col)}={escape_value(text)}")
+    return "/".join(parts)
+
+
+def is_safe_relative_dir(rel: str, columns: Sequence[str]) -> bool:
+    """True when ``rel`` is exactly ``c1=v1/…/cn=vn`` for the partition columns, in order."""
+    if not columns:
+        return rel in ("", ".")
+    parts = rel.split("/")
+    if len(parts) != len(columns):
+        return False
+    for part, col in zip(parts, columns):
+        name, sep, value = part.partition("=")
+        if not sep or name != col or not value or "/" in value:
+            return False
+    return True
+
+
+# -- Spark expressions -------------------------------------------------------------------
+
+
+def _epoch_to_timestamp(number: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    d = number.cast("double")
+    micros = None
+    for bound, _unit, per in UNIT_THRESHOLDS:
+        cond = F.abs(d) >= F.lit(bound)
+        expr = d * F.lit(per)
+        micros = F.when(cond, expr) if micros is None else micros.when(cond, expr)
+    assert micros is not None
+    return F.timestamp_micros(F.floor(micros).cast("long"))
+
+
+def check_timestamp_type(dtype: DataType) -> None:
+    """Raise TypeError unless a column of ``dtype`` can be read as a timestamp."""
+    from pyspark.sql import types as T
+
+    if not isinstance(dtype, (T.TimestampType, T.TimestampNTZType, T.DateType, T.NumericType,
+                              T.StringType)):
+        raise TypeError(f"a {dtype.simpleString()} column cannot be a timestamp")
+
+
+def timestamp_column_expr(col: Column, dtype: DataType) -> Column:
+    """A Spark timestamp (UTC) from a payload timestamp column of any supported type.
+
+    Returns NULL when the value is NULL **or** cannot be interpreted; callers tell the
+    two apart by checking the source column for NULL.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, (T.TimestampType, T.TimestampNTZType)):
+        return col.cast("timestamp")
+    if isinstance(dtype, T.DateType):
+        return col.cast("timestamp")
+    if isinstance(dtype, T.NumericType):
+        return _epoch_to_timestamp(col)
+    if isinstance(dtype, T.StringType):
+        trimmed = F.trim(col)
+        number = trimmed.try_cast("double")
+        return F.when(number.isNotNull(), _epoch_to_timestamp(number)).otherwise(
+            trimmed.try_cast("timestamp")
+        )
+    check_timestamp_type(dtype)
+    raise AssertionError("unreachable")
+
+
+def time_part_exprs(ts: Column) -> dict[str, Column]:
+    """``year``, ``month``, ``day``, ``hour`` strings (zero-padded) from a UTC timestamp."""
+    from pyspark.sql import functions as F
+
+    return {name: F.date_format(ts, fmt) for name, fmt in TIME_PARTS.items()}

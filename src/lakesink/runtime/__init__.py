@@ -1,0 +1,1 @@
+"""Runtime: the Spark session, JVM jars, local services and shutdown handling."""

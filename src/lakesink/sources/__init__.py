@@ -1,0 +1,1 @@
+"""Sources: Kafka (Spark's built-in connector); Redis and Danube come later."""

@@ -1,0 +1,130 @@
+"""Kafka through Spark's own connector (``spark-sql-kafka-0-10``).
+
+Offsets live in the Spark checkpoint, not in the consumer group: a batch's offsets
+are acknowledged only when Spark marks the batch done, after the table commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from typing import TYPE_CHECKING
+
+from lakesink.config.models import KafkaSource
+from lakesink.errors import SourceError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+logger = logging.getLogger(__name__)
+
+_JAAS_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+def client_options(cfg: KafkaSource) -> dict[str, str]:
+    """Kafka client options (without the ``kafka.`` prefix), secrets included.
+
+    The result holds secret values: pass it to Spark, never to a log.
+    """
+    opts = {"bootstrap.servers": cfg.bootstrap_servers, **cfg.options}
+    if cfg.group_id:
+        opts["group.id"] = cfg.group_id
+    if cfg.sasl is not None:
+        opts.setdefault("security.protocol", "SASL_SSL")
+        opts["sasl.mechanism"] = cfg.sasl.mechanism
+        if cfg.sasl.username is not None and cfg.sasl.password is not None:
+            user = cfg.sasl.username.replace('"', '\\"')
+            pw = cfg.sasl.password.get_secret_value().replace('"', '\\"')
+            opts["sasl.jaas.config"] = (
+                f'{_JAAS_MODULES[cfg.sasl.mechanism]} required username="{user}" password="{pw}";'
+            )
+    for key, secret in cfg.secret_options.items():
+        opts[key] = secret.get_secret_value()
+    return opts
+
+
+def source_options(cfg: KafkaSource) -> dict[str, str]:
+    """Options for ``spark.readStream.format("kafka")``."""
+    opts = {f"kafka.{k}": v for k, v in client_options(cfg).items()}
+    if cfg.topics:
+        opts["subscribe"] = ",".join(cfg.topics)
+    else:
+        assert cfg.topic_pattern
+        opts["subscribePattern"] = cfg.topic_pattern
+    opts["startingOffsets"] = cfg.starting_offsets
+    opts["failOnDataLoss"] = str(cfg.fail_on_data_loss).lower()
+    if cfg.max_offsets_per_trigger:
+        opts["maxOffsetsPerTrigger"] = str(cfg.max_offsets_per_trigger)
+    return opts
+
+
+def bootstrap_hosts(servers: str) -> list[tuple[str, int]]:
+    hosts = []
+    for item in servers.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if "://" in item:
+            item = item.split("://", 1)[1]
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise SourceError(f"bootstrap server {item!r} is not host:port")
+        hosts.append((host.strip("[]"), int(port)))
+    return hosts
+
+
+def check_reachable(cfg: KafkaSource) -> None:
+    """Fail with a clear error when no bootstrap server accepts a TCP connection in time."""
+    hosts = bootstrap_hosts(cfg.bootstrap_servers)
+    deadline = time.monotonic() + cfg.connect_timeout_s
+    last_error = "no address"
+    while True:
+        for host, port in hosts:
+            try:
+                with socket.create_connection((host, port), timeout=2):
+                    return
+            except OSError as exc:
+                last_error = f"{host}:{port}: {exc.strerror or exc}"
+        if time.monotonic() >= deadline:
+            raise SourceError(
+                f"no Kafka broker reachable at {cfg.bootstrap_servers} after "
+                f"{cfg.connect_timeout_s:.0f}s ({last_error}); check "
+                "source.kafka.bootstrap_servers and the network"
+            )
+        time.sleep(1.0)
+
+
+def read_stream(spark: SparkSession, cfg: KafkaSource) -> DataFrame:
+    reader = spark.readStream.format("kafka")
+    for key, value in source_options(cfg).items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def sample_values(spark: SparkSession, cfg: KafkaSource, *, limit: int, wait_s: float
+                  ) -> list[str]:
+    """Up to ``limit`` record values (as text) from the start of the topic(s).
+
+    Polls until at least one record exists or ``wait_s`` passes.
+    """
+    from pyspark.sql import functions as F
+
+    opts = {k: v for k, v in source_options(cfg).items()
+            if k not in ("startingOffsets", "maxOffsetsPerTrigger")}
+    opts.update({"startingOffsets": "earliest", "endingOffsets": "latest"})
+    deadline = time.monotonic() + wait_s
+    while True:
+        reader = spark.read.format("kafka")
+        for key, value in opts.items():
+            reader = reader.option(key, value)
+        rows = (reader.load().where(F.col("value").isNotNull())
+                .select(F.col("value").cast("string").alias("v")).limit(limit).collect())
+        if rows or time.monotonic() >= deadline:
+            return [r.v for r in rows]
+        logger.info("waiting for records to infer a schema from…")
+        time.sleep(2.0)

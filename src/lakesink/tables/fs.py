@@ -1,0 +1,122 @@
+"""File operations on any Hadoop filesystem (local, s3a, hdfs, gs, abfss) through Spark's JVM.
+
+Using Hadoop's ``FileSystem`` keeps one code path for every store Spark can write to.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def to_uri(path: str) -> str:
+    """Local paths become absolute ``file:`` URIs; URIs with a scheme pass unchanged."""
+    from pathlib import Path
+
+    if "://" in path or path.startswith("file:"):
+        return path.rstrip("/")
+    return Path(path).expanduser().resolve().as_uri()
+
+
+def join(*parts: str) -> str:
+    head, *rest = parts
+    return "/".join([head.rstrip("/"), *(p.strip("/") for p in rest if p)])
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str
+    size: int
+
+
+class HadoopFS:
+    """A thin wrapper over ``org.apache.hadoop.fs.FileSystem`` for one root URI."""
+
+    def __init__(self, spark: SparkSession, root: str) -> None:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        self._jvm = jvm
+        self._conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+        self._Path = jvm.org.apache.hadoop.fs.Path
+        self.fs: Any = self._Path(root).getFileSystem(self._conf)
+
+    def _p(self, path: str) -> Any:
+        return self._Path(path)
+
+    def exists(self, path: str) -> bool:
+        return bool(self.fs.exists(self._p(path)))
+
+    def mkdirs(self, path: str) -> None:
+        self.fs.mkdirs(self._p(path))
+
+    def delete(self, path: str, *, recursive: bool = True) -> bool:
+        return bool(self.fs.delete(self._p(path), recursive))
+
+    def rename(self, src: str, dst: str) -> bool:
+        return bool(self.fs.rename(self._p(src), self._p(dst)))
+
+    def list_files(self, path: str, *, suffix: str = "") -> list[FileInfo]:
+        """Every file below ``path`` (recursive), skipping hidden and ``_``-prefixed names."""
+        if not self.exists(path):
+            return []
+        out: list[FileInfo] = []
+        it = self.fs.listFiles(self._p(path), True)
+        while it.hasNext():
+            status = it.next()
+            p = status.getPath()
+            name = p.getName()
+            if name.startswith((".", "_")) or not name.endswith(suffix):
+                continue
+            out.append(FileInfo(p.toString(), int(status.getLen())))
+        return out
+
+    def list_dirs(self, path: str) -> list[str]:
+        if not self.exists(path):
+            return []
+        return [s.getPath().toString() for s in self.fs.listStatus(self._p(path)) if s.isDirectory()]
+
+    def read_text(self, path: str) -> str | None:
+        if not self.exists(path):
+            return None
+        stream = self.fs.open(self._p(path))
+        try:
+            reader = self._jvm.java.io.BufferedReader(
+                self._jvm.java.io.InputStreamReader(stream, "UTF-8")
+            )
+            lines = []
+            line = reader.readLine()
+            while line is not None:
+                lines.append(line)
+                line = reader.readLine()
+            return "\n".join(lines)
+        finally:
+            stream.close()
+
+    def write_text(self, path: str, text: str) -> None:
+        """Write a small file so that readers see all of it or nothing.
+
+        The bytes go to a hidden temporary name beside it first, then are renamed into
+        place (atomic on local disk and HDFS; a single PUT on object stores).
+        """
+        parent, _, name = path.rpartition("/")
+        tmp = f"{parent}/.{name}.tmp"
+        out = self.fs.create(self._p(tmp), True)
+        try:
+            out.write(bytearray(text.encode("utf-8")))
+        finally:
+            out.close()
+        if self.exists(path):
+            self.fs.delete(self._p(path), False)
+        if not self.rename(tmp, path):
+            raise OSError(f"could not rename {tmp} to {path}")
+
+    def read_json(self, path: str) -> Any:
+        text = self.read_text(path)
+        return None if text is None else json.loads(text)
+
+    def write_json(self, path: str, data: Any) -> None:
+        self.write_text(path, json.dumps(data, indent=1, sort_keys=True))

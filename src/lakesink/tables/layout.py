@@ -1,0 +1,65 @@
+"""Where a table's data and bookkeeping live.
+
+::
+
+    <base>/<table>/c1=v1/…/part-<batch>-<run>-<n>.parquet   the table (what readers glob)
+    <base>/_rejected/<table>/…                               rejected records (Parquet)
+    <base>/.lakesink/<table>/checkpoint/                     Spark checkpoint (default)
+    <base>/.lakesink/<table>/layout.json                     format and partition columns
+    <base>/.lakesink/<table>/schema.json                     the decode schema in use
+    <base>/.lakesink/<table>/staging/<run>/<batch>/          a batch before publishing
+    <base>/.lakesink/<table>/pending/<run>/<batch>.json      files being published
+    <base>/.lakesink/<table>/manifests/<run>/<batch>.json    committed batches
+
+Nothing but table files sits under ``<base>/<table>/``, so a reader's
+``<table>/**/*.parquet`` glob sees every committed record once and never staging.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lakesink.tables.fs import join, to_uri
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    base: str
+    name: str
+
+    @classmethod
+    def of(cls, base_path: str, name: str) -> TableLayout:
+        return cls(to_uri(base_path), name)
+
+    @property
+    def table(self) -> str:
+        return join(self.base, self.name)
+
+    @property
+    def meta(self) -> str:
+        return join(self.base, ".lakesink", self.name)
+
+    @property
+    def rejected(self) -> str:
+        return join(self.base, "_rejected", self.name)
+
+    @property
+    def default_checkpoint(self) -> str:
+        return join(self.meta, "checkpoint")
+
+    @property
+    def layout_file(self) -> str:
+        return join(self.meta, "layout.json")
+
+    @property
+    def schema_file(self) -> str:
+        return join(self.meta, "schema.json")
+
+    def staging(self, run: str, batch_id: int) -> str:
+        return join(self.meta, "staging", run, f"{batch_id:010d}")
+
+    def pending(self, run: str, batch_id: int) -> str:
+        return join(self.meta, "pending", run, f"{batch_id:010d}.json")
+
+    def manifest(self, run: str, batch_id: int) -> str:
+        return join(self.meta, "manifests", run, f"{batch_id:010d}.json")

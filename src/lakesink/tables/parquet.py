@@ -1,0 +1,199 @@
+"""Hive-partitioned Parquet tables, exactly once for readers that list files.
+
+One batch ``b`` of run ``r`` (the checkpoint's app id) goes through:
+
+1. **skip** if ``manifests/r/b.json`` exists (the batch was committed before a crash);
+2. **clean** leftovers of an earlier attempt: the files listed in ``pending/r/b.json``
+   and the staging folder;
+3. **stage**: Spark writes the batch partitioned into ``staging/r/b/`` (outside the
+   table folder, so no reader sees it);
+4. ``before_commit`` (rejected records of the batch);
+5. **pending**: the list of final names is written, so a crash while publishing can be
+   cleaned exactly;
+6. **publish**: each staged file is renamed to
+   ``<table>/<c1=v1/…>/part-<b>-<r>-<n>.parquet``; a rename is atomic, so a reader never
+   sees a partial file, and the names are derived from the batch, so a redo replaces
+   rather than adds;
+7. **manifest** ``manifests/r/b.json`` is written last: the commit point.
+
+Nothing depends on Spark's ``_spark_metadata``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from lakesink.errors import LayoutError, SinkError
+from lakesink.faults import fault_point
+from lakesink.pipeline.partitioning import is_safe_relative_dir
+from lakesink.tables.base import BatchResult, TableWriter
+from lakesink.tables.fs import HadoopFS, join
+from lakesink.tables.identity import run_tag
+from lakesink.tables.layout import TableLayout
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+logger = logging.getLogger(__name__)
+
+
+class ParquetTableWriter(TableWriter):
+    def __init__(
+        self,
+        spark: SparkSession,
+        layout: TableLayout,
+        *,
+        app_id: str,
+        partition_by: Sequence[str],
+        compression: str = "snappy",
+        files_per_partition: int = 1,
+        null_partition_value: str = "__HIVE_DEFAULT_PARTITION__",
+    ) -> None:
+        self.spark = spark
+        self.layout = layout
+        self.app_id = app_id
+        self.run = run_tag(app_id)
+        self.partition_by = list(partition_by)
+        self.compression = compression
+        self.files_per_partition = files_per_partition
+        self.null_partition_value = null_partition_value
+        self.fs = HadoopFS(spark, layout.base)
+
+    # -- start ---------------------------------------------------------------------------
+
+    def layout_record(self) -> dict[str, Any]:
+        return {"format": "parquet", "partition_by": self.partition_by,
+                "null_partition_value": self.null_partition_value}
+
+    @staticmethod
+    def check_layout(fs: HadoopFS, layout: TableLayout, partition_by: Sequence[str]) -> bool:
+        """Refuse an existing table whose format or partition columns differ.
+
+        Returns whether the table exists. Runs before any data moves.
+        """
+        existing = fs.read_json(layout.layout_file)
+        if existing is None:
+            return False
+        if existing.get("format") != "parquet":
+            raise LayoutError(
+                "table.format",
+                f"table {layout.table} is {existing.get('format')}, config says parquet",
+            )
+        if list(existing.get("partition_by", [])) != list(partition_by):
+            raise LayoutError(
+                "table.partition_by",
+                f"table {layout.table} is partitioned by {existing.get('partition_by')}, "
+                f"config says {list(partition_by)}",
+                fix="use the table's partition columns, or write to a new table",
+            )
+        return True
+
+    def prepare(self) -> None:
+        """Check an existing table's layout, or record the layout of a new one."""
+        if self.check_layout(self.fs, self.layout, self.partition_by):
+            return
+        self.fs.mkdirs(self.layout.table)
+        self.fs.write_json(self.layout.layout_file, {
+            **self.layout_record(),
+            "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        })
+
+    # -- one batch -----------------------------------------------------------------------
+
+    def is_committed(self, batch_id: int) -> bool:
+        return self.fs.exists(self.layout.manifest(self.run, batch_id))
+
+    def _clean(self, batch_id: int) -> None:
+        pending_path = self.layout.pending(self.run, batch_id)
+        pending = self.fs.read_json(pending_path)
+        if pending:
+            removed = sum(self.fs.delete(p, recursive=False) for p in pending["files"])
+            logger.warning("batch %d: removed %d file(s) of an unfinished attempt", batch_id,
+                           removed)
+            self.fs.delete(pending_path, recursive=False)
+        self.fs.delete(self.layout.staging(self.run, batch_id))
+
+    def _prepare_df(self, df: DataFrame) -> DataFrame:
+        if not self.partition_by or self.files_per_partition == 0:
+            return df
+        from pyspark.sql import functions as F
+
+        cols = [F.col(c) for c in self.partition_by]
+        if self.files_per_partition == 1:
+            return df.repartition(*cols)
+        salt = F.pmod(F.xxhash64(*df.columns), F.lit(self.files_per_partition))
+        return df.repartition(*cols, salt)
+
+    def write_batch(
+        self,
+        batch_id: int,
+        df: DataFrame,
+        *,
+        before_commit: Callable[[], dict[str, Any]] | None = None,
+    ) -> BatchResult:
+        if self.is_committed(batch_id):
+            logger.info("batch %d already committed: skipped", batch_id)
+            self.fs.delete(self.layout.staging(self.run, batch_id))
+            return BatchResult(batch_id, skipped=True)
+        self._clean(batch_id)
+
+        staging = self.layout.staging(self.run, batch_id)
+        writer = self._prepare_df(df).write.mode("overwrite").option(
+            "compression", self.compression
+        )
+        if self.partition_by:
+            writer = writer.partitionBy(*self.partition_by)
+        writer.parquet(staging)
+        fault_point("after_staging", batch_id)
+
+        info = before_commit() if before_commit else {}
+
+        staged = sorted(self.fs.list_files(staging, suffix=".parquet"), key=lambda f: f.path)
+        moves: list[tuple[str, str, int]] = []
+        for n, f in enumerate(staged):
+            rel = _relative(f.path, staging)
+            rel_dir = rel.rpartition("/")[0]
+            if not is_safe_relative_dir(rel_dir, self.partition_by):
+                raise SinkError(f"unexpected staged path {rel!r} for partitions {self.partition_by}")
+            name = f"part-{batch_id:010d}-{self.run}-{n:05d}.parquet"
+            moves.append((f.path, join(self.layout.table, rel_dir, name), f.size))
+
+        pending_path = self.layout.pending(self.run, batch_id)
+        self.fs.write_json(pending_path, {"batch_id": batch_id, "files": [d for _, d, _ in moves]})
+        for i, (src, dst, _) in enumerate(moves):
+            if i == len(moves) // 2 and i > 0:
+                fault_point("mid_publish", batch_id)
+            self.fs.mkdirs(dst.rpartition("/")[0])
+            if self.fs.exists(dst):
+                self.fs.delete(dst, recursive=False)
+            if not self.fs.rename(src, dst):
+                raise SinkError(f"could not publish {src} as {dst}")
+        fault_point("after_publish", batch_id)
+
+        manifest = {
+            "batch_id": batch_id,
+            "app_id": self.app_id,
+            "files": [{"path": _relative(d, self.layout.table), "bytes": s} for _, d, s in moves],
+            "committed_at": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+            **info,
+        }
+        self.fs.write_json(self.layout.manifest(self.run, batch_id), manifest)
+        fault_point("after_manifest", batch_id)
+        self.fs.delete(pending_path, recursive=False)
+        self.fs.delete(staging)
+        return BatchResult(batch_id, files=len(moves), bytes=sum(s for _, _, s in moves),
+                           info=info)
+
+
+def _relative(path: str, root: str) -> str:
+    """``path`` below ``root``, tolerant of ``file:/x`` vs ``file:///x`` spellings."""
+    def norm(p: str) -> str:
+        return p.replace("file:///", "file:/").rstrip("/")
+
+    p, r = norm(path), norm(root)
+    if not p.startswith(r + "/"):
+        raise SinkError(f"{path} is not below {root}")
+    return p[len(r) + 1:]

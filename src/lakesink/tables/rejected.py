@@ -1,0 +1,53 @@
+"""The rejected area: records that could not be decoded, with raw bytes and the reason.
+
+Until the dead-letter table exists, rejected records of batch *b* are written to
+``<base>/_rejected/<table>/part-<b>-<run>.parquet`` — beside the table, never inside
+it, so table readers never see them. The name is derived from the batch, so a replayed
+batch overwrites its own file instead of adding a second one.
+
+Columns: ``key`` and ``value`` (raw bytes), ``reason`` (a code), ``detail`` (text),
+``topic``, ``partition``, ``offset``, ``kafka_timestamp``, ``batch_id``, ``app_id``,
+``rejected_at``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from lakesink.errors import SinkError
+from lakesink.tables.fs import HadoopFS, join
+from lakesink.tables.identity import run_tag
+from lakesink.tables.layout import TableLayout
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+logger = logging.getLogger(__name__)
+
+
+class RejectedWriter:
+    def __init__(self, fs: HadoopFS, layout: TableLayout, *, app_id: str) -> None:
+        self.fs = fs
+        self.layout = layout
+        self.run = run_tag(app_id)
+
+    def path(self, batch_id: int) -> str:
+        return join(self.layout.rejected, f"part-{batch_id:010d}-{self.run}.parquet")
+
+    def write(self, batch_id: int, df: DataFrame) -> int:
+        """Write the batch's rejected rows (idempotent per batch id); return the count."""
+        staging = join(self.layout.meta, "staging", self.run, f"rejected-{batch_id:010d}")
+        self.fs.delete(staging)
+        df.coalesce(1).write.mode("overwrite").parquet(staging)
+        files = self.fs.list_files(staging, suffix=".parquet")
+        if len(files) != 1:
+            raise SinkError(f"expected one rejected file in {staging}, found {len(files)}")
+        target = self.path(batch_id)
+        self.fs.mkdirs(self.layout.rejected)
+        if self.fs.exists(target):
+            self.fs.delete(target, recursive=False)
+        if not self.fs.rename(files[0].path, target):
+            raise SinkError(f"could not publish rejected records to {target}")
+        self.fs.delete(staging)
+        return 1
