@@ -93,6 +93,11 @@ class KafkaSource(_Section):
     _split = field_validator("topics", mode="before")(_split_list)
     _strings = field_validator("options", "secret_options", mode="before")(_stringify_map)
 
+    @field_validator("starting_offsets", mode="before")
+    @classmethod
+    def _offsets_map(cls, value: Any) -> Any:
+        return json.dumps(value) if isinstance(value, dict) else value
+
     @field_validator("starting_offsets")
     @classmethod
     def _offsets(cls, value: str) -> str:

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh Debian machine: JDK 17 + Maven, Python 3.11 venv with
+# lakesink and its test tools, and the JVM jars declared in jvm/pom.xml.
+# Re-running it is cheap: each step is skipped when its inputs did not change.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+
+# --- JDK 17 and Maven -------------------------------------------------------------------
+need_apt=()
+command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
+if ((${#need_apt[@]})); then
+  say "installing ${need_apt[*]} with apt-get"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
+if [ "${java_major:-0}" -lt 17 ]; then
+  for j in /usr/lib/jvm/java-17-openjdk-*; do [ -x "$j/bin/java" ] && export JAVA_HOME="$j" && break; done
+fi
+
+# --- Python 3.11 venv -------------------------------------------------------------------
+PY=""
+for cand in python3.11 "$HOME/.pyenv/versions/3.11"*/bin/python3 python3; do
+  if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+    PY="$(command -v "$cand")"; break
+  fi
+done
+if [ -z "$PY" ]; then
+  say "installing python3.11 with apt-get"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3.11 python3.11-venv >/dev/null
+  PY="$(command -v python3.11)"
+fi
+stamp_py=".venv/.lakesink-installed"
+want_py="$(sha256sum pyproject.toml | cut -c1-16)"
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp_py" 2>/dev/null)" != "$want_py" ]; then
+  say "creating .venv with $PY and installing lakesink[test] (pyspark builds once, ~2 min)"
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  .venv/bin/pip install -q --upgrade pip wheel setuptools
+  .venv/bin/pip install -q -e ".[test]"
+  echo "$want_py" > "$stamp_py"
+fi
+
+# --- JVM jars ---------------------------------------------------------------------------
+stamp_jvm="jvm/.jars-installed"
+want_jvm="$(sha256sum jvm/pom.xml | cut -c1-16)"
+if [ "$(cat "$stamp_jvm" 2>/dev/null)" != "$want_jvm" ] || [ ! -d jvm/jars ] || [ ! -d jvm/kafka-jars ]; then
+  say "fetching JVM jars with Maven (jvm/pom.xml)"
+  rm -rf jvm/jars jvm/kafka-jars
+  mvn -q -B -f jvm/pom.xml -P connectors dependency:copy-dependencies \
+      -DoutputDirectory="$ROOT/jvm/jars" -DincludeScope=runtime -DexcludeGroupIds=org.scala-lang
+  mvn -q -B -f jvm/pom.xml -P kafka-broker dependency:copy-dependencies \
+      -DoutputDirectory="$ROOT/jvm/kafka-jars" -DincludeScope=runtime
+  echo "$want_jvm" > "$stamp_jvm"
+fi
+say "ready: $(.venv/bin/python --version), java $(java -version 2>&1 | head -1 | cut -d'"' -f2), $(ls jvm/jars | wc -l) connector jars, $(ls jvm/kafka-jars | wc -l) broker jars"

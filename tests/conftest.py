@@ -1,0 +1,3 @@
+"""Shared fixtures: one Kafka broker and one SparkSession per test run."""
+
+pytest_plugins = ["tests.fixtures.services"]

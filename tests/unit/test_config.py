@@ -1,0 +1,157 @@
+"""Config precedence, validation errors naming the key, and secrets handling (no Spark)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lakesink.config import load_config, redacted_dict
+from lakesink.errors import ConfigError
+
+BASE = {"source": {"kafka": {"bootstrap_servers": "b:9092", "topics": ["events"]}}}
+
+
+def write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "lakesink.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def with_table(**table: object) -> dict:
+    return {**BASE, "table": table}
+
+
+def test_defaults(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, BASE), env={})
+    assert cfg.table.base_path == "./lake"
+    assert cfg.table.name == "events"  # the single topic
+    assert cfg.table.compression == "snappy"
+    assert cfg.table.format == "parquet"
+    assert cfg.source.kafka.fail_on_data_loss is True
+    assert cfg.source.kafka.starting_offsets == "earliest"
+    assert cfg.spark.master == "local[*]"
+
+
+def test_precedence_cli_over_env_over_file(tmp_path: Path) -> None:
+    path = write(tmp_path, with_table(compression="gzip", base_path="/file"))
+    assert load_config(path, env={}).table.compression == "gzip"
+    env = {"LAKESINK_TABLE__COMPRESSION": "zstd"}
+    cfg = load_config(path, env=env)
+    assert cfg.table.compression == "zstd"
+    assert cfg.table.base_path == "/file"  # untouched keys keep the file's value
+    cfg = load_config(path, env=env, overrides=["table.compression=lz4"])
+    assert cfg.table.compression == "lz4"
+    cfg = load_config(path, env=env, overrides=["table.compression=lz4"],
+                      flags={"table.compression": "none"})
+    assert cfg.table.compression == "none"
+
+
+def test_env_lists_and_maps(tmp_path: Path) -> None:
+    env = {
+        "LAKESINK_TABLE__PARTITION_BY": "location,year",
+        "LAKESINK_SOURCE__KAFKA__TOPICS": '["a", "b"]',
+        "LAKESINK_SOURCE__KAFKA__OPTIONS__SECURITY.PROTOCOL": "SSL",
+        "LAKESINK_TABLE__NAME": "t",
+    }
+    cfg = load_config(write(tmp_path, BASE), env=env)
+    assert cfg.table.partition_by == ["location", "year"]
+    assert cfg.source.kafka.topics == ["a", "b"]
+    assert cfg.source.kafka.options == {"security.protocol": "SSL"}
+
+
+def test_set_understands_map_keys_with_dots(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, BASE), env={}, overrides=[
+        "spark.conf.spark.sql.shuffle.partitions=8",
+        "source.kafka.options.ssl.endpoint.identification.algorithm=https",
+        "table.partition_by=[a, b]",
+        "source.kafka.max_offsets_per_trigger=5000",
+    ])
+    assert cfg.spark.conf == {"spark.sql.shuffle.partitions": "8"}
+    assert cfg.source.kafka.options == {"ssl.endpoint.identification.algorithm": "https"}
+    assert cfg.table.partition_by == ["a", "b"]
+    assert cfg.source.kafka.max_offsets_per_trigger == 5000
+
+
+@pytest.mark.parametrize(
+    ("data", "overrides", "env", "key"),
+    [
+        (with_table(compresion="zstd"), [], {}, "table.compresion"),
+        (with_table(compression="brotli"), [], {}, "table.compression"),
+        (BASE, ["source.kafka.max_offsets_per_trigger=lots"], {},
+         "source.kafka.max_offsets_per_trigger"),
+        ({"source": {"kafka": {"topics": ["x"]}}}, [], {}, "source.kafka.bootstrap_servers"),
+        (BASE, [], {"LAKESINK_TABEL__NAME": "x"}, "LAKESINK_TABEL__NAME"),
+        (BASE, [], {"LAKESINK_TABLE__NAMEX": "x"}, "table.namex"),
+        (BASE, ["source.kafka.starting_offsets=somewhere"], {}, "source.kafka.starting_offsets"),
+        (BASE, ["trigger.interval=soon"], {}, "trigger.interval"),
+        (with_table(partition_by=["a", "a"]), [], {}, "table.partition_by"),
+        (with_table(partition_by=["a/b"]), [], {}, "table.partition_by"),
+        (with_table(name="../escape"), [], {}, "table.name"),
+        (BASE, ["spark.conf.shuffle=1"], {}, "spark.conf"),
+        ({"source": {"kafka": {"bootstrap_servers": "b:1", "topics": ["a", "b"]}}}, [], {},
+         "table.name"),
+    ],
+)
+def test_errors_name_the_key(tmp_path: Path, data: dict, overrides: list[str],
+                             env: dict[str, str], key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, data), overrides=overrides, env=env)
+    assert info.value.key == key, str(info.value)
+
+
+def test_exactly_one_subscription(tmp_path: Path) -> None:
+    data = {"source": {"kafka": {"bootstrap_servers": "b:1", "topics": ["a"],
+                                 "topic_pattern": "a.*"}}}
+    with pytest.raises(ConfigError, match="exactly one of 'topics' or 'topic_pattern'"):
+        load_config(write(tmp_path, data), env={})
+
+
+def test_per_partition_starting_offsets(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, BASE), env={},
+                      overrides=['source.kafka.starting_offsets={"events": {"0": 5, "1": -2}}'])
+    assert cfg.source.kafka.starting_offsets == '{"events": {"0": 5, "1": -2}}'
+
+
+def test_secret_refused_in_file_and_cli(tmp_path: Path) -> None:
+    data = {"source": {"kafka": {**BASE["source"]["kafka"],
+                                 "sasl": {"username": "u", "password": "hunter2"}}}}
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, data), env={})
+    assert info.value.key == "source.kafka.sasl.password"
+    assert "LAKESINK_SOURCE__KAFKA__SASL__PASSWORD" in str(info.value)
+    assert "hunter2" not in str(info.value)
+    with pytest.raises(ConfigError, match="secret"):
+        load_config(write(tmp_path, BASE), env={},
+                    overrides=["source.kafka.secret_options.sasl.jaas.config=x"])
+
+
+def test_secret_from_env_and_file_is_redacted(tmp_path: Path) -> None:
+    secret_file = tmp_path / "jaas"
+    secret_file.write_text("jaas-secret-value\n")
+    env = {
+        "LAKESINK_SOURCE__KAFKA__SASL__PASSWORD": "hunter2",
+        "LAKESINK_SOURCE__KAFKA__SECRET_OPTIONS__SSL.KEY.PASSWORD_FILE": str(secret_file),
+    }
+    cfg = load_config(write(tmp_path, BASE), env=env,
+                      overrides=["source.kafka.sasl.username=alice"])
+    kafka = cfg.source.kafka
+    assert kafka.sasl is not None and kafka.sasl.password is not None
+    assert kafka.sasl.password.get_secret_value() == "hunter2"
+    assert kafka.secret_options["ssl.key.password"].get_secret_value() == "jaas-secret-value"
+    dumped = yaml.safe_dump(redacted_dict(cfg)) + repr(cfg) + str(cfg)
+    assert "hunter2" not in dumped and "jaas-secret-value" not in dumped
+    assert "**********" in dumped
+
+
+def test_secret_file_missing_names_the_key(tmp_path: Path) -> None:
+    env = {"LAKESINK_SOURCE__KAFKA__SASL__PASSWORD_FILE": str(tmp_path / "nope")}
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, BASE), env=env)
+    assert info.value.key == "source.kafka.sasl.password"
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "nope.yaml", env={})

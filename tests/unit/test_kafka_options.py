@@ -1,0 +1,69 @@
+"""Kafka options passed to Spark (no Spark)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lakesink.config import load_config
+from lakesink.errors import SourceError
+from lakesink.sources.kafka import bootstrap_hosts, check_reachable, source_options
+from lakesink.runtime.services import free_port
+
+
+def cfg(**kafka: object):  # noqa: ANN201
+    base = {"bootstrap_servers": "127.0.0.1:1", "topics": ["t"]}
+    return load_config(flags={f"source.kafka.{k}": v for k, v in {**base, **kafka}.items()},
+                       env={})
+
+
+def test_subscribe_and_defaults() -> None:
+    opts = source_options(cfg(max_offsets_per_trigger=100).source.kafka)
+    assert opts["subscribe"] == "t"
+    assert opts["startingOffsets"] == "earliest"
+    assert opts["failOnDataLoss"] == "true"
+    assert opts["maxOffsetsPerTrigger"] == "100"
+    assert opts["kafka.bootstrap.servers"] == "127.0.0.1:1"
+
+
+def test_pattern_and_passthrough() -> None:
+    c = load_config(env={}, overrides=[
+        "source.kafka.bootstrap_servers=h:9",
+        "source.kafka.topic_pattern=events-.*",
+        "table.name=t",
+        "source.kafka.options.security.protocol=SSL",
+        "source.kafka.fail_on_data_loss=false",
+    ])
+    opts = source_options(c.source.kafka)
+    assert opts["subscribePattern"] == "events-.*" and "subscribe" not in opts
+    assert opts["kafka.security.protocol"] == "SSL"
+    assert opts["failOnDataLoss"] == "false"
+
+
+def test_sasl_builds_jaas_from_secret() -> None:
+    c = load_config(env={"LAKESINK_SOURCE__KAFKA__SASL__PASSWORD": 'pa"ss'}, overrides=[
+        "source.kafka.bootstrap_servers=h:9", "source.kafka.topics=t",
+        "source.kafka.sasl.username=alice", "source.kafka.sasl.mechanism=SCRAM-SHA-512",
+    ])
+    opts = source_options(c.source.kafka)
+    assert opts["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
+    assert opts["kafka.security.protocol"] == "SASL_SSL"
+    assert opts["kafka.sasl.jaas.config"] == (
+        'org.apache.kafka.common.security.scram.ScramLoginModule required '
+        'username="alice" password="pa\\"ss";')
+
+
+def test_bootstrap_hosts() -> None:
+    assert bootstrap_hosts("a:1, b:2,PLAINTEXT://c:3") == [("a", 1), ("b", 2), ("c", 3)]
+    with pytest.raises(SourceError):
+        bootstrap_hosts("nohost")
+
+
+def test_unreachable_broker_fails_in_bounded_time() -> None:
+    import time
+
+    port = free_port()  # nothing listens there
+    c = cfg(bootstrap_servers=f"127.0.0.1:{port}", connect_timeout_s=1.5)
+    started = time.monotonic()
+    with pytest.raises(SourceError, match="no Kafka broker reachable"):
+        check_reachable(c.source.kafka)
+    assert time.monotonic() - started < 10
