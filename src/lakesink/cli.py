@@ -107,6 +107,11 @@ def run(
         flags["trigger.until_caught_up"] = True
     try:
         cfg = _load(config, set_, flags)
+        # Everything that can refuse without Spark runs before the JVM starts.
+        from lakesink.app import check_config_offline, check_local_layout
+
+        check_config_offline(cfg)
+        check_local_layout(cfg)
     except ConfigError as exc:
         _fail_config(exc)
         return

@@ -1,0 +1,84 @@
+"""``lakesink run`` as users run it: a separate process, stopped by signals, restarted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.services import (
+    config_dict,
+    duckdb_ids,
+    lakesink_cmd,
+    produce_events,
+    run_cli,
+    write_config,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.slow]
+
+
+def manifests(lake: Path) -> list[Path]:
+    return list((lake / ".lakesink" / "events" / "manifests").glob("*/*.json"))
+
+
+def test_until_caught_up_exits_0_with_every_record(kafka_broker, topic, tmp_path) -> None:
+    produce_events(kafka_broker, topic, range(1500))
+    lake = tmp_path / "lake"
+    cfg = write_config(tmp_path / "c.yaml", config_dict(kafka_broker, topic, lake))
+    result = run_cli("run", "-c", str(cfg), "--until-caught-up")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(duckdb_ids(lake / "events")) == list(range(1500))
+    assert '"written": 1500' in result.stderr
+
+
+def test_sigterm_stops_after_the_batch_then_restart_is_exact(kafka_broker, topic, tmp_path
+                                                             ) -> None:
+    n_first, n_total = 4000, 6000
+    lake = tmp_path / "lake"
+    data = config_dict(kafka_broker, topic, lake)
+    data["source"]["kafka"]["max_offsets_per_trigger"] = 400
+    cfg = write_config(tmp_path / "c.yaml", data)
+    produce_events(kafka_broker, topic, range(n_first))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESINK_")}
+    log = open(tmp_path / "run.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(lakesink_cmd("run", "-c", str(cfg)), stdout=log,
+                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while len(manifests(lake)) < 3:  # mid-stream: some batches are done, more to come
+            assert proc.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "no batches committed"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=180) == 0, (tmp_path / "run.log").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+    output = (tmp_path / "run.log").read_text()
+    assert "SIGTERM received" in output and "stopped" in output
+    partial = duckdb_ids(lake / "events")
+    assert len(partial) == len(set(partial)) and 0 < len(partial) <= n_first
+
+    produce_events(kafka_broker, topic, range(n_first, n_total))
+    result = run_cli("run", "-c", str(cfg), "--until-caught-up")
+    assert result.returncode == 0, result.stderr[-3000:]
+    ids = duckdb_ids(lake / "events")
+    assert len(ids) == n_total and sorted(ids) == list(range(n_total))
+
+
+def test_config_error_exit_2_before_spark(tmp_path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("source:\n  kafka:\n    bootstrap_servers: h:1\n    topics: [t]\n"
+                   "table:\n  format: orc\n")
+    started = time.monotonic()
+    result = run_cli("run", "-c", str(cfg))
+    assert result.returncode == 2
+    assert "config error: table.format" in result.stderr
+    assert result.stderr.strip().count("\n") <= 1, result.stderr  # one clear message
+    assert time.monotonic() - started < 60

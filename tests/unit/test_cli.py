@@ -1,0 +1,79 @@
+"""The CLI's config handling, in-process (no Spark: every case fails or ends before it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from lakesink.cli import app
+
+runner = CliRunner()
+
+
+def write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+GOOD = {"source": {"kafka": {"bootstrap_servers": "127.0.0.1:1", "topics": ["events"]}},
+        "table": {"partition_by": ["location", "day"], "timestamp_column": "ts"},
+        "decode": {"schema": [{"name": "location", "type": "Utf8"},
+                              {"name": "ts", "type": "Int64"}]}}
+
+
+def test_help_lists_commands() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("run", "validate", "demo"):
+        assert command in result.output
+
+
+def test_validate_prints_redacted_config(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app, ["validate", "-c", str(write(tmp_path, GOOD)), "--offline",
+              "--set", "source.kafka.sasl.username=alice", "--set", f"table.base_path={tmp_path}"],
+        env={"LAKESINK_SOURCE__KAFKA__SASL__PASSWORD": "hunter2"},
+    )
+    assert result.exit_code == 0, result.output
+    assert "hunter2" not in result.output
+    assert "password: '**********'" in result.output
+    assert "partition_by:" in result.output
+    assert "ok schema: 2 declared field(s)" in result.output
+
+
+def test_config_errors_exit_2_naming_the_key(tmp_path: Path) -> None:
+    bad = {**GOOD, "table": {**GOOD["table"], "compression": "brotli"}}
+    result = runner.invoke(app, ["validate", "-c", str(write(tmp_path, bad)), "--offline"])
+    assert result.exit_code == 2
+    assert "table.compression" in result.output
+    result = runner.invoke(app, ["run", "-c", str(write(tmp_path, GOOD)),
+                                 "--set", "table.partition_by=[nope]"])
+    assert result.exit_code == 2
+    assert "table.partition_by" in result.output
+
+
+def test_partition_columns_checked_against_declared_schema(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["validate", "-c", str(write(tmp_path, GOOD)), "--offline",
+                                 "--set", "table.partition_by=[location, nope]"])
+    assert result.exit_code == 2
+    assert "table.partition_by" in result.output and "'nope'" in result.output
+
+
+def test_existing_layout_mismatch_exit_2(tmp_path: Path) -> None:
+    meta = tmp_path / ".lakesink" / "events"
+    meta.mkdir(parents=True)
+    (meta / "layout.json").write_text('{"format": "parquet", "partition_by": ["day"]}')
+    result = runner.invoke(app, ["validate", "-c", str(write(tmp_path, GOOD)), "--offline",
+                                 "--set", f"table.base_path={tmp_path}"])
+    assert result.exit_code == 2
+    assert "partitioned by ['day']" in result.output
+
+
+def test_unreachable_broker_is_a_clear_error(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["validate", "-c", str(write(tmp_path, GOOD)),
+                                 "--set", "source.kafka.connect_timeout_s=1"])
+    assert result.exit_code == 1
+    assert "no Kafka broker reachable at 127.0.0.1:1" in result.output
