@@ -164,25 +164,17 @@ __all__ = ["ConfigError", "Pipeline", "check_config_offline"]
 
 def check_local_layout(cfg: LakesinkConfig) -> str:
     """Partition check for local tables without Spark (other stores are checked at run)."""
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    from lakesink.tables.parquet import compare_layout
+
     uri = to_uri(cfg.table.base_path)
     if not uri.startswith("file:"):
         return "table layout: checked at start (remote store)"
-    from urllib.parse import urlparse
-
-    from pathlib import Path
-
-    base = Path(urlparse(uri).path)
-    record = base / ".lakesink" / cfg.table_name / "layout.json"
+    record = Path(urlparse(uri).path) / ".lakesink" / cfg.table_name / "layout.json"
     if not record.exists():
         return "table layout: new table"
     existing = json.loads(record.read_text())
-    if list(existing.get("partition_by", [])) != list(cfg.table.partition_by):
-        from lakesink.errors import LayoutError
-
-        raise LayoutError(
-            "table.partition_by",
-            f"table {cfg.table_name} is partitioned by {existing.get('partition_by')}, "
-            f"config says {list(cfg.table.partition_by)}",
-            fix="use the table's partition columns, or write to a new table",
-        )
+    compare_layout(existing, cfg.table.partition_by, table=cfg.table_name)
     return f"table layout: matches the existing table ({existing.get('partition_by')})"

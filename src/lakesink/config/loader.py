@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, SecretStr, ValidationError
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource
 from pydantic_settings.exceptions import SettingsError
 
 from lakesink.errors import ConfigError
@@ -34,6 +34,22 @@ _file_data: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
 _secret_data: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
     "lakesink_secret_data", default={}
 )
+
+
+_env_data: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "lakesink_env_data", default=None
+)
+
+
+class ScopedEnvSource(EnvSettingsSource):
+    """``LAKESINK_*`` variables from the mapping given to :func:`load_config` (default: os.environ)."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        from pydantic_settings.sources.utils import parse_env_vars
+
+        env = _env_data.get()
+        return parse_env_vars(os.environ if env is None else env, self.case_sensitive,
+                              self.env_ignore_empty, self.env_parse_none_str)
 
 
 class FileSource(PydanticBaseSettingsSource):
@@ -287,12 +303,7 @@ def load_config(
     _check_env_names(env)
     secrets = read_secret_files(env)
 
-    tokens = (_file_data.set(file_data), _secret_data.set(secrets))
-    saved_environ = None
-    if env is not os.environ:
-        saved_environ = dict(os.environ)
-        os.environ.clear()
-        os.environ.update(env)
+    tokens = (_file_data.set(file_data), _secret_data.set(secrets), _env_data.set(env))
     try:
         return LakesinkConfig(**cli_data)
     except ValidationError as exc:
@@ -305,9 +316,7 @@ def load_config(
     finally:
         _file_data.reset(tokens[0])
         _secret_data.reset(tokens[1])
-        if saved_environ is not None:
-            os.environ.clear()
-            os.environ.update(saved_environ)
+        _env_data.reset(tokens[2])
 
 
 def redacted_dict(config: BaseSettings) -> dict[str, Any]:

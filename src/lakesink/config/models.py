@@ -278,7 +278,7 @@ class LakesinkConfig(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """CLI (init kwargs) > env > secret files > config file > defaults."""
-        from lakesink.config.loader import FileSource, SecretFileSource
+        from lakesink.config.loader import FileSource, ScopedEnvSource, SecretFileSource
 
-        return (init_settings, env_settings, SecretFileSource(settings_cls),
+        return (init_settings, ScopedEnvSource(settings_cls), SecretFileSource(settings_cls),
                 FileSource(settings_cls))

@@ -77,18 +77,7 @@ class ParquetTableWriter(TableWriter):
         existing = fs.read_json(layout.layout_file)
         if existing is None:
             return False
-        if existing.get("format") != "parquet":
-            raise LayoutError(
-                "table.format",
-                f"table {layout.table} is {existing.get('format')}, config says parquet",
-            )
-        if list(existing.get("partition_by", [])) != list(partition_by):
-            raise LayoutError(
-                "table.partition_by",
-                f"table {layout.table} is partitioned by {existing.get('partition_by')}, "
-                f"config says {list(partition_by)}",
-                fix="use the table's partition columns, or write to a new table",
-            )
+        compare_layout(existing, partition_by, table=layout.table)
         return True
 
     def prepare(self) -> None:
@@ -186,6 +175,21 @@ class ParquetTableWriter(TableWriter):
         self.fs.delete(staging)
         return BatchResult(batch_id, files=len(moves), bytes=sum(s for _, _, s in moves),
                            info=info)
+
+
+def compare_layout(existing: dict[str, Any], partition_by: Sequence[str], *, table: str) -> None:
+    """Raise LayoutError when a recorded table layout differs from the configuration."""
+    if existing.get("format") != "parquet":
+        raise LayoutError(
+            "table.format", f"table {table} is {existing.get('format')}, config says parquet"
+        )
+    if list(existing.get("partition_by", [])) != list(partition_by):
+        raise LayoutError(
+            "table.partition_by",
+            f"table {table} is partitioned by {existing.get('partition_by')}, "
+            f"config says {list(partition_by)}",
+            fix="use the table's partition columns, or write to a new table",
+        )
 
 
 def _relative(path: str, root: str) -> str:
