@@ -76,9 +76,8 @@ def test_config_error_exit_2_before_spark(tmp_path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text("source:\n  kafka:\n    bootstrap_servers: h:1\n    topics: [t]\n"
                    "table:\n  format: orc\n")
-    started = time.monotonic()
     result = run_cli("run", "-c", str(cfg))
     assert result.returncode == 2
     assert "config error: table.format" in result.stderr
     assert result.stderr.strip().count("\n") <= 1, result.stderr  # one clear message
-    assert time.monotonic() - started < 60
+    assert "spark" not in result.stderr.lower()  # refused before the JVM started

@@ -238,6 +238,7 @@ def produce(
     producer = Producer({
         "bootstrap.servers": bootstrap_servers, "linger.ms": 50, "batch.size": 1_000_000,
         "queue.buffering.max.messages": 500_000, "enable.idempotence": True,
+        "log_level": 3,  # errors only: a fresh broker's "coordinator load in progress" is noise
     })
     errors: list[str] = []
 
