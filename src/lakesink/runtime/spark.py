@@ -37,6 +37,8 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.python.worker.reuse": "true",
     "spark.driver.extraJavaOptions": "-XX:+UseG1GC -Dio.netty.tryReflectionSetAccessible=true",
     "spark.sql.streaming.minBatchesToRetain": "100",
+    # Spark redacts matching keys/values in its UI, event log and plan strings.
+    "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|jaas",
     # Hive-escaped partition folders and no _SUCCESS markers in staging.
     "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
     "spark.hadoop.parquet.enable.summary-metadata": "false",
