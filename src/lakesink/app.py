@@ -19,7 +19,7 @@ from pyspark.sql import types as T
 from lakesink.config.models import LakesinkConfig
 from lakesink.decode.json import JsonDecoder, infer_schema
 from lakesink.decode.schema import declared_schema
-from lakesink.errors import ConfigError, SourceError
+from lakesink.errors import SourceError
 from lakesink.pipeline.batch import BatchProcessor, RunStats
 from lakesink.pipeline.columns import PartitionSpec
 from lakesink.runtime.shutdown import StopRequest, await_query
@@ -157,9 +157,6 @@ def check_config_offline(cfg: LakesinkConfig) -> list[str]:
     kafka.bootstrap_hosts(cfg.source.kafka.bootstrap_servers)
     done.append(f"table: {cfg.table.format} at {to_uri(cfg.table.base_path)}/{cfg.table_name}")
     return done
-
-
-__all__ = ["ConfigError", "Pipeline", "check_config_offline"]
 
 
 def check_local_layout(cfg: LakesinkConfig) -> str:

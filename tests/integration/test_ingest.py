@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as pads
@@ -86,7 +85,6 @@ def test_every_record_once_partitions_and_rejects(spark, kafka_broker, topic, tm
     assert {bytes(r[0]) if r[0] is not None else None for r in rejected} == {
         v for _, v, _ in BAD_RECORDS}
     assert all(r[3] == topic and r[5] >= 0 for r in rejected)
-    by_reason = {r[1]: r[2] for r in rejected}
     assert {r[2] for r in rejected if r[1] == "schema_mismatch"} == {
         "id: expected bigint, got string", "ts_ms: expected bigint, got string"}
 

@@ -24,15 +24,18 @@ from pydantic_settings.exceptions import SettingsError
 
 from lakesink.errors import ConfigError
 
+if typing.TYPE_CHECKING:
+    from lakesink.config.models import LakesinkConfig
+
 ENV_PREFIX = "LAKESINK_"
 #: Environment variables with the prefix that are not configuration keys.
 RESERVED_ENV = {"JARS_DIR", "KAFKA_JARS_DIR", "FAULT", "FAULT_BATCH", "CONFIG", "HOME"}
 
-_file_data: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
-    "lakesink_file_data", default={}
+_file_data: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "lakesink_file_data", default=None
 )
-_secret_data: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
-    "lakesink_secret_data", default={}
+_secret_data: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "lakesink_secret_data", default=None
 )
 
 
@@ -59,14 +62,14 @@ class FileSource(PydanticBaseSettingsSource):
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        return dict(_file_data.get())
+        return dict(_file_data.get() or {})
 
 
 class SecretFileSource(FileSource):
     """Secrets read from the files named by ``LAKESINK_<PATH>_FILE``."""
 
     def __call__(self) -> dict[str, Any]:
-        return dict(_secret_data.get())
+        return dict(_secret_data.get() or {})
 
 
 # -- secret paths ------------------------------------------------------------------------
@@ -106,7 +109,7 @@ def secret_paths(model: type[BaseModel] | None = None, prefix: tuple[str, ...] =
 
 
 def _matches(path: tuple[str, ...], pattern: tuple[str, ...]) -> bool:
-    return len(path) == len(pattern) and all(p == q or q == "*" for p, q in zip(path, pattern))
+    return len(path) == len(pattern) and all(p == q or q == "*" for p, q in zip(path, pattern, strict=True))
 
 
 def _leaf_paths(data: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> Iterable[tuple[str, ...]]:
@@ -193,11 +196,7 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
-            value = raw
-        if value is None:
-            value = None
-        elif not isinstance(value, (dict, list)):
-            value = raw if isinstance(value, str) else value
+            value = raw  # not YAML: take the text as typed
         _set_path(data, split_key(key), value, key=key)
     return data
 
@@ -233,7 +232,9 @@ def read_secret_files(env: Mapping[str, str]) -> dict[str, Any]:
         try:
             secret = Path(value).read_text().rstrip("\r\n")
         except OSError as exc:
-            raise ConfigError(".".join(path), f"cannot read secret file {value}: {exc.strerror}")
+            raise ConfigError(
+                ".".join(path), f"cannot read secret file {value}: {exc.strerror}"
+            ) from None
         _set_path(data, path, secret, key=".".join(path))
     return data
 

@@ -25,7 +25,6 @@ from pydantic_settings import (
 )
 
 Compression = Literal["snappy", "zstd", "gzip", "lz4", "none"]
-TIME_PARTITIONS = ("year", "month", "day", "hour")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-.]*$")
 
 
@@ -44,13 +43,16 @@ StrList = Annotated[list[str], NoDecode]
 
 def _stringify_map(value: Any) -> Any:
     """Map values may be YAML scalars (``8``, ``true``); Spark and Kafka want strings."""
-    if isinstance(value, dict):
-        return {
-            str(k): (str(v).lower() if isinstance(v, bool) else str(v))
-            if isinstance(v, (int, float, bool)) else v
-            for k, v in value.items()
-        }
-    return value
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for key, item in value.items():
+        if isinstance(item, bool):
+            item = str(item).lower()
+        elif isinstance(item, (int, float)):
+            item = str(item)
+        out[str(key)] = item
+    return out
 
 
 class _Section(BaseModel):

@@ -101,7 +101,7 @@ def infer_schema(spark: SparkSession, samples: Sequence[str]) -> T.StructType:
     strings stay strings (timestamps included).
     """
     rdd = spark.sparkContext.parallelize(list(samples), 1)
-    df = spark.read.options(mode="DROPMALFORMED", primitivesAsString="false").json(rdd)
+    df = spark.read.options(mode="DROPMALFORMED").json(rdd)
     schema = df.schema
     fields = [f for f in schema.fields if f.name != "_corrupt_record"]
     return T.StructType([T.StructField(f.name, f.dataType, True) for f in fields])

@@ -113,7 +113,7 @@ def is_safe_relative_dir(rel: str, columns: Sequence[str]) -> bool:
     parts = rel.split("/")
     if len(parts) != len(columns):
         return False
-    for part, col in zip(parts, columns):
+    for part, col in zip(parts, columns, strict=True):
         name, sep, value = part.partition("=")
         if not sep or name != col or not value or "/" in value:
             return False

@@ -218,12 +218,6 @@ class KafkaBroker:
             time.sleep(0.2)
         raise ServiceError(f"topic {name} has no leaders after {timeout_s}s")
 
-    def producer(self, **conf: object) -> object:
-        from confluent_kafka import Producer
-
-        return Producer({"bootstrap.servers": self.bootstrap_servers, "linger.ms": 20,
-                         "compression.type": "none", **conf})
-
 
 def produce(
     bootstrap_servers: str,

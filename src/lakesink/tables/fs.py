@@ -74,11 +74,6 @@ class HadoopFS:
             out.append(FileInfo(p.toString(), int(status.getLen())))
         return out
 
-    def list_dirs(self, path: str) -> list[str]:
-        if not self.exists(path):
-            return []
-        return [s.getPath().toString() for s in self.fs.listStatus(self._p(path)) if s.isDirectory()]
-
     def read_text(self, path: str) -> str | None:
         if not self.exists(path):
             return None

@@ -35,8 +35,8 @@ class RejectedWriter:
     def path(self, batch_id: int) -> str:
         return join(self.layout.rejected, f"part-{batch_id:010d}-{self.run}.parquet")
 
-    def write(self, batch_id: int, df: DataFrame) -> int:
-        """Write the batch's rejected rows (idempotent per batch id); return the count."""
+    def write(self, batch_id: int, df: DataFrame) -> None:
+        """Write the batch's rejected rows as one file (idempotent per batch id)."""
         staging = join(self.layout.meta, "staging", self.run, f"rejected-{batch_id:010d}")
         self.fs.delete(staging)
         df.coalesce(1).write.mode("overwrite").parquet(staging)
@@ -50,4 +50,3 @@ class RejectedWriter:
         if not self.fs.rename(files[0].path, target):
             raise SinkError(f"could not publish rejected records to {target}")
         self.fs.delete(staging)
-        return 1
