@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,26 +36,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def spark_interval(text: str) -> str:
-    """``"10s"`` / ``"500 ms"`` / ``"1 minute"`` -> a processingTime Spark accepts."""
-    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$", text)
-    assert m, text
-    number, unit = m.groups()
-    units = {"ms": "milliseconds", "millisecond": "milliseconds", "milliseconds": "milliseconds",
-             "s": "seconds", "second": "seconds", "seconds": "seconds", "m": "minutes",
-             "min": "minutes", "minute": "minutes", "minutes": "minutes", "h": "hours",
-             "hour": "hours", "hours": "hours"}
-    return f"{number} {units[unit]}"
-
-
 def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,
                    layout: TableLayout) -> T.StructType:
     """Declared schema, else the one stored with the table, else inferred and stored."""
+    stored = fs.read_json(layout.schema_file)
     if cfg.decode.schema_ is not None:
         schema = declared_schema(cfg.decode.schema_)
-        fs.write_json(layout.schema_file, {"source": "declared", "schema": json.loads(schema.json())})
+        record = {"source": "declared", "schema": json.loads(schema.json())}
+        if stored != record:
+            fs.write_json(layout.schema_file, record)
         return schema
-    stored = fs.read_json(layout.schema_file)
     if stored:
         logger.info("using the schema stored with the table (%s)", layout.schema_file)
         return T.StructType.fromJson(stored["schema"])
@@ -123,7 +112,7 @@ class Pipeline:
         if caught_up:
             writer = writer.trigger(availableNow=True)
         else:
-            writer = writer.trigger(processingTime=spark_interval(self.cfg.trigger.interval))
+            writer = writer.trigger(processingTime=self.cfg.trigger.interval)
         query = writer.start()
         logger.info("query started: %s -> %s (checkpoint %s)", self.cfg.source.kafka.topics
                     or self.cfg.source.kafka.topic_pattern, self.layout.table, self.checkpoint)
@@ -141,8 +130,11 @@ class Pipeline:
         return self.stats
 
 
-def check_config_offline(cfg: LakesinkConfig) -> list[str]:
-    """Checks that need no Spark, JVM or network; raise ConfigError on the first failure."""
+def preflight(cfg: LakesinkConfig) -> list[str]:
+    """Start-up checks that need no Spark, JVM or network, in the order ``run`` does them.
+
+    Raises ConfigError (or LayoutError) on the first failure; returns what was checked.
+    """
     done = []
     if cfg.decode.schema_ is not None:
         schema = declared_schema(cfg.decode.schema_)
@@ -154,24 +146,25 @@ def check_config_offline(cfg: LakesinkConfig) -> list[str]:
                     f"{cfg.table.partition_by or '(none)'} resolve")
     else:
         done.append("schema: none declared; it will be inferred from the topic at first start")
-    kafka.bootstrap_hosts(cfg.source.kafka.bootstrap_servers)
-    done.append(f"table: {cfg.table.format} at {to_uri(cfg.table.base_path)}/{cfg.table_name}")
+    layout = TableLayout.of(cfg.table.base_path, cfg.table_name)
+    done.append(f"table: {cfg.table.format} at {layout.table}")
+    done.append(_check_local_layout(cfg, layout))
     return done
 
 
-def check_local_layout(cfg: LakesinkConfig) -> str:
-    """Partition check for local tables without Spark (other stores are checked at run)."""
+def _check_local_layout(cfg: LakesinkConfig, layout: TableLayout) -> str:
+    """Partition check for local tables without Spark (other stores: checked at start)."""
     from pathlib import Path
-    from urllib.parse import urlparse
+    from urllib.parse import unquote, urlparse
 
     from lakesink.tables.parquet import compare_layout
 
-    uri = to_uri(cfg.table.base_path)
-    if not uri.startswith("file:"):
+    uri = urlparse(layout.layout_file)
+    if uri.scheme != "file":
         return "table layout: checked at start (remote store)"
-    record = Path(urlparse(uri).path) / ".lakesink" / cfg.table_name / "layout.json"
+    record = Path(unquote(uri.path))
     if not record.exists():
         return "table layout: new table"
     existing = json.loads(record.read_text())
-    compare_layout(existing, cfg.table.partition_by, table=cfg.table_name)
+    compare_layout(existing, cfg.table.partition_by, table=layout.table)
     return f"table layout: matches the existing table ({existing.get('partition_by')})"

@@ -108,10 +108,9 @@ def run(
     try:
         cfg = _load(config, set_, flags)
         # Everything that can refuse without Spark runs before the JVM starts.
-        from lakesink.app import check_config_offline, check_local_layout
+        from lakesink.app import preflight
 
-        check_config_offline(cfg)
-        check_local_layout(cfg)
+        preflight(cfg)
     except ConfigError as exc:
         _fail_config(exc)
         return
@@ -159,10 +158,9 @@ def validate(
         cfg = _load(config, set_, _common_flags(bootstrap_servers, topic, table, base_path, master))
         out.print(yaml.safe_dump(redacted_dict(cfg), sort_keys=False).rstrip(), highlight=False,
                   markup=False)
-        from lakesink.app import check_config_offline, check_local_layout
+        from lakesink.app import preflight
 
-        checks = check_config_offline(cfg)
-        checks.append(check_local_layout(cfg))
+        checks = preflight(cfg)
         if not offline:
             from lakesink.sources.kafka import check_reachable
 

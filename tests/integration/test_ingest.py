@@ -120,23 +120,28 @@ def test_text_timestamps_and_invalid_ones(spark, kafka_broker, topic, tmp_path) 
     assert reason == "invalid_timestamp" and "yesterday" in detail
 
 
-def test_nasty_partition_values_stay_in_their_folder(spark, kafka_broker, topic, tmp_path
-                                                     ) -> None:
+@pytest.mark.parametrize("null_value", ["__HIVE_DEFAULT_PARTITION__", "__None__"])
+def test_nasty_partition_values_stay_in_their_folder(spark, kafka_broker, topic, tmp_path,
+                                                     null_value) -> None:
     values = ["a/b", "k=v", "..", "../../escape", "50%", None, "", "späti", "x:y"]
     records = [(b"k", json.dumps({"id": i, "location": v, "ts_ms": 1795000000000}).encode())
                for i, v in enumerate(values)]
     produce(kafka_broker.bootstrap_servers, topic, records)
     lake = tmp_path / "lake"
-    run_once(spark, config_dict(kafka_broker, topic, lake, partition_by=["location"]))
+    run_once(spark, config_dict(kafka_broker, topic, lake, partition_by=["location"],
+                                null_partition_value=null_value))
     table = lake / "events"
     files = list(table.rglob("*.parquet"))
     assert all(f.resolve().is_relative_to(table.resolve()) for f in files)
     dirs = {str(f.parent.relative_to(table)) for f in files}
-    expected = {partition_path({"location": v}, ["location"]) for v in values}
+    expected = {partition_path({"location": v}, ["location"], null_value=null_value)
+                for v in values}
     assert dirs == expected
-    # Spark reads the escaped values back as the originals (null and "" as NULL)
+    # Spark reads the escaped values back as the originals; null and "" share the null
+    # folder, which Spark reads as NULL (Hive's default) or as the custom literal
     got = {r.location for r in spark.read.parquet(str(table)).select("location").collect()}
-    assert got == {v if v != "" else None for v in values}
+    null_read = None if null_value == "__HIVE_DEFAULT_PARTITION__" else null_value
+    assert got == {v if v else null_read for v in values}
 
 
 def test_spark_timestamp_rules_match_reference(spark) -> None:

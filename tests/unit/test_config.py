@@ -101,6 +101,17 @@ def test_errors_name_the_key(tmp_path: Path, data: dict, overrides: list[str],
     assert info.value.key == key, str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "spark_form"),
+    [("10 seconds", "10 seconds"), ("500ms", "500 milliseconds"), ("1 MINUTE", "1 minutes"),
+     ("2.5 s", "2.5 seconds"), ("1h", "1 hours")],
+)
+def test_trigger_interval_is_normalised_for_spark(tmp_path: Path, text: str,
+                                                  spark_form: str) -> None:
+    cfg = load_config(write(tmp_path, BASE), env={}, overrides=[f"trigger.interval={text}"])
+    assert cfg.trigger.interval == spark_form
+
+
 def test_exactly_one_subscription(tmp_path: Path) -> None:
     data = {"source": {"kafka": {"bootstrap_servers": "b:1", "topics": ["a"],
                                  "topic_pattern": "a.*"}}}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lakesink.app import check_config_offline
+from lakesink.app import preflight
 from lakesink.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,5 +19,5 @@ def test_readme_example_matches_file_and_loads() -> None:
     assert block.group(1).strip() in example.read_text()
     cfg = load_config(example, env={"LAKESINK_SOURCE__KAFKA__SASL__PASSWORD": "x"})
     assert cfg.table.partition_by == ["location", "year", "month", "day"]
-    checks = check_config_offline(cfg)
+    checks = preflight(cfg)
     assert checks[0].startswith("schema: 5 declared field(s)")

@@ -6,7 +6,9 @@ import pytest
 
 from lakesink.config import load_config
 from lakesink.errors import SourceError
-from lakesink.sources.kafka import bootstrap_hosts, check_reachable, source_options
+from lakesink.config.models import bootstrap_hosts
+from lakesink.errors import ConfigError
+from lakesink.sources.kafka import check_reachable, source_options
 from lakesink.runtime.services import free_port
 
 
@@ -54,8 +56,11 @@ def test_sasl_builds_jaas_from_secret() -> None:
 
 def test_bootstrap_hosts() -> None:
     assert bootstrap_hosts("a:1, b:2,PLAINTEXT://c:3") == [("a", 1), ("b", 2), ("c", 3)]
-    with pytest.raises(SourceError):
+    with pytest.raises(ValueError, match="not host:port"):
         bootstrap_hosts("nohost")
+    with pytest.raises(ConfigError) as info:  # a malformed list is a config error (exit 2)
+        cfg(bootstrap_servers="nohost")
+    assert info.value.key == "source.kafka.bootstrap_servers"
 
 
 def test_unreachable_broker_fails_in_bounded_time() -> None:

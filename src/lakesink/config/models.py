@@ -67,6 +67,24 @@ class KafkaSasl(_Section):
     password: SecretStr | None = None
 
 
+def bootstrap_hosts(servers: str) -> list[tuple[str, int]]:
+    """``"a:1, PLAINTEXT://b:2"`` -> ``[("a", 1), ("b", 2)]``; ValueError when malformed."""
+    hosts = []
+    for item in servers.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if "://" in item:
+            item = item.split("://", 1)[1]
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"{item!r} is not host:port")
+        hosts.append((host.strip("[]"), int(port)))
+    if not hosts:
+        raise ValueError("names no broker")
+    return hosts
+
+
 class KafkaSource(_Section):
     bootstrap_servers: str = Field(description="host:port[,host:port…] of the Kafka brokers")
     topics: StrList = Field(default_factory=list, description="topics to subscribe to")
@@ -94,6 +112,12 @@ class KafkaSource(_Section):
 
     _split = field_validator("topics", mode="before")(_split_list)
     _strings = field_validator("options", "secret_options", mode="before")(_stringify_map)
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _bootstrap(cls, value: str) -> str:
+        bootstrap_hosts(value)
+        return value
 
     @field_validator("starting_offsets", mode="before")
     @classmethod
@@ -199,6 +223,14 @@ class TableConfig(_Section):
         return self
 
 
+_DURATION_UNITS = {
+    **dict.fromkeys(("ms", "millisecond", "milliseconds"), "milliseconds"),
+    **dict.fromkeys(("s", "sec", "second", "seconds"), "seconds"),
+    **dict.fromkeys(("m", "min", "minute", "minutes"), "minutes"),
+    **dict.fromkeys(("h", "hour", "hours"), "hours"),
+}
+
+
 class TriggerConfig(_Section):
     interval: str = Field(default="10 seconds", description="micro-batch interval")
     until_caught_up: bool = Field(
@@ -208,10 +240,12 @@ class TriggerConfig(_Section):
     @field_validator("interval")
     @classmethod
     def _interval(cls, value: str) -> str:
-        if not re.match(r"^\s*\d+(\.\d+)?\s*(ms|milliseconds?|s|seconds?|minutes?|min|m|h|hours?)\s*$",
-                        value):
+        """Accept ``500ms``, ``10 s``, ``1 minute``…; store the form Spark's trigger takes."""
+        m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*$", value)
+        unit = _DURATION_UNITS.get(m.group(2).lower()) if m else None
+        if m is None or unit is None:
             raise ValueError("use a duration like '500 ms', '10 seconds' or '1 minute'")
-        return value.strip()
+        return f"{m.group(1)} {unit}"
 
 
 class SparkConfig(_Section):

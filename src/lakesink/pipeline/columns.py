@@ -83,28 +83,39 @@ class PartitionSpec:
             ts = F.when(raw.isNull(), kafka_timestamp).otherwise(ts)
         return ts, invalid
 
-    def output_columns(
-        self, record: Column, schema: T.StructType, kafka_timestamp: Column
-    ) -> list[Column]:
-        """Payload columns followed by derived partition columns, with null handling."""
+    def _null_folder(self, col: Column) -> Column:
+        """Null and empty values -> the configured null folder value.
+
+        Spark already maps both to ``__HIVE_DEFAULT_PARTITION__``; only another value
+        needs an expression (as :func:`partition_path` does).
+        """
         from pyspark.sql import functions as F
 
+        if self.null_value == HIVE_DEFAULT_PARTITION:
+            return col
+        text = col.cast("string")
+        return F.when(text.isNull() | (text == ""), F.lit(self.null_value)).otherwise(text)
+
+    def output_columns(
+        self, record: Column, schema: T.StructType, ts: Column | None
+    ) -> list[Column]:
+        """Payload columns followed by derived partition columns.
+
+        ``ts`` is the record's UTC timestamp (from :meth:`timestamp`), computed once by
+        the caller; it is required when there are derived columns.
+        """
         derived = self.derived
         out: list[Column] = []
         for f in schema.fields:
             if f.name in derived:
                 continue  # the derived value wins over a payload field of the same name
             col = record[f.name]
-            if f.name in self.columns and self.null_value != HIVE_DEFAULT_PARTITION:
-                col = F.coalesce(col.cast("string"), F.lit(self.null_value))
+            if f.name in self.columns:
+                col = self._null_folder(col)
             out.append(col.alias(f.name))
         if derived:
-            ts, _ = self.timestamp(record, kafka_timestamp)
+            assert ts is not None
             parts = time_part_exprs(ts)
-            for name in derived:
-                col = parts[name]
-                if self.null_value != HIVE_DEFAULT_PARTITION:
-                    col = F.coalesce(col, F.lit(self.null_value))
-                out.append(col.alias(name))
+            out.extend(self._null_folder(parts[name]).alias(name) for name in derived)
         return out
 

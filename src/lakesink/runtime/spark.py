@@ -21,25 +21,19 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Defaults for embedded mode. Every one can be overridden by ``spark.conf``.
-LOCAL_DEFAULTS: dict[str, str] = {
+#: lakesink's defaults (sized for a small machine); every one can be overridden by
+#: ``spark.conf``. Only settings that differ from Spark's own defaults are listed.
+DEFAULTS: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.shuffle.partitions": "4",
     "spark.default.parallelism": "4",
-    "spark.sql.adaptive.enabled": "true",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
-    "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.python.worker.reuse": "true",
-    "spark.driver.extraJavaOptions": "-XX:+UseG1GC -Dio.netty.tryReflectionSetAccessible=true",
     "spark.sql.streaming.minBatchesToRetain": "100",
     # Spark redacts matching keys/values in its UI, event log and plan strings.
     "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|jaas",
-    # Hive-escaped partition folders and no _SUCCESS markers in staging.
-    "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
-    "spark.hadoop.parquet.enable.summary-metadata": "false",
 }
 
 
@@ -73,7 +67,7 @@ def build_spark_session(
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    settings: dict[str, str] = dict(LOCAL_DEFAULTS)
+    settings: dict[str, str] = dict(DEFAULTS)
     if master is not None and master.startswith("local"):
         # Embedded mode talks to itself only: bind to loopback, never to the LAN.
         settings["spark.driver.host"] = "127.0.0.1"

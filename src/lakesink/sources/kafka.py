@@ -11,7 +11,7 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
-from lakesink.config.models import KafkaSource
+from lakesink.config.models import KafkaSource, bootstrap_hosts
 from lakesink.errors import SourceError
 
 if TYPE_CHECKING:
@@ -61,21 +61,6 @@ def source_options(cfg: KafkaSource) -> dict[str, str]:
     if cfg.max_offsets_per_trigger:
         opts["maxOffsetsPerTrigger"] = str(cfg.max_offsets_per_trigger)
     return opts
-
-
-def bootstrap_hosts(servers: str) -> list[tuple[str, int]]:
-    hosts = []
-    for item in servers.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        if "://" in item:
-            item = item.split("://", 1)[1]
-        host, _, port = item.rpartition(":")
-        if not host or not port.isdigit():
-            raise SourceError(f"bootstrap server {item!r} is not host:port")
-        hosts.append((host.strip("[]"), int(port)))
-    return hosts
 
 
 def check_reachable(cfg: KafkaSource) -> None:

@@ -29,7 +29,8 @@ def join(*parts: str) -> str:
 
 @dataclass(frozen=True)
 class FileInfo:
-    path: str
+    path: str  #: full path as the filesystem spells it
+    relative: str  #: path below the listed folder, e.g. ``c1=v1/part-0.parquet``
     size: int
 
 
@@ -59,10 +60,25 @@ class HadoopFS:
     def rename(self, src: str, dst: str) -> bool:
         return bool(self.fs.rename(self._p(src), self._p(dst)))
 
+    def replace(self, src: str, dst: str) -> None:
+        """Move ``src`` to ``dst``, replacing what is there; creates the parent folder.
+
+        A rename is atomic on local disk and HDFS, so readers see the old file or the
+        new one, never a partial one.
+        """
+        self.mkdirs(dst.rpartition("/")[0])
+        if self.exists(dst):
+            self.delete(dst, recursive=False)
+        if not self.rename(src, dst):
+            raise OSError(f"could not move {src} to {dst}")
+
     def list_files(self, path: str, *, suffix: str = "") -> list[FileInfo]:
-        """Every file below ``path`` (recursive), skipping hidden and ``_``-prefixed names."""
+        """Every file below ``path`` (recursive), skipping hidden and ``_``-prefixed names,
+        sorted by relative path."""
         if not self.exists(path):
             return []
+        # Hadoop spells paths its own way (file:/x for file:///x): compare qualified ones.
+        root = self.fs.makeQualified(self._p(path)).toUri().getPath().rstrip("/") + "/"
         out: list[FileInfo] = []
         it = self.fs.listFiles(self._p(path), True)
         while it.hasNext():
@@ -71,8 +87,11 @@ class HadoopFS:
             name = p.getName()
             if name.startswith((".", "_")) or not name.endswith(suffix):
                 continue
-            out.append(FileInfo(p.toString(), int(status.getLen())))
-        return out
+            full = p.toUri().getPath()
+            if not full.startswith(root):
+                raise OSError(f"{full} is not below {root}")
+            out.append(FileInfo(p.toString(), full[len(root):], int(status.getLen())))
+        return sorted(out, key=lambda f: f.relative)
 
     def read_text(self, path: str) -> str | None:
         if not self.exists(path):
@@ -104,10 +123,7 @@ class HadoopFS:
             out.write(bytearray(text.encode("utf-8")))
         finally:
             out.close()
-        if self.exists(path):
-            self.fs.delete(self._p(path), False)
-        if not self.rename(tmp, path):
-            raise OSError(f"could not rename {tmp} to {path}")
+        self.replace(tmp, path)
 
     def read_json(self, path: str) -> Any:
         text = self.read_text(path)

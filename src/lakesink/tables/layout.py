@@ -3,7 +3,7 @@
 ::
 
     <base>/<table>/c1=v1/…/part-<batch>-<run>-<n>.parquet   the table (what readers glob)
-    <base>/_rejected/<table>/…                               rejected records (Parquet)
+    <base>/_rejected/<table>/part-<batch>-<run>.parquet       rejected records
     <base>/.lakesink/<table>/checkpoint/                     Spark checkpoint (default)
     <base>/.lakesink/<table>/layout.json                     format and partition columns
     <base>/.lakesink/<table>/schema.json                     the decode schema in use
@@ -63,3 +63,9 @@ class TableLayout:
 
     def manifest(self, run: str, batch_id: int) -> str:
         return join(self.meta, "manifests", run, f"{batch_id:010d}.json")
+
+    def rejected_file(self, run: str, batch_id: int) -> str:
+        return join(self.rejected, f"part-{batch_id:010d}-{run}.parquet")
+
+    def rejected_staging(self, run: str, batch_id: int) -> str:
+        return join(self.meta, "staging", run, f"rejected-{batch_id:010d}")

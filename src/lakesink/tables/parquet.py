@@ -140,32 +140,31 @@ class ParquetTableWriter(TableWriter):
 
         info = before_commit() if before_commit else {}
 
-        staged = sorted(self.fs.list_files(staging, suffix=".parquet"), key=lambda f: f.path)
+        # (staged path, path in the table, bytes); names derive from the batch only
         moves: list[tuple[str, str, int]] = []
-        for n, f in enumerate(staged):
-            rel = _relative(f.path, staging)
-            rel_dir = rel.rpartition("/")[0]
+        for n, f in enumerate(self.fs.list_files(staging, suffix=".parquet")):
+            rel_dir = f.relative.rpartition("/")[0]
             if not is_safe_relative_dir(rel_dir, self.partition_by):
-                raise SinkError(f"unexpected staged path {rel!r} for partitions {self.partition_by}")
+                raise SinkError(
+                    f"unexpected staged path {f.relative!r} for partitions {self.partition_by}"
+                )
             name = f"part-{batch_id:010d}-{self.run}-{n:05d}.parquet"
-            moves.append((f.path, join(self.layout.table, rel_dir, name), f.size))
+            moves.append((f.path, f"{rel_dir}/{name}" if rel_dir else name, f.size))
 
         pending_path = self.layout.pending(self.run, batch_id)
-        self.fs.write_json(pending_path, {"batch_id": batch_id, "files": [d for _, d, _ in moves]})
-        for i, (src, dst, _) in enumerate(moves):
+        self.fs.write_json(pending_path, {
+            "batch_id": batch_id, "files": [join(self.layout.table, rel) for _, rel, _ in moves],
+        })
+        for i, (src, rel, _) in enumerate(moves):
             if i == len(moves) // 2 and i > 0:
                 fault_point("mid_publish", batch_id)
-            self.fs.mkdirs(dst.rpartition("/")[0])
-            if self.fs.exists(dst):
-                self.fs.delete(dst, recursive=False)
-            if not self.fs.rename(src, dst):
-                raise SinkError(f"could not publish {src} as {dst}")
+            self.fs.replace(src, join(self.layout.table, rel))
         fault_point("after_publish", batch_id)
 
         manifest = {
             "batch_id": batch_id,
             "app_id": self.app_id,
-            "files": [{"path": _relative(d, self.layout.table), "bytes": s} for _, d, s in moves],
+            "files": [{"path": rel, "bytes": size} for _, rel, size in moves],
             "committed_at": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
             **info,
         }
@@ -191,13 +190,3 @@ def compare_layout(existing: dict[str, Any], partition_by: Sequence[str], *, tab
             fix="use the table's partition columns, or write to a new table",
         )
 
-
-def _relative(path: str, root: str) -> str:
-    """``path`` below ``root``, tolerant of ``file:/x`` vs ``file:///x`` spellings."""
-    def norm(p: str) -> str:
-        return p.replace("file:///", "file:/").rstrip("/")
-
-    p, r = norm(path), norm(root)
-    if not p.startswith(r + "/"):
-        raise SinkError(f"{path} is not below {root}")
-    return p[len(r) + 1:]

@@ -16,7 +16,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from lakesink.errors import SinkError
-from lakesink.tables.fs import HadoopFS, join
+from lakesink.tables.fs import HadoopFS
 from lakesink.tables.identity import run_tag
 from lakesink.tables.layout import TableLayout
 
@@ -33,20 +33,15 @@ class RejectedWriter:
         self.run = run_tag(app_id)
 
     def path(self, batch_id: int) -> str:
-        return join(self.layout.rejected, f"part-{batch_id:010d}-{self.run}.parquet")
+        return self.layout.rejected_file(self.run, batch_id)
 
     def write(self, batch_id: int, df: DataFrame) -> None:
         """Write the batch's rejected rows as one file (idempotent per batch id)."""
-        staging = join(self.layout.meta, "staging", self.run, f"rejected-{batch_id:010d}")
+        staging = self.layout.rejected_staging(self.run, batch_id)
         self.fs.delete(staging)
         df.coalesce(1).write.mode("overwrite").parquet(staging)
         files = self.fs.list_files(staging, suffix=".parquet")
         if len(files) != 1:
             raise SinkError(f"expected one rejected file in {staging}, found {len(files)}")
-        target = self.path(batch_id)
-        self.fs.mkdirs(self.layout.rejected)
-        if self.fs.exists(target):
-            self.fs.delete(target, recursive=False)
-        if not self.fs.rename(files[0].path, target):
-            raise SinkError(f"could not publish rejected records to {target}")
+        self.fs.replace(files[0].path, self.path(batch_id))
         self.fs.delete(staging)
