@@ -26,6 +26,8 @@ from lakesink.sources import kafka
 from lakesink.tables.fs import HadoopFS, to_uri
 from lakesink.tables.identity import checkpoint_app_id
 from lakesink.tables.layout import TableLayout
+from lakesink.tables.base import TableWriter, check_layout
+from lakesink.tables.delta import DeltaTableWriter
 from lakesink.tables.parquet import ParquetTableWriter
 from lakesink.tables.rejected import RejectedWriter
 
@@ -83,7 +85,7 @@ class Pipeline:
         layout = TableLayout.of(table.base_path, cfg.table_name)
         fs = HadoopFS(spark, layout.base)
         kafka.check_reachable(cfg.source.kafka)
-        ParquetTableWriter.check_layout(fs, layout, table.partition_by)
+        check_layout(fs, layout, table.format, table.partition_by)
         schema = resolve_schema(spark, cfg, fs, layout)
         partitions = PartitionSpec.build(
             columns=table.partition_by, schema=schema, timestamp_column=table.timestamp_column,
@@ -91,11 +93,15 @@ class Pipeline:
         )
         checkpoint = to_uri(cfg.checkpoint) if cfg.checkpoint else layout.default_checkpoint
         app_id = checkpoint_app_id(fs, checkpoint)
-        writer = ParquetTableWriter(
-            spark, layout, app_id=app_id, partition_by=table.partition_by,
-            compression=table.compression, files_per_partition=table.files_per_partition,
-            null_partition_value=table.null_partition_value,
-        )
+        writer: TableWriter
+        common = {"app_id": app_id, "partition_by": table.partition_by,
+                  "compression": table.compression,
+                  "files_per_partition": table.files_per_partition}
+        if table.format == "delta":
+            writer = DeltaTableWriter(spark, layout, **common,
+                                      checkpoint_interval=table.delta_checkpoint_interval)
+        else:
+            writer = ParquetTableWriter(spark, layout, **common)
         writer.prepare()
         processor = BatchProcessor(
             decoder=JsonDecoder(schema), partitions=partitions, writer=writer,
@@ -157,7 +163,7 @@ def _check_local_layout(cfg: LakesinkConfig, layout: TableLayout) -> str:
     from pathlib import Path
     from urllib.parse import unquote, urlparse
 
-    from lakesink.tables.parquet import compare_layout
+    from lakesink.tables.base import compare_layout
 
     uri = urlparse(layout.layout_file)
     if uri.scheme != "file":
@@ -166,5 +172,5 @@ def _check_local_layout(cfg: LakesinkConfig, layout: TableLayout) -> str:
     if not record.exists():
         return "table layout: new table"
     existing = json.loads(record.read_text())
-    compare_layout(existing, cfg.table.partition_by, table=layout.table)
+    compare_layout(existing, cfg.table.format, cfg.table.partition_by, table=layout.table)
     return f"table layout: matches the existing table ({existing.get('partition_by')})"

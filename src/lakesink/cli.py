@@ -20,7 +20,7 @@ from lakesink.errors import ConfigError, LakesinkError
 
 app = typer.Typer(
     name="lakesink",
-    help="Stream events from Kafka into Hive-partitioned Parquet tables, exactly once, on Spark.",
+    help="Stream events from Kafka into Parquet or Delta tables, exactly once, on Spark.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

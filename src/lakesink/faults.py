@@ -9,6 +9,9 @@ dict lookup. Points:
 * ``mid_publish``           — half of the batch's files are published, no manifest
 * ``after_publish``         — every file is published, no manifest
 * ``after_manifest``        — the manifest is written, Spark has not recorded the batch
+* ``after_delta_commit``    — the Delta commit is durable, Spark has not recorded the batch
+
+The first four are in the Parquet writer, the last in the Delta writer.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import signal
 
 logger = logging.getLogger(__name__)
 
-POINTS = ("after_staging", "mid_publish", "after_publish", "after_manifest")
+PARQUET_POINTS = ("after_staging", "mid_publish", "after_publish", "after_manifest")
+DELTA_POINTS = ("after_delta_commit",)
+POINTS = PARQUET_POINTS + DELTA_POINTS
 
 
 def fault_point(name: str, batch_id: int | None = None) -> None:

@@ -120,6 +120,26 @@ def test_text_timestamps_and_invalid_ones(spark, kafka_broker, topic, tmp_path) 
     assert reason == "invalid_timestamp" and "yesterday" in detail
 
 
+def test_null_in_a_required_field_rejects_only_that_record(spark, kafka_broker, topic,
+                                                           tmp_path) -> None:
+    records = [{"id": 1, "location": "oslo"}, {"location": "oslo"}, {"id": None, "location": "x"},
+               {"id": 4, "location": None}]
+    produce(kafka_broker.bootstrap_servers, topic,
+            [(b"k", json.dumps(r).encode()) for r in records])
+    lake = tmp_path / "lake"
+    data = config_dict(kafka_broker, topic, lake, partition_by=[], timestamp_column=None)
+    data["decode"]["schema"] = [{"name": "id", "type": "Int64", "nullable": False},
+                                {"name": "location", "type": "Utf8"}]
+    stats = run_once(spark, data)
+    assert (stats.written, stats.rejected) == (2, 2)
+    assert sorted(duckdb_ids(lake / "events")) == [1, 4]
+    import duckdb
+
+    rejected = duckdb.sql(f"SELECT reason, detail FROM "
+                          f"read_parquet('{lake}/_rejected/events/*.parquet')").fetchall()
+    assert rejected == [("missing_required", "required field(s) without a value: id")] * 2
+
+
 @pytest.mark.parametrize("null_value", ["__HIVE_DEFAULT_PARTITION__", "__None__"])
 def test_nasty_partition_values_stay_in_their_folder(spark, kafka_broker, topic, tmp_path,
                                                      null_value) -> None:

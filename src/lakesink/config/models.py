@@ -176,7 +176,7 @@ class DecodeConfig(_Section):
 class TableConfig(_Section):
     name: str | None = Field(default=None, description="table folder name; default: the topic")
     base_path: str = "./lake"
-    format: Literal["parquet"] = "parquet"
+    format: Literal["parquet", "delta"] = "parquet"
     partition_by: StrList = Field(default_factory=list)
     timestamp_column: str | None = None
     timestamp_fallback: Literal["none", "kafka"] = Field(
@@ -185,6 +185,11 @@ class TableConfig(_Section):
     )
     compression: Compression = "snappy"
     null_partition_value: str = "__HIVE_DEFAULT_PARTITION__"
+    delta_checkpoint_interval: int | None = Field(
+        default=None, gt=0,
+        description="Delta: write a log checkpoint every N commits (set when the table is "
+        "created; Delta's default otherwise)",
+    )
     files_per_partition: int = Field(
         default=1, ge=0,
         description="new files per partition folder per batch (0 = one per Spark task)",

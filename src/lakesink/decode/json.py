@@ -1,14 +1,17 @@
 """JSON payloads -> typed columns with Spark's ``from_json`` (no per-row Python).
 
 A record is rejected, never dropped, when its value is null or empty, is not JSON,
-is not a JSON object, or has a field whose value does not fit the declared type.
+is not a JSON object, has a field whose value does not fit the declared type, or lacks
+a value for a field declared ``nullable: false``.
 The cheap test (``failure``) runs on every row; the precise reason (``explain``)
 only on the rejected ones.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -27,6 +30,7 @@ NULL_VALUE = "null_value"
 MALFORMED_JSON = "malformed_json"
 NOT_AN_OBJECT = "not_an_object"
 SCHEMA_MISMATCH = "schema_mismatch"
+MISSING_REQUIRED = "missing_required"
 
 
 class JsonDecoder:
@@ -36,6 +40,7 @@ class JsonDecoder:
         if CORRUPT in schema.fieldNames():
             raise ValueError(f"{CORRUPT} is reserved")
         self.schema = schema
+        self.required = [f.name for f in schema.fields if not f.nullable]
         self._parse_schema = T.StructType(
             [T.StructField(f.name, f.dataType, True) for f in schema.fields]
             + [T.StructField(CORRUPT, T.StringType(), True)]
@@ -52,25 +57,35 @@ class JsonDecoder:
             {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT},
         )
 
+    def _missing_required(self, parsed: Column) -> Column | None:
+        """True when a ``nullable: false`` field is null or absent (None: none declared)."""
+        checks = [parsed[name].isNull() for name in self.required]
+        return functools.reduce(operator.or_, checks) if checks else None
+
     def failure(self, value: Column, parsed: Column) -> Column:
         """NULL for a good record; a non-null marker for a record to reject."""
-        return (
+        marker = (
             F.when(value.isNull(), F.lit(NULL_VALUE))
             .when(parsed.isNull(), F.lit(MALFORMED_JSON))
             .when(parsed[CORRUPT].isNotNull(), F.lit(SCHEMA_MISMATCH))
         )
+        missing = self._missing_required(parsed)
+        return marker if missing is None else marker.when(missing, F.lit(MISSING_REQUIRED))
 
     def explain(self, value: Column, parsed: Column) -> tuple[Column, Column]:
         """(reason code, human detail) for a rejected record. Costly; rejected rows only."""
         text = value.cast("string")
         variant = F.try_parse_json(text)
         kind = F.schema_of_variant(variant)
+        corrupt = parsed[CORRUPT].isNotNull()
         reason = (
             F.when(value.isNull(), F.lit(NULL_VALUE))
             .when(variant.isNull(), F.lit(MALFORMED_JSON))
             .when(~kind.startswith("OBJECT"), F.lit(NOT_AN_OBJECT))
-            .otherwise(F.lit(SCHEMA_MISMATCH))
+            .when(corrupt | F.lit(not self.required), F.lit(SCHEMA_MISMATCH))
+            .otherwise(F.lit(MISSING_REQUIRED))
         )
+        missing = [F.when(parsed[name].isNull(), F.lit(name)) for name in self.required]
         mismatches = []
         for f in self.schema.fields:
             got = F.try_variant_get(variant, _path(f.name), "variant")
@@ -85,7 +100,9 @@ class JsonDecoder:
             .when(variant.isNull(), F.lit("the value is not valid JSON"))
             .when(~kind.startswith("OBJECT"),
                   F.concat(F.lit("expected a JSON object, got "), F.lower(kind)))
-            .otherwise(F.concat_ws("; ", *mismatches) if mismatches else F.lit(""))
+            .when(corrupt, F.concat_ws("; ", *mismatches) if mismatches else F.lit(""))
+            .otherwise(F.concat(F.lit("required field(s) without a value: "),
+                                F.concat_ws(", ", *missing) if missing else F.lit("")))
         )
         return reason, detail
 

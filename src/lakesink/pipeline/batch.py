@@ -1,10 +1,11 @@
 """The ``foreachBatch`` function: one micro-batch from raw records to a committed table.
 
 Per batch: decode every record with Spark functions, split good from rejected rows
-with one marker column, write the good rows through the table writer, and — inside
-the writer's ``before_commit`` — the rejected ones to the rejected area. Row counts
-come from a Spark ``Observation`` on the same pass (no extra scan); the rejected rows
-are only computed when the count says there are any.
+with one marker column, write the good rows through the table writer, then the
+rejected ones to the rejected area. Row counts come from a Spark ``Observation`` on the
+same pass (no extra scan); the rejected rows are only computed when the count says
+there are any — or when the table reports the batch as already committed, since the
+crash that caused the replay may have come before the rejected rows were written.
 
 Exactly-once is the table writer's contract (:mod:`lakesink.tables.base`); this
 function is deterministic for a given batch, which is what that contract needs.
@@ -118,16 +119,22 @@ class BatchProcessor:
             *self.partitions.output_columns(F.col("_r"), self.decoder.schema, ts)
         )
 
-        def before_commit() -> dict[str, Any]:
+        def counts() -> dict[str, Any]:
             metrics = observation.get
             records, rejected = int(metrics["records"]), int(metrics["rejected"])
-            if rejected:
-                self.rejected.write(batch_id, self.rejected_rows(marked, batch_id))
-                logger.warning("batch %d: %d record(s) rejected -> %s", batch_id, rejected,
-                               self.rejected.path(batch_id))
             return {"records": records, "written": records - rejected, "rejected": rejected}
 
-        result = self.writer.write_batch(batch_id, good, before_commit=before_commit)
+        result = self.writer.write_batch(batch_id, good, commit_info=counts)
+        rejected_rows = self.rejected_rows(marked, batch_id)
+        if result.skipped:
+            rewritten = self.rejected.write(batch_id, rejected_rows, only_if_any=True)
+            if rewritten:
+                logger.warning("batch %d (replayed): %d rejected record(s) rewritten", batch_id,
+                               rewritten)
+        elif result.info["rejected"]:
+            self.rejected.write(batch_id, rejected_rows)
+            logger.warning("batch %d: %d record(s) rejected -> %s", batch_id,
+                           result.info["rejected"], self.rejected.path(batch_id))
         elapsed = time.monotonic() - started
         # Spark runs one batch at a time; the driver reads the totals after the query.
         stats = self.stats

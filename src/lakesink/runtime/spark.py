@@ -32,6 +32,9 @@ DEFAULTS: dict[str, str] = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
     "spark.sql.streaming.minBatchesToRetain": "100",
+    # Delta Lake (the jars come from jvm/pom.xml)
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     # Spark redacts matching keys/values in its UI, event log and plan strings.
     "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|jaas",
 }

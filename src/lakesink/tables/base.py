@@ -6,28 +6,41 @@ batch function returned. So a crash anywhere in :meth:`TableWriter.write_batch` 
 the same batch id, with the same rows, runs again on restart. The contract:
 
 * **Idempotent per (app id, batch id).** Writing batch *b* again leaves the table as if
-  *b* was written once: a committed *b* is skipped; an uncommitted *b*'s leftovers are
-  removed and *b* is redone. The app id lives inside the checkpoint, so a new
-  checkpoint (batch ids restarting at 0) never collides with an old one's batches.
+  *b* was written once: a committed *b* is skipped (``BatchResult.skipped``, and no
+  Spark job runs for it); an uncommitted *b*'s leftovers are removed and *b* is redone.
+  The app id lives inside the checkpoint, so a new checkpoint (batch ids restarting at
+  0) never collides with an old one's batches.
 * **Nothing is acknowledged before it is durable.** ``write_batch`` returns only after
   the commit point (Parquet: the manifest; Delta: the log entry) is durable. Offsets
   advance only through Spark's checkpoint after that.
-* **before_commit** runs after the rows are staged and before the commit point. It must
-  be idempotent per batch id itself; the rejected-record writer uses it, so rejected
-  rows and table rows of one batch become durable together.
+* **commit_info** is called once the batch's rows have been computed (so Spark
+  observations on ``df`` are filled); what it returns is recorded with the commit where
+  the format has a place for it (the Parquet manifest) and returned in ``info``.
 * **prepare** runs once at start, before any data moves, and refuses an existing table
-  whose layout differs from the configuration.
+  whose layout differs from the configuration (:class:`~lakesink.errors.LayoutError`).
+
+Anything else written per batch (rejected records) is the caller's and must be
+idempotent per batch id itself: after a skipped batch the caller rewrites it, since the
+crash may have come between the table commit and that write.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lakesink.errors import LayoutError
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+    from lakesink.tables.fs import HadoopFS
+    from lakesink.tables.layout import TableLayout
+
+CommitInfo = Callable[[], dict[str, Any]]
 
 
 @dataclass
@@ -42,16 +55,70 @@ class BatchResult:
 class TableWriter(ABC):
     """Writes micro-batches to one table; see the module docstring for the contract."""
 
-    @abstractmethod
+    format: str
+
+    def __init__(self, fs: HadoopFS, layout: TableLayout, *, partition_by: Sequence[str],
+                 files_per_partition: int = 1) -> None:
+        self.fs = fs
+        self.layout = layout
+        self.partition_by = list(partition_by)
+        self.files_per_partition = files_per_partition
+
     def prepare(self) -> None:
-        """Validate an existing table against the config and create what is missing."""
+        """Check an existing table's layout, or record the layout of a new one."""
+        if check_layout(self.fs, self.layout, self.format, self.partition_by):
+            return
+        self.fs.mkdirs(self.layout.table)
+        self.fs.write_json(self.layout.layout_file, {
+            "format": self.format, "partition_by": self.partition_by,
+            "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        })
 
     @abstractmethod
     def write_batch(
-        self,
-        batch_id: int,
-        df: DataFrame,
-        *,
-        before_commit: Callable[[], dict[str, Any]] | None = None,
+        self, batch_id: int, df: DataFrame, *, commit_info: CommitInfo | None = None,
     ) -> BatchResult:
         """Make ``df``'s rows part of the table exactly once for ``batch_id``."""
+
+    def shuffled(self, df: DataFrame) -> DataFrame:
+        """Rows grouped so each partition folder gets ``files_per_partition`` new files
+        per batch (0: whatever Spark's tasks produce)."""
+        if not self.partition_by or self.files_per_partition == 0:
+            return df
+        from pyspark.sql import functions as F
+
+        cols = [F.col(c) for c in self.partition_by]
+        if self.files_per_partition == 1:
+            return df.repartition(*cols)
+        salt = F.pmod(F.xxhash64(*df.columns), F.lit(self.files_per_partition))
+        return df.repartition(*cols, salt)
+
+
+def compare_layout(existing: dict[str, Any], fmt: str, partition_by: Sequence[str], *,
+                   table: str) -> None:
+    """Raise LayoutError when a recorded table layout differs from the configuration."""
+    if existing.get("format") != fmt:
+        raise LayoutError(
+            "table.format", f"table {table} is {existing.get('format')}, config says {fmt}",
+            fix="use the table's format, or write to a new table",
+        )
+    if list(existing.get("partition_by", [])) != list(partition_by):
+        raise LayoutError(
+            "table.partition_by",
+            f"table {table} is partitioned by {existing.get('partition_by')}, "
+            f"config says {list(partition_by)}",
+            fix="use the table's partition columns, or write to a new table",
+        )
+
+
+def check_layout(fs: HadoopFS, layout: TableLayout, fmt: str,
+                 partition_by: Sequence[str]) -> bool:
+    """Refuse an existing table whose recorded format or partition columns differ.
+
+    Returns whether the table was recorded before. Runs before any data moves.
+    """
+    existing = fs.read_json(layout.layout_file)
+    if existing is None:
+        return False
+    compare_layout(existing, fmt, partition_by, table=layout.table)
+    return True

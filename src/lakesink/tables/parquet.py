@@ -7,14 +7,13 @@ One batch ``b`` of run ``r`` (the checkpoint's app id) goes through:
    and the staging folder;
 3. **stage**: Spark writes the batch partitioned into ``staging/r/b/`` (outside the
    table folder, so no reader sees it);
-4. ``before_commit`` (rejected records of the batch);
-5. **pending**: the list of final names is written, so a crash while publishing can be
+4. **pending**: the list of final names is written, so a crash while publishing can be
    cleaned exactly;
-6. **publish**: each staged file is renamed to
+5. **publish**: each staged file is renamed to
    ``<table>/<c1=v1/…>/part-<b>-<r>-<n>.parquet``; a rename is atomic, so a reader never
    sees a partial file, and the names are derived from the batch, so a redo replaces
    rather than adds;
-7. **manifest** ``manifests/r/b.json`` is written last: the commit point.
+6. **manifest** ``manifests/r/b.json`` is written last: the commit point.
 
 Nothing depends on Spark's ``_spark_metadata``.
 """
@@ -23,13 +22,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from lakesink.errors import LayoutError, SinkError
+from lakesink.errors import SinkError
 from lakesink.faults import fault_point
 from lakesink.pipeline.partitioning import is_safe_relative_dir
-from lakesink.tables.base import BatchResult, TableWriter
+from lakesink.tables.base import BatchResult, CommitInfo, TableWriter
 from lakesink.tables.fs import HadoopFS, join
 from lakesink.tables.identity import run_tag
 from lakesink.tables.layout import TableLayout
@@ -41,6 +40,8 @@ logger = logging.getLogger(__name__)
 
 
 class ParquetTableWriter(TableWriter):
+    format = "parquet"
+
     def __init__(
         self,
         spark: SparkSession,
@@ -50,45 +51,12 @@ class ParquetTableWriter(TableWriter):
         partition_by: Sequence[str],
         compression: str = "snappy",
         files_per_partition: int = 1,
-        null_partition_value: str = "__HIVE_DEFAULT_PARTITION__",
     ) -> None:
-        self.spark = spark
-        self.layout = layout
+        super().__init__(HadoopFS(spark, layout.base), layout, partition_by=partition_by,
+                         files_per_partition=files_per_partition)
         self.app_id = app_id
         self.run = run_tag(app_id)
-        self.partition_by = list(partition_by)
         self.compression = compression
-        self.files_per_partition = files_per_partition
-        self.null_partition_value = null_partition_value
-        self.fs = HadoopFS(spark, layout.base)
-
-    # -- start ---------------------------------------------------------------------------
-
-    def layout_record(self) -> dict[str, Any]:
-        return {"format": "parquet", "partition_by": self.partition_by,
-                "null_partition_value": self.null_partition_value}
-
-    @staticmethod
-    def check_layout(fs: HadoopFS, layout: TableLayout, partition_by: Sequence[str]) -> bool:
-        """Refuse an existing table whose format or partition columns differ.
-
-        Returns whether the table exists. Runs before any data moves.
-        """
-        existing = fs.read_json(layout.layout_file)
-        if existing is None:
-            return False
-        compare_layout(existing, partition_by, table=layout.table)
-        return True
-
-    def prepare(self) -> None:
-        """Check an existing table's layout, or record the layout of a new one."""
-        if self.check_layout(self.fs, self.layout, self.partition_by):
-            return
-        self.fs.mkdirs(self.layout.table)
-        self.fs.write_json(self.layout.layout_file, {
-            **self.layout_record(),
-            "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        })
 
     # -- one batch -----------------------------------------------------------------------
 
@@ -105,23 +73,12 @@ class ParquetTableWriter(TableWriter):
             self.fs.delete(pending_path, recursive=False)
         self.fs.delete(self.layout.staging(self.run, batch_id))
 
-    def _prepare_df(self, df: DataFrame) -> DataFrame:
-        if not self.partition_by or self.files_per_partition == 0:
-            return df
-        from pyspark.sql import functions as F
-
-        cols = [F.col(c) for c in self.partition_by]
-        if self.files_per_partition == 1:
-            return df.repartition(*cols)
-        salt = F.pmod(F.xxhash64(*df.columns), F.lit(self.files_per_partition))
-        return df.repartition(*cols, salt)
-
     def write_batch(
         self,
         batch_id: int,
         df: DataFrame,
         *,
-        before_commit: Callable[[], dict[str, Any]] | None = None,
+        commit_info: CommitInfo | None = None,
     ) -> BatchResult:
         if self.is_committed(batch_id):
             logger.info("batch %d already committed: skipped", batch_id)
@@ -130,7 +87,7 @@ class ParquetTableWriter(TableWriter):
         self._clean(batch_id)
 
         staging = self.layout.staging(self.run, batch_id)
-        writer = self._prepare_df(df).write.mode("overwrite").option(
+        writer = self.shuffled(df).write.mode("overwrite").option(
             "compression", self.compression
         )
         if self.partition_by:
@@ -138,7 +95,7 @@ class ParquetTableWriter(TableWriter):
         writer.parquet(staging)
         fault_point("after_staging", batch_id)
 
-        info = before_commit() if before_commit else {}
+        info = commit_info() if commit_info else {}
 
         # (staged path, path in the table, bytes); names derive from the batch only
         moves: list[tuple[str, str, int]] = []
@@ -174,19 +131,4 @@ class ParquetTableWriter(TableWriter):
         self.fs.delete(staging)
         return BatchResult(batch_id, files=len(moves), bytes=sum(s for _, _, s in moves),
                            info=info)
-
-
-def compare_layout(existing: dict[str, Any], partition_by: Sequence[str], *, table: str) -> None:
-    """Raise LayoutError when a recorded table layout differs from the configuration."""
-    if existing.get("format") != "parquet":
-        raise LayoutError(
-            "table.format", f"table {table} is {existing.get('format')}, config says parquet"
-        )
-    if list(existing.get("partition_by", [])) != list(partition_by):
-        raise LayoutError(
-            "table.partition_by",
-            f"table {table} is partitioned by {existing.get('partition_by')}, "
-            f"config says {list(partition_by)}",
-            fix="use the table's partition columns, or write to a new table",
-        )
 

@@ -35,13 +35,29 @@ class RejectedWriter:
     def path(self, batch_id: int) -> str:
         return self.layout.rejected_file(self.run, batch_id)
 
-    def write(self, batch_id: int, df: DataFrame) -> None:
-        """Write the batch's rejected rows as one file (idempotent per batch id)."""
+    def write(self, batch_id: int, df: DataFrame, *, only_if_any: bool = False) -> int:
+        """Write the batch's rejected rows as one file (idempotent per batch id).
+
+        With ``only_if_any`` the rows are counted first and nothing is written for none
+        (used on replays, where no count is known). Returns the rows written, or -1
+        when they were not counted.
+        """
+        if only_if_any:
+            df = df.cache()
+            count = df.count()
+            if count == 0:
+                df.unpersist()
+                return 0
+        else:
+            count = -1
         staging = self.layout.rejected_staging(self.run, batch_id)
         self.fs.delete(staging)
         df.coalesce(1).write.mode("overwrite").parquet(staging)
+        if only_if_any:
+            df.unpersist()
         files = self.fs.list_files(staging, suffix=".parquet")
         if len(files) != 1:
             raise SinkError(f"expected one rejected file in {staging}, found {len(files)}")
         self.fs.replace(files[0].path, self.path(batch_id))
         self.fs.delete(staging)
+        return count

@@ -1,0 +1,110 @@
+"""Delta Lake tables (delta-spark), exactly once through Delta's own transaction ids.
+
+Each batch ``b`` is one append whose commit carries ``SetTransaction(appId, b)``
+(``txnAppId``/``txnVersion``): Delta ignores an append whose version is not newer than
+the recorded one, atomically with the data. The app id is the checkpoint's
+(:mod:`lakesink.tables.identity`), so a new checkpoint, whose batch ids restart at 0,
+is never mistaken for the old one.
+
+Before writing, the recorded version is read from the Delta log: a committed batch is
+reported as skipped without running a Spark job. The table is created by the first
+append, with the configured partition columns; an existing Delta table's partition
+columns are checked at start.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from lakesink.faults import fault_point
+from lakesink.tables.base import BatchResult, CommitInfo, TableWriter, compare_layout
+from lakesink.tables.fs import HadoopFS, join
+from lakesink.tables.layout import TableLayout
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+logger = logging.getLogger(__name__)
+
+
+class DeltaTableWriter(TableWriter):
+    format = "delta"
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        layout: TableLayout,
+        *,
+        app_id: str,
+        partition_by: Sequence[str],
+        compression: str = "snappy",
+        files_per_partition: int = 1,
+        checkpoint_interval: int | None = None,
+    ) -> None:
+        super().__init__(HadoopFS(spark, layout.base), layout, partition_by=partition_by,
+                         files_per_partition=files_per_partition)
+        self.spark = spark
+        self.app_id = app_id
+        self.compression = compression
+        self.checkpoint_interval = checkpoint_interval
+
+    @property
+    def exists(self) -> bool:
+        return self.fs.exists(join(self.layout.table, "_delta_log"))
+
+    def _snapshot(self) -> Any:
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+            self.spark._jsparkSession, self.layout.table
+        )
+        return log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+
+    def partition_columns(self) -> list[str]:
+        row = self.spark.sql(f"DESCRIBE DETAIL delta.`{self.layout.table}`").first()
+        assert row is not None
+        return list(row["partitionColumns"])
+
+    def committed_version(self) -> int | None:
+        """The newest batch id this app id committed to the table, if any."""
+        if not self.exists:
+            return None
+        recorded = self._snapshot().transactions().get(self.app_id)
+        return int(recorded.get()) if recorded.isDefined() else None
+
+    def prepare(self) -> None:
+        if self.exists:  # a Delta table's own metadata is the authority on its partitions
+            compare_layout({"format": "delta", "partition_by": self.partition_columns()},
+                           "delta", self.partition_by, table=self.layout.table)
+        super().prepare()
+
+    def write_batch(
+        self, batch_id: int, df: DataFrame, *, commit_info: CommitInfo | None = None,
+    ) -> BatchResult:
+        committed = self.committed_version()
+        if committed is not None and committed >= batch_id:
+            logger.info("batch %d already committed to Delta (txn %d): skipped", batch_id,
+                        committed)
+            return BatchResult(batch_id, skipped=True)
+        writer = (self.shuffled(df).write.format("delta").mode("append")
+                  .option("txnAppId", self.app_id).option("txnVersion", str(batch_id))
+                  .option("compression", self.compression))
+        if self.partition_by:
+            writer = writer.partitionBy(*self.partition_by)
+        if self.checkpoint_interval and not self.exists:
+            writer = writer.option("delta.checkpointInterval", str(self.checkpoint_interval))
+        writer.save(self.layout.table)
+        fault_point("after_delta_commit", batch_id)
+        info = commit_info() if commit_info else {}
+        metrics = self._snapshot_metrics()
+        return BatchResult(batch_id, files=metrics.get("numFiles", 0),
+                           bytes=metrics.get("numOutputBytes", 0), info=info)
+
+    def _snapshot_metrics(self) -> dict[str, int]:
+        """Operation metrics of the newest commit (files and bytes it added)."""
+        row = self.spark.sql(f"DESCRIBE HISTORY delta.`{self.layout.table}` LIMIT 1").first()
+        if row is None or not row["operationMetrics"]:
+            return {}
+        return {k: int(v) for k, v in row["operationMetrics"].items() if v.isdigit()}

@@ -1,0 +1,86 @@
+"""Delta tables: exactly once, partition validation, and independent readers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lakesink.errors import LayoutError
+from lakesink.runtime.services import produce
+from tests.fixtures.services import config_dict, delta_ids, produce_events
+from tests.integration.test_ingest import BAD_RECORDS, run_once
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
+
+
+def test_delta_every_record_once_read_by_delta_rs_and_spark(spark, kafka_broker, topic,
+                                                            tmp_path) -> None:
+    from deltalake import DeltaTable
+
+    n = 2000
+    produce(kafka_broker.bootstrap_servers, topic, [
+        (b"k", json.dumps({"id": i, "location": ["oslo", "lima"][i % 2],
+                           "ts_ms": 1795000000000 + i * 60_000, "value": i / 4,
+                           "at": "2026-11-25T07:05:09.123456Z"}).encode())
+        for i in range(n)])
+    produce(kafka_broker.bootstrap_servers, topic, [(k, v) for k, v, _ in BAD_RECORDS])
+    lake = tmp_path / "lake"
+    data = config_dict(kafka_broker, topic, lake, format="delta", delta_checkpoint_interval=2)
+    data["decode"]["schema"].append({"name": "at", "type": "Timestamp"})
+    data["source"]["kafka"]["max_offsets_per_trigger"] = 800
+    stats = run_once(spark, data)
+    assert stats.written == n and stats.rejected == len(BAD_RECORDS)
+
+    table = lake / "events"
+    ids = delta_ids(table)
+    assert len(ids) == n and sorted(ids) == list(range(n))
+    dt = DeltaTable(str(table))
+    assert dt.metadata().partition_columns == ["location", "year", "month", "day"]
+    # one commit per batch, each carrying our transaction id (the exactly-once key)
+    app_id = json.loads((lake / ".lakesink/events/checkpoint/lakesink.json").read_text())["app_id"]
+    assert dt.transaction_version(app_id) == stats.batches - 1
+    assert dt.version() == stats.batches - 1
+    # a log checkpoint every 2 commits, as configured
+    assert list((table / "_delta_log").glob("*.checkpoint.parquet"))
+    # microsecond timestamps that every engine reads
+    at_type = dt.to_pyarrow_table(columns=["at"]).schema.field("at").type
+    assert str(at_type).startswith("timestamp[us"), at_type
+    sdf = spark.read.format("delta").load(str(table))
+    assert sdf.count() == n and sdf.select("id").distinct().count() == n
+    assert str(sdf.where("id = 0").first()["at"]) == "2026-11-25 07:05:09.123456"
+
+
+def test_delta_partition_change_is_refused(spark, kafka_broker, topic, tmp_path) -> None:
+    produce_events(kafka_broker, topic, range(10))
+    lake = tmp_path / "lake"
+    run_once(spark, config_dict(kafka_broker, topic, lake, format="delta"))
+    version_before = len(list((lake / "events" / "_delta_log").glob("*.json")))
+    produce_events(kafka_broker, topic, range(10, 20))
+    with pytest.raises(LayoutError) as info:
+        run_once(spark, config_dict(kafka_broker, topic, lake, format="delta",
+                                    partition_by=["location"]))
+    assert info.value.key == "table.partition_by"
+    assert "['location', 'year', 'month', 'day']" in str(info.value)
+    assert len(list((lake / "events" / "_delta_log").glob("*.json"))) == version_before
+
+
+def test_existing_delta_table_without_lakesink_record_is_checked(spark, kafka_broker, topic,
+                                                                  tmp_path) -> None:
+    """A Delta table made by someone else: its own partition columns are authoritative."""
+    table = tmp_path / "lake" / "events"
+    spark.createDataFrame([(1, "x")], "id long, kind string").write.format("delta") \
+        .partitionBy("kind").save(str(table))
+    with pytest.raises(LayoutError) as info:
+        run_once(spark, config_dict(kafka_broker, topic, tmp_path / "lake", format="delta"))
+    assert "partitioned by ['kind']" in str(info.value)
+
+
+def test_format_change_is_refused(spark, kafka_broker, topic, tmp_path) -> None:
+    produce_events(kafka_broker, topic, range(5))
+    lake = tmp_path / "lake"
+    run_once(spark, config_dict(kafka_broker, topic, lake))
+    with pytest.raises(LayoutError) as info:
+        run_once(spark, config_dict(kafka_broker, topic, lake, format="delta"))
+    assert info.value.key == "table.format"
+    assert "is parquet, config says delta" in str(info.value)
