@@ -6,13 +6,13 @@ Times every HadoopFS call and the Spark write of each batch (wrapping them), twi
 the same SparkSession (the first run includes JVM warm-up), and prints Spark's own
 per-batch durations from the query progress.
 """
-import time, json, functools
+import time, functools
 from lakesink.config import load_config
 from lakesink.demo import DEMO_SCHEMA, TOPIC, sensor_events
 from lakesink.runtime.services import KafkaBroker, produce
 from lakesink.runtime.spark import build_spark_session
 from lakesink.app import Pipeline
-import lakesink.tables.parquet as pq, lakesink.tables.fs as fsm
+import lakesink.tables.fs as fsm
 T = {}
 def timed(cls, name):
     orig = getattr(cls, name)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from lakesink.errors import LayoutError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
     from lakesink.tables.fs import HadoopFS
     from lakesink.tables.layout import TableLayout
@@ -57,11 +57,24 @@ class TableWriter(ABC):
 
     format: str
 
-    def __init__(self, fs: HadoopFS, layout: TableLayout, *, partition_by: Sequence[str],
-                 files_per_partition: int = 1) -> None:
-        self.fs = fs
+    def __init__(
+        self,
+        spark: SparkSession,
+        layout: TableLayout,
+        *,
+        app_id: str,
+        partition_by: Sequence[str],
+        compression: str = "snappy",
+        files_per_partition: int = 1,
+    ) -> None:
+        from lakesink.tables.fs import HadoopFS
+
+        self.spark = spark
+        self.fs = HadoopFS(spark, layout.base)
         self.layout = layout
+        self.app_id = app_id
         self.partition_by = list(partition_by)
+        self.compression = compression
         self.files_per_partition = files_per_partition
 
     def prepare(self) -> None:

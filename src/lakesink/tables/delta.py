@@ -15,12 +15,11 @@ columns are checked at start.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lakesink.faults import fault_point
 from lakesink.tables.base import BatchResult, CommitInfo, TableWriter, compare_layout
-from lakesink.tables.fs import HadoopFS, join
+from lakesink.tables.fs import join
 from lakesink.tables.layout import TableLayout
 
 if TYPE_CHECKING:
@@ -32,22 +31,9 @@ logger = logging.getLogger(__name__)
 class DeltaTableWriter(TableWriter):
     format = "delta"
 
-    def __init__(
-        self,
-        spark: SparkSession,
-        layout: TableLayout,
-        *,
-        app_id: str,
-        partition_by: Sequence[str],
-        compression: str = "snappy",
-        files_per_partition: int = 1,
-        checkpoint_interval: int | None = None,
-    ) -> None:
-        super().__init__(HadoopFS(spark, layout.base), layout, partition_by=partition_by,
-                         files_per_partition=files_per_partition)
-        self.spark = spark
-        self.app_id = app_id
-        self.compression = compression
+    def __init__(self, spark: SparkSession, layout: TableLayout, *,
+                 checkpoint_interval: int | None = None, **kwargs: Any) -> None:
+        super().__init__(spark, layout, **kwargs)
         self.checkpoint_interval = checkpoint_interval
 
     @property

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakesink.errors import SinkError
 from lakesink.faults import fault_point
 from lakesink.pipeline.partitioning import is_safe_relative_dir
 from lakesink.tables.base import BatchResult, CommitInfo, TableWriter
-from lakesink.tables.fs import HadoopFS, join
+from lakesink.tables.fs import join
 from lakesink.tables.identity import run_tag
 from lakesink.tables.layout import TableLayout
 
@@ -42,21 +41,9 @@ logger = logging.getLogger(__name__)
 class ParquetTableWriter(TableWriter):
     format = "parquet"
 
-    def __init__(
-        self,
-        spark: SparkSession,
-        layout: TableLayout,
-        *,
-        app_id: str,
-        partition_by: Sequence[str],
-        compression: str = "snappy",
-        files_per_partition: int = 1,
-    ) -> None:
-        super().__init__(HadoopFS(spark, layout.base), layout, partition_by=partition_by,
-                         files_per_partition=files_per_partition)
-        self.app_id = app_id
-        self.run = run_tag(app_id)
-        self.compression = compression
+    def __init__(self, spark: SparkSession, layout: TableLayout, **kwargs: Any) -> None:
+        super().__init__(spark, layout, **kwargs)
+        self.run = run_tag(self.app_id)
 
     # -- one batch -----------------------------------------------------------------------
 
