@@ -181,13 +181,21 @@ def demo(
     events: Annotated[int, typer.Option(help="Sensor events to produce.")] = 100_000,
     lake: Annotated[Path, typer.Option(help="Lake folder.")] = Path("lake"),
     partitions: Annotated[int, typer.Option(help="Topic partitions.")] = 4,
+    table_format: Annotated[
+        str, typer.Option("--format", help="Table format: parquet or delta.")
+    ] = "parquet",
 ) -> None:
     """Start a local broker, produce sample sensor events, ingest them, show the result."""
     _setup_logging("INFO")
     from lakesink.demo import run_demo
 
     try:
-        run_demo(events=events, lake=lake, partitions=partitions, console=out)
+        if table_format not in ("parquet", "delta"):
+            raise ConfigError("--format", f"must be parquet or delta (got {table_format!r})")
+        run_demo(events=events, lake=lake, partitions=partitions, console=out,
+                 table_format=table_format)
+    except ConfigError as exc:
+        _fail_config(exc)
     except LakesinkError as exc:
         err.print(f"[bold red]demo failed:[/] {exc}", highlight=False)
         raise typer.Exit(1) from None

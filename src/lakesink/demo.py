@@ -68,7 +68,8 @@ def sensor_events(n: int, *, seed: int = 7, bad_every: int = 0) -> Iterator[tupl
             yield sensor.encode(), b'{"event_id": "oops", "sensor_id": ' + str(i).encode()
 
 
-def run_demo(*, events: int, lake: Path, partitions: int, console: Console) -> None:
+def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
+             table_format: str = "parquet") -> None:
     from lakesink.app import Pipeline
     from lakesink.runtime.spark import build_spark_session
 
@@ -91,6 +92,7 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console) -> N
             "source.kafka.topics": [TOPIC],
             "decode.schema": DEMO_SCHEMA,
             "table.base_path": str(lake),
+            "table.format": table_format,
             "table.partition_by": ["location", "year", "month", "day"],
             "table.timestamp_column": "ts_ms",
             "trigger.until_caught_up": True,
@@ -103,24 +105,34 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console) -> N
                       f"{stats.files} files in {stats.batches} batch(es) "
                       f"({time.monotonic() - t:.1f}s incl. Spark start)")
         spark.stop()
-    summarize(lake, console)
-    console.print(f"[green]done[/] in {time.monotonic() - started:.1f}s; broker stopped. "
-                  f"Query it yourself: duckdb -c \"SELECT count(*) FROM "
-                  f"read_parquet('{lake}/{TOPIC}/**/*.parquet', hive_partitioning=true)\"")
+    summarize(lake, console, table_format)
+    console.print(f"[green]done[/] in {time.monotonic() - started:.1f}s; broker stopped.")
 
 
-def summarize(lake: Path, console: Console) -> None:
+def summarize(lake: Path, console: Console, table_format: str = "parquet") -> None:
+    """Read the table back with DuckDB (Parquet files directly; Delta through delta-rs,
+    since a file glob would also match the Delta log's checkpoint files)."""
     import duckdb
 
     con = duckdb.connect()
-    glob = f"{lake}/{TOPIC}/**/*.parquet"
+    if table_format == "delta":
+        from deltalake import DeltaTable
+
+        con.register("events", DeltaTable(str(lake / TOPIC)).to_pyarrow_dataset())
+        source, title = "events", f"DuckDB over delta-rs: DeltaTable('{TOPIC}')"
+        files = len(DeltaTable(str(lake / TOPIC)).file_uris())
+    else:
+        glob = f"{lake}/{TOPIC}/**/*.parquet"
+        source = f"read_parquet('{glob}', hive_partitioning = true)"
+        title = f"DuckDB: read_parquet('{TOPIC}/**/*.parquet', hive_partitioning=true)"
+        files = len(list((lake / TOPIC).rglob("*.parquet")))
     query = f"""
         SELECT location, year, month, day, count(*) AS events,
                count(DISTINCT sensor_id) AS sensors, round(avg(value), 2) AS avg_value
-        FROM read_parquet('{glob}', hive_partitioning = true)
+        FROM {source}
         GROUP BY ALL ORDER BY ALL"""
     rows = con.execute(query).fetchall()
-    table = Table(title=f"DuckDB: read_parquet('{TOPIC}/**/*.parquet', hive_partitioning=true)")
+    table = Table(title=title)
     for name in ("location", "year", "month", "day", "events", "sensors", "avg value"):
         table.add_column(name, justify="right" if name in ("events", "sensors", "avg value")
                          else "left")
@@ -129,8 +141,7 @@ def summarize(lake: Path, console: Console) -> None:
         table.add_row(*(str(k) for k in keys), f"{n_events:,}", f"{n_sensors:,}", str(avg))
     console.print(table)
     total, distinct = con.execute(
-        f"SELECT count(*), count(DISTINCT event_id) FROM read_parquet('{glob}')").fetchone()
-    files = len(list((lake / TOPIC).rglob("*.parquet")))
+        f"SELECT count(*), count(DISTINCT event_id) FROM {source}").fetchone()
     console.print(f"  rows {total:,}, distinct event ids {distinct:,}, files {files}")
     rejected_glob = f"{lake}/_rejected/{TOPIC}/*.parquet"
     if list((lake / "_rejected" / TOPIC).glob("*.parquet")):

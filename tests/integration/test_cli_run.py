@@ -72,6 +72,17 @@ def test_sigterm_stops_after_the_batch_then_restart_is_exact(kafka_broker, topic
     assert len(ids) == n_total and sorted(ids) == list(range(n_total))
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+def test_demo_command(tmp_path, fmt) -> None:
+    """The README's demo, small: its own broker, ingest, DuckDB summary, everything stopped."""
+    result = run_cli("demo", "--events", "3000", "--lake", str(tmp_path / "lake"),
+                     "--format", fmt)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "rows 3,000, distinct event ids 3,000" in result.stdout
+    assert "1 x malformed_json" in result.stdout  # the demo's deliberate bad record
+    assert "broker stopped" in result.stdout
+
+
 def test_config_error_exit_2_before_spark(tmp_path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text("source:\n  kafka:\n    bootstrap_servers: h:1\n    topics: [t]\n"
