@@ -54,9 +54,7 @@ class DeltaTableWriter(TableWriter):
         return list(row["partitionColumns"])
 
     def committed_version(self) -> int | None:
-        """The newest batch id this app id committed to the table, if any."""
-        if not self.exists:
-            return None
+        """The newest batch id this app id committed to the (existing) table, if any."""
         recorded = self._snapshot().transactions().get(self.app_id)
         return int(recorded.get()) if recorded.isDefined() else None
 
@@ -69,7 +67,8 @@ class DeltaTableWriter(TableWriter):
     def write_batch(
         self, batch_id: int, df: DataFrame, *, commit_info: CommitInfo | None = None,
     ) -> BatchResult:
-        committed = self.committed_version()
+        exists = self.exists
+        committed = self.committed_version() if exists else None
         if committed is not None and committed >= batch_id:
             logger.info("batch %d already committed to Delta (txn %d): skipped", batch_id,
                         committed)
@@ -79,16 +78,16 @@ class DeltaTableWriter(TableWriter):
                   .option("compression", self.compression))
         if self.partition_by:
             writer = writer.partitionBy(*self.partition_by)
-        if self.checkpoint_interval and not self.exists:
+        if self.checkpoint_interval and not exists:
             writer = writer.option("delta.checkpointInterval", str(self.checkpoint_interval))
         writer.save(self.layout.table)
         fault_point("after_delta_commit", batch_id)
         info = commit_info() if commit_info else {}
-        metrics = self._snapshot_metrics()
+        metrics = self._last_commit_metrics()
         return BatchResult(batch_id, files=metrics.get("numFiles", 0),
                            bytes=metrics.get("numOutputBytes", 0), info=info)
 
-    def _snapshot_metrics(self) -> dict[str, int]:
+    def _last_commit_metrics(self) -> dict[str, int]:
         """Operation metrics of the newest commit (files and bytes it added)."""
         row = self.spark.sql(f"DESCRIBE HISTORY delta.`{self.layout.table}` LIMIT 1").first()
         if row is None or not row["operationMetrics"]:
