@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING
 from pyspark.sql import types as T
 
 from lakesink.config.models import LakesinkConfig
+from lakesink.decode.evolution import EvolutionPolicy, reconcile_declared, schema_record
 from lakesink.decode.json import JsonDecoder, infer_schema
 from lakesink.decode.schema import declared_schema
 from lakesink.errors import SourceError
-from lakesink.pipeline.batch import BatchProcessor, RunStats
+from lakesink.pipeline.batch import BatchProcessor, RunStats, SchemaStore
 from lakesink.pipeline.columns import PartitionSpec
 from lakesink.runtime.shutdown import StopRequest, await_query
 from lakesink.sources import kafka
@@ -38,19 +39,33 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+def evolution_policy(cfg: LakesinkConfig) -> EvolutionPolicy:
+    return EvolutionPolicy(mode=cfg.table.schema_evolution,
+                           unknown_fields=cfg.table.unknown_fields,
+                           type_widening=cfg.table.widening)
+
+
 def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,
                    layout: TableLayout) -> T.StructType:
-    """Declared schema, else the one stored with the table, else inferred and stored."""
+    """The schema to start with, stored in ``schema.json`` with its history.
+
+    Declared: reconciled with the stored one (widened or added columns are kept, an
+    incompatible type is refused). Else the stored schema. Else inferred from a topic
+    sample and stored.
+    """
     stored = fs.read_json(layout.schema_file)
+    stored_schema = T.StructType.fromJson(stored["schema"]) if stored else None
     if cfg.decode.schema_ is not None:
-        schema = declared_schema(cfg.decode.schema_)
-        record = {"source": "declared", "schema": json.loads(schema.json())}
+        declared = declared_schema(cfg.decode.schema_)
+        schema, changes = reconcile_declared(declared, stored_schema, evolution_policy(cfg))
+        record = schema_record(schema, source="declared", declared=json.loads(declared.json()),
+                               previous=stored, changes=changes or ["declared"])
         if stored != record:
             fs.write_json(layout.schema_file, record)
         return schema
-    if stored:
+    if stored_schema is not None:
         logger.info("using the schema stored with the table (%s)", layout.schema_file)
-        return T.StructType.fromJson(stored["schema"])
+        return stored_schema
     samples = kafka.sample_values(spark, cfg.source.kafka, limit=cfg.decode.infer_sample_size,
                                   wait_s=cfg.decode.infer_wait_s)
     if not samples:
@@ -61,10 +76,21 @@ def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,
     schema = infer_schema(spark, samples)
     if not schema.fields:
         raise SourceError("none of the sampled records is a JSON object; declare decode.schema")
-    fs.write_json(layout.schema_file, {"source": f"inferred from {len(samples)} record(s)",
-                                       "schema": json.loads(schema.json())})
+    fs.write_json(layout.schema_file, schema_record(
+        schema, source=f"inferred from {len(samples)} record(s)", declared=None, previous=None,
+        changes=["inferred"]))
     logger.info("inferred schema from %d record(s): %s", len(samples), schema.simpleString())
     return schema
+
+
+def schema_store(fs: HadoopFS, layout: TableLayout) -> SchemaStore:
+    """Record an evolved schema (a new version in ``schema.json``) before it is used."""
+    def store(schema: T.StructType, changes: list[str], batch_id: int) -> None:
+        previous = fs.read_json(layout.schema_file) or {}
+        fs.write_json(layout.schema_file, schema_record(
+            schema, source=previous.get("source", "evolved"), declared=previous.get("declared"),
+            previous=previous, changes=changes, batch_id=batch_id))
+    return store
 
 
 @dataclass
@@ -87,24 +113,36 @@ class Pipeline:
         kafka.check_reachable(cfg.source.kafka)
         check_layout(fs, layout, table.format, table.partition_by)
         schema = resolve_schema(spark, cfg, fs, layout)
-        partitions = PartitionSpec.build(
-            columns=table.partition_by, schema=schema, timestamp_column=table.timestamp_column,
-            timestamp_fallback=table.timestamp_fallback, null_value=table.null_partition_value,
-        )
+        policy = evolution_policy(cfg)
+
+        def rebuild(current: T.StructType) -> tuple[JsonDecoder, PartitionSpec]:
+            spec = PartitionSpec.build(
+                columns=table.partition_by, schema=current,
+                timestamp_column=table.timestamp_column,
+                timestamp_fallback=table.timestamp_fallback,
+                null_value=table.null_partition_value,
+            )
+            return JsonDecoder(current, reject_unknown=policy.rejects_unknown), spec
+
+        rebuild(schema)  # partition and timestamp columns resolve before data moves
         checkpoint = to_uri(cfg.checkpoint) if cfg.checkpoint else layout.default_checkpoint
         app_id = checkpoint_app_id(fs, checkpoint)
         writer: TableWriter
         common = {"app_id": app_id, "partition_by": table.partition_by,
                   "compression": table.compression,
-                  "files_per_partition": table.files_per_partition}
+                  "files_per_partition": table.files_per_partition,
+                  "target_file_size": table.target_file_size}
         if table.format == "delta":
             writer = DeltaTableWriter(spark, layout, **common,
-                                      checkpoint_interval=table.delta_checkpoint_interval)
+                                      checkpoint_interval=table.delta_checkpoint_interval,
+                                      merge_schema=table.schema_evolution == "add_columns",
+                                      type_widening=table.widening)
         else:
             writer = ParquetTableWriter(spark, layout, **common)
         writer.prepare()
         processor = BatchProcessor(
-            decoder=JsonDecoder(schema), partitions=partitions, writer=writer,
+            schema=schema, policy=policy, rebuild=rebuild,
+            store_schema=schema_store(fs, layout), writer=writer,
             rejected=RejectedWriter(fs, layout, app_id=app_id), app_id=app_id,
         )
         return cls(cfg, spark, layout, checkpoint, processor)

@@ -86,7 +86,8 @@ def test_every_record_once_partitions_and_rejects(spark, kafka_broker, topic, tm
         v for _, v, _ in BAD_RECORDS}
     assert all(r[3] == topic and r[5] >= 0 for r in rejected)
     assert {r[2] for r in rejected if r[1] == "schema_mismatch"} == {
-        "id: expected bigint, got string", "ts_ms: expected bigint, got string"}
+        'id: expected bigint, got string "seven"',
+        'ts_ms: expected bigint, got string "yesterday"'}
 
     # independent readers agree: pyarrow and Spark see the same rows
     dataset = pads.dataset(str(table), format="parquet", partitioning="hive")

@@ -259,9 +259,9 @@ def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
     msg = str(error.get("msg", "invalid"))
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
-    if ": " in msg and not key:  # model-level validators name their key first
+    if ": " in msg:  # model-level validators name their key first
         head, _, tail = msg.partition(": ")
-        if "." in head and " " not in head:
+        if "." in head and " " not in head and (not key or head.startswith(key + ".")):
             key, msg = head, tail
     if error.get("type") == "extra_forbidden":
         msg = "unknown key"

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    ByteSize,
     ConfigDict,
     Field,
     SecretStr,
@@ -194,6 +195,27 @@ class TableConfig(_Section):
         default=1, ge=0,
         description="new files per partition folder per batch (0 = one per Spark task)",
     )
+    target_file_size: ByteSize | None = Field(
+        default=ByteSize(128 * 1024 * 1024),
+        description="split a partition folder's rows of one batch into files of about "
+        "this size (e.g. '128MiB'); null = no limit",
+    )
+    schema_evolution: Literal["add_columns", "strict"] = Field(
+        default="add_columns",
+        description="add_columns: new top-level fields become new nullable columns; "
+        "strict: the schema never changes",
+    )
+    unknown_fields: Literal["drop", "reject"] = Field(
+        default="drop",
+        description="strict only: drop fields outside the schema (counted, logged) or "
+        "reject the record (reason unknown_field)",
+    )
+    type_widening: bool | None = Field(
+        default=None,
+        description="let a column widen (int -> bigint, float -> double) when a value "
+        "needs it; default: on for parquet with add_columns, off for delta (delta-rs "
+        "cannot read Delta's typeWidening feature) and for strict",
+    )
 
     _split = field_validator("partition_by", mode="before")(_split_list)
 
@@ -225,7 +247,20 @@ class TableConfig(_Section):
     def _time_partitions(self) -> TableConfig:
         if self.timestamp_column is None and self.timestamp_fallback == "kafka":
             raise ValueError("timestamp_fallback=kafka needs timestamp_column")
+        if ("unknown_fields" in self.model_fields_set and self.unknown_fields == "reject"
+                and self.schema_evolution != "strict"):
+            raise ValueError("table.unknown_fields: 'reject' needs schema_evolution=strict "
+                             "(add_columns turns unknown fields into columns)")
+        if self.target_file_size is not None and self.target_file_size < 1024 * 1024:
+            raise ValueError("table.target_file_size: must be at least 1MiB")
         return self
+
+    @property
+    def widening(self) -> bool:
+        """Whether columns may widen (the format-dependent default resolved)."""
+        if self.type_widening is None:
+            return self.format == "parquet" and self.schema_evolution == "add_columns"
+        return self.type_widening
 
 
 _DURATION_UNITS = {

@@ -1,8 +1,10 @@
 """JSON payloads -> typed columns with Spark's ``from_json`` (no per-row Python).
 
 A record is rejected, never dropped, when its value is null or empty, is not JSON,
-is not a JSON object, has a field whose value does not fit the declared type, or lacks
-a value for a field declared ``nullable: false``.
+is not a JSON object, has a field whose value does not fit the declared type (a
+``float`` that overflows to infinity included), lacks a value for a field declared
+``nullable: false``, or — with ``reject_unknown`` — has a top-level field the schema
+does not know.
 The cheap test (``failure``) runs on every row; the precise reason (``explain``)
 only on the rejected ones.
 """
@@ -31,16 +33,19 @@ MALFORMED_JSON = "malformed_json"
 NOT_AN_OBJECT = "not_an_object"
 SCHEMA_MISMATCH = "schema_mismatch"
 MISSING_REQUIRED = "missing_required"
+UNKNOWN_FIELD = "unknown_field"
 
 
 class JsonDecoder:
     """Decode a binary/string ``value`` column against ``schema``."""
 
-    def __init__(self, schema: T.StructType) -> None:
+    def __init__(self, schema: T.StructType, *, reject_unknown: bool = False) -> None:
         if CORRUPT in schema.fieldNames():
             raise ValueError(f"{CORRUPT} is reserved")
         self.schema = schema
+        self.reject_unknown = reject_unknown
         self.required = [f.name for f in schema.fields if not f.nullable]
+        self.floats = [f.name for f in schema.fields if isinstance(f.dataType, T.FloatType)]
         self._parse_schema = T.StructType(
             [T.StructField(f.name, f.dataType, True) for f in schema.fields]
             + [T.StructField(CORRUPT, T.StringType(), True)]
@@ -57,42 +62,76 @@ class JsonDecoder:
             {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT},
         )
 
+    def unknown_keys(self, value: Column) -> Column:
+        """Top-level keys of a JSON object that the schema lacks (NULL: not an object)."""
+        known = F.array(*[F.lit(n) for n in self.fields]) if self.fields else F.array()
+        return F.array_except(F.json_object_keys(value.cast("string")), known.cast("array<string>"))
+
+    def _float_overflow(self, parsed: Column) -> Column | None:
+        """True when a ``float`` field's value only fits a double (Spark makes it ±inf)."""
+        inf = F.lit(float("inf"))
+        checks = [F.abs(parsed[name]) == inf for name in self.floats]
+        return functools.reduce(operator.or_, checks) if checks else None
+
     def _missing_required(self, parsed: Column) -> Column | None:
         """True when a ``nullable: false`` field is null or absent (None: none declared)."""
         checks = [parsed[name].isNull() for name in self.required]
         return functools.reduce(operator.or_, checks) if checks else None
 
-    def failure(self, value: Column, parsed: Column) -> Column:
-        """NULL for a good record; a non-null marker for a record to reject."""
+    def failure(self, value: Column, parsed: Column, unknown: Column | None = None) -> Column:
+        """NULL for a good record; a non-null marker for a record to reject.
+
+        ``unknown`` is :meth:`unknown_keys` when the caller computed it already.
+        """
         marker = (
             F.when(value.isNull(), F.lit(NULL_VALUE))
             .when(parsed.isNull(), F.lit(MALFORMED_JSON))
             .when(parsed[CORRUPT].isNotNull(), F.lit(SCHEMA_MISMATCH))
         )
+        overflow = self._float_overflow(parsed)
+        if overflow is not None:
+            marker = marker.when(overflow, F.lit(SCHEMA_MISMATCH))
         missing = self._missing_required(parsed)
-        return marker if missing is None else marker.when(missing, F.lit(MISSING_REQUIRED))
+        if missing is not None:
+            marker = marker.when(missing, F.lit(MISSING_REQUIRED))
+        if self.reject_unknown:
+            extra = self.unknown_keys(value) if unknown is None else unknown
+            marker = marker.when(F.size(extra) > 0, F.lit(UNKNOWN_FIELD))
+        return marker
 
     def explain(self, value: Column, parsed: Column) -> tuple[Column, Column]:
         """(reason code, human detail) for a rejected record. Costly; rejected rows only."""
         text = value.cast("string")
         variant = F.try_parse_json(text)
         kind = F.schema_of_variant(variant)
+        overflow = self._float_overflow(parsed)
         corrupt = parsed[CORRUPT].isNotNull()
+        if overflow is not None:
+            corrupt = corrupt | overflow
+        missing_any = self._missing_required(parsed)
+        extra = self.unknown_keys(value)
         reason = (
             F.when(value.isNull(), F.lit(NULL_VALUE))
             .when(variant.isNull(), F.lit(MALFORMED_JSON))
             .when(~kind.startswith("OBJECT"), F.lit(NOT_AN_OBJECT))
-            .when(corrupt | F.lit(not self.required), F.lit(SCHEMA_MISMATCH))
-            .otherwise(F.lit(MISSING_REQUIRED))
+            .when(corrupt, F.lit(SCHEMA_MISMATCH))
+            .when(missing_any if missing_any is not None else F.lit(False),
+                  F.lit(MISSING_REQUIRED))
+            .when(F.lit(self.reject_unknown) & (F.size(extra) > 0), F.lit(UNKNOWN_FIELD))
+            .otherwise(F.lit(SCHEMA_MISMATCH))
         )
         missing = [F.when(parsed[name].isNull(), F.lit(name)) for name in self.required]
         mismatches = []
         for f in self.schema.fields:
             got = F.try_variant_get(variant, _path(f.name), "variant")
+            bad = parsed[f.name].isNull() & got.isNotNull() & ~F.is_variant_null(got)
+            if f.name in self.floats:
+                bad = bad | (F.abs(parsed[f.name]) == F.lit(float("inf")))
             mismatches.append(F.when(
-                parsed[f.name].isNull() & got.isNotNull() & ~F.is_variant_null(got),
+                bad,
                 F.concat(F.lit(f"{f.name}: expected {f.dataType.simpleString()}, got "),
-                         F.lower(F.schema_of_variant(got))),
+                         F.lower(F.schema_of_variant(got)), F.lit(" "),
+                         F.substring(F.to_json(got), 1, 60)),
             ))
         detail = (
             F.when(value.isNull(), F.lit("the record has no value (tombstone)"))
@@ -101,8 +140,11 @@ class JsonDecoder:
             .when(~kind.startswith("OBJECT"),
                   F.concat(F.lit("expected a JSON object, got "), F.lower(kind)))
             .when(corrupt, F.concat_ws("; ", *mismatches) if mismatches else F.lit(""))
-            .otherwise(F.concat(F.lit("required field(s) without a value: "),
-                                F.concat_ws(", ", *missing) if missing else F.lit("")))
+            .when(missing_any if missing_any is not None else F.lit(False),
+                  F.concat(F.lit("required field(s) without a value: "),
+                           F.concat_ws(", ", *missing) if missing else F.lit("")))
+            .otherwise(F.concat(F.lit("field(s) not in the schema: "),
+                                F.array_join(F.coalesce(extra, F.array()), ", ")))
         )
         return reason, detail
 

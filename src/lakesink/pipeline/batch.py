@@ -1,14 +1,22 @@
 """The ``foreachBatch`` function: one micro-batch from raw records to a committed table.
 
-Per batch: decode every record with Spark functions, split good from rejected rows
-with one marker column, write the good rows through the table writer, then the
-rejected ones to the rejected area. Row counts come from a Spark ``Observation`` on the
-same pass (no extra scan); the rejected rows are only computed when the count says
-there are any — or when the table reports the batch as already committed, since the
-crash that caused the replay may have come before the rejected rows were written.
+Per batch:
+
+1. **skip** a batch the table already holds (only the rejected rows are rewritten: the
+   crash that caused the replay may have come before they were written);
+2. **decode** every record with Spark functions into a marked frame — the parsed record,
+   its timestamp, a rejection marker ``_fail`` and, when the policy needs it, the
+   top-level keys the schema lacks ``_extra`` — cached for the batch;
+3. **count** records, rejected records and schema candidates in one pass (that pass
+   also fills the cache, so the Kafka read and the decode happen once);
+4. **evolve** the schema when the policy allows and the counts say so (new columns,
+   widened types; :mod:`lakesink.decode.evolution`), store it, and decode again;
+5. **write** the good rows through the table writer, then the rejected ones.
 
 Exactly-once is the table writer's contract (:mod:`lakesink.tables.base`); this
-function is deterministic for a given batch, which is what that contract needs.
+function is deterministic for a given batch, which is what that contract needs. A
+schema evolved by a batch is stored *before* that batch's write, so a replay after a
+crash decodes the batch with the schema its files were (or will be) written with.
 """
 
 from __future__ import annotations
@@ -16,13 +24,16 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import Observation
+from pyspark import StorageLevel
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-from lakesink.decode.json import JsonDecoder
+from lakesink.decode.evolution import WIDEST, EvolutionPolicy, evolve, widenable
+from lakesink.decode.json import SCHEMA_MISMATCH, JsonDecoder, _path, infer_schema
 from lakesink.pipeline.columns import PartitionSpec
 from lakesink.tables.base import TableWriter
 from lakesink.tables.rejected import RejectedWriter
@@ -33,6 +44,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 INVALID_TIMESTAMP = "invalid_timestamp"
+# rows of new fields sampled to type them (the rest are decoded with those types)
+EVOLUTION_SAMPLE = 10_000
+# how often one batch may evolve the schema before leftovers count as unknown
+MAX_EVOLUTIONS_PER_BATCH = 3
+UNKNOWN_NAMES_REPORTED = 20
+
+# (schema, changes, batch id) -> None: store an evolved schema durably
+SchemaStore = Callable[[T.StructType, list[str], int], None]
+# schema -> (decoder, partitions) for that schema
+Rebuild = Callable[[T.StructType], tuple[JsonDecoder, PartitionSpec]]
 
 
 @dataclass
@@ -44,6 +65,8 @@ class RunStats:
     records: int = 0
     written: int = 0
     rejected: int = 0
+    unknown_dropped: int = 0
+    schema_changes: int = 0
     files: int = 0
     bytes: int = 0
     seconds: float = 0.0
@@ -56,33 +79,128 @@ class BatchProcessor:
     def __init__(
         self,
         *,
-        decoder: JsonDecoder,
-        partitions: PartitionSpec,
+        schema: T.StructType,
+        policy: EvolutionPolicy,
+        rebuild: Rebuild,
+        store_schema: SchemaStore,
         writer: TableWriter,
         rejected: RejectedWriter,
         app_id: str,
     ) -> None:
-        self.decoder = decoder
-        self.partitions = partitions
+        self.policy = policy
+        self.rebuild = rebuild
+        self.store_schema = store_schema
         self.writer = writer
         self.rejected = rejected
         self.app_id = app_id
         self.stats = RunStats()
+        self.schema = schema
+        self.decoder, self.partitions = rebuild(schema)
+
+    # -- decoding ------------------------------------------------------------------------
 
     def _marked(self, df: DataFrame) -> DataFrame:
         """Raw columns, the parsed record ``_r``, its UTC timestamp ``_ts`` (when a
-        timestamp column is configured) and the rejection marker ``_fail``."""
+        timestamp column is configured), the unknown keys ``_extra`` (when the policy
+        watches them) and the rejection marker ``_fail``."""
         base = df.select(
             "key", "value", "topic", "partition", "offset",
             F.col("timestamp").alias("kafka_timestamp"),
             self.decoder.parse(F.col("value")).alias("_r"),
         )
-        fail = self.decoder.failure(F.col("value"), F.col("_r"))
+        extra = None
+        if self.policy.watches_unknown or self.policy.rejects_unknown:
+            base = base.withColumn("_extra", self.decoder.unknown_keys(F.col("value")))
+            extra = F.col("_extra")
+        fail = self.decoder.failure(F.col("value"), F.col("_r"), extra)
         if self.partitions.timestamp_column is not None:
             ts, invalid = self.partitions.timestamp(F.col("_r"), F.col("kafka_timestamp"))
             base = base.withColumn("_ts", ts)
             fail = F.coalesce(fail, F.when(invalid, F.lit(INVALID_TIMESTAMP)))
         return base.withColumn("_fail", fail)
+
+    def _widenable(self) -> list[T.StructField]:
+        if not self.policy.type_widening:
+            return []
+        return [f for f in self.schema.fields if widenable(f)]
+
+    def _count(self, marked: DataFrame) -> dict[str, int]:
+        """One pass: records, rejected, records with unknown fields, widening candidates."""
+        aggs = [F.count(F.lit(1)).alias("records"), F.count(F.col("_fail")).alias("rejected")]
+        if "_extra" in marked.columns:
+            aggs.append(F.count_if((F.size("_extra") > 0) & F.col("_fail").isNull())
+                        .alias("unknown"))
+        if self._widenable():
+            aggs.append(F.count_if(F.col("_fail") == F.lit(SCHEMA_MISMATCH)).alias("mismatch"))
+        row = marked.agg(*aggs).first()
+        assert row is not None
+        return {k: int(v or 0) for k, v in row.asDict().items()}
+
+    # -- evolution -----------------------------------------------------------------------
+
+    def _new_fields(self, marked: DataFrame) -> T.StructType:
+        """Types of the unknown fields, inferred from (a sample of) the records with them."""
+        rows = (marked.where((F.size("_extra") > 0) & F.col("_fail").isNull())
+                .select(F.col("value").cast("string")).limit(EVOLUTION_SAMPLE).collect())
+        inferred = infer_schema(self.writer.spark, [r[0] for r in rows])
+        taken = {n.lower() for n in self.schema.fieldNames()}
+        fields = []
+        for f in inferred.fields:
+            if f.name.lower() in taken or f.name.startswith("_lakesink"):
+                continue  # a case-variant of a column (or a reserved name) stays unknown
+            taken.add(f.name.lower())
+            fields.append(f)
+        return T.StructType(fields)
+
+    def _widenings(self, marked: DataFrame) -> dict[str, T.DataType]:
+        """Columns whose rejected values only need a wider type of the column's family."""
+        candidates = self._widenable()
+        bad = marked.where(F.col("_fail") == F.lit(SCHEMA_MISMATCH))
+        variant = F.try_parse_json(F.col("value").cast("string"))
+        aggs = []
+        for f in candidates:
+            parsed = F.col("_r")[f.name]
+            got = F.try_variant_get(variant, _path(f.name), "variant")
+            if isinstance(f.dataType, T.FloatType):
+                aggs.append(F.count_if(F.abs(parsed) == F.lit(float("inf"))).alias(f.name))
+            else:  # integral: a whole number that overflowed the column's type
+                whole = parsed.isNull() & (F.schema_of_variant(got) == F.lit("BIGINT"))
+                aggs.append(F.max(F.when(whole, F.abs(
+                    F.try_variant_get(variant, _path(f.name), "bigint")))).alias(f.name))
+        row = bad.agg(*aggs).first() if aggs else None
+        widen: dict[str, T.DataType] = {}
+        for f in candidates:
+            value = row[f.name] if row is not None else None
+            if not value:
+                continue
+            if isinstance(f.dataType, T.FloatType):
+                widen[f.name] = WIDEST[T.FloatType]
+            else:
+                widen[f.name] = _narrowest_integral(int(value))
+        return widen
+
+    def _evolve(self, marked: DataFrame, counts: dict[str, int], batch_id: int) -> bool:
+        """Evolve and store the schema if this batch needs it; True when it changed."""
+        new_fields = (self._new_fields(marked)
+                      if self.policy.adds_columns and counts.get("unknown") else None)
+        widen = self._widenings(marked) if counts.get("mismatch") else {}
+        schema, changes = evolve(self.schema, new_fields=new_fields, widen=widen)
+        if not changes:
+            return False
+        self.store_schema(schema, changes, batch_id)
+        logger.warning("batch %d: table schema evolved: %s", batch_id, "; ".join(changes))
+        self.schema = schema
+        self.decoder, self.partitions = self.rebuild(schema)
+        self.stats.schema_changes += len(changes)
+        return True
+
+    def _unknown_names(self, marked: DataFrame) -> list[str]:
+        rows = (marked.where(F.col("_fail").isNull())
+                .select(F.explode("_extra").alias("k")).distinct()
+                .limit(UNKNOWN_NAMES_REPORTED).collect())
+        return sorted(r["k"] for r in rows)
+
+    # -- rejected rows -------------------------------------------------------------------
 
     def rejected_rows(self, marked: DataFrame, batch_id: int) -> DataFrame:
         bad = marked.where(F.col("_fail").isNotNull())
@@ -105,51 +223,78 @@ class BatchProcessor:
             .alias("rejected_at"),
         )
 
+    # -- one batch -----------------------------------------------------------------------
+
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        marked = self._marked(df)
-        observation = Observation(f"lakesink_batch_{batch_id}_{time.monotonic_ns()}")
-        observed = marked.observe(
-            observation,
-            F.count(F.lit(1)).alias("records"),
-            F.count(F.col("_fail")).alias("rejected"),
-        )
-        ts = F.col("_ts") if "_ts" in marked.columns else None
-        good = observed.where(F.col("_fail").isNull()).select(
-            *self.partitions.output_columns(F.col("_r"), self.decoder.schema, ts)
-        )
-
-        def counts() -> dict[str, Any]:
-            metrics = observation.get
-            records, rejected = int(metrics["records"]), int(metrics["rejected"])
-            return {"records": records, "written": records - rejected, "rejected": rejected}
-
-        result = self.writer.write_batch(batch_id, good, commit_info=counts)
-        rejected_rows = self.rejected_rows(marked, batch_id)
-        if result.skipped:
-            rewritten = self.rejected.write(batch_id, rejected_rows, only_if_any=True)
-            if rewritten:
-                logger.warning("batch %d (replayed): %d rejected record(s) rewritten", batch_id,
-                               rewritten)
-        elif result.info["rejected"]:
-            self.rejected.write(batch_id, rejected_rows)
-            logger.warning("batch %d: %d record(s) rejected -> %s", batch_id,
-                           result.info["rejected"], self.rejected.path(batch_id))
-        elapsed = time.monotonic() - started
-        # Spark runs one batch at a time; the driver reads the totals after the query.
+        if self.writer.is_committed(batch_id):
+            self._replayed(df, batch_id, started)
+            return
+        marked = self._marked(df).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            counts = self._count(marked)
+            for _ in range(MAX_EVOLUTIONS_PER_BATCH):
+                if not (counts.get("unknown") and self.policy.adds_columns) \
+                        and not counts.get("mismatch"):
+                    break
+                if not self._evolve(marked, counts, batch_id):
+                    break
+                marked.unpersist()
+                marked = self._marked(df).persist(StorageLevel.MEMORY_AND_DISK)
+                counts = self._count(marked)
+            info = {"records": counts["records"], "rejected": counts["rejected"],
+                    "written": counts["records"] - counts["rejected"],
+                    "schema_version_fields": len(self.schema.fields)}
+            if counts.get("unknown"):
+                names = self._unknown_names(marked)
+                info["unknown_fields_dropped"] = {"records": counts["unknown"], "names": names}
+                logger.warning("batch %d: %d record(s) had fields outside the schema, dropped: "
+                               "%s", batch_id, counts["unknown"], ", ".join(names))
+            ts = F.col("_ts") if "_ts" in marked.columns else None
+            good = marked.where(F.col("_fail").isNull()).select(
+                *self.partitions.output_columns(F.col("_r"), self.schema, ts)
+            )
+            result = self.writer.write_batch(batch_id, good, commit_info=lambda: info)
+            if result.skipped:  # committed meanwhile (cannot happen with one writer)
+                self._replayed(marked, batch_id, started, marked=True)
+                return
+            if counts["rejected"]:
+                self.rejected.write(batch_id, self.rejected_rows(marked, batch_id))
+                logger.warning("batch %d: %d record(s) rejected -> %s", batch_id,
+                               counts["rejected"], self.rejected.path(batch_id))
+        finally:
+            marked.unpersist()
         stats = self.stats
         stats.batches += 1
-        stats.seconds += elapsed
-        if result.skipped:
-            stats.skipped += 1
-        else:
-            stats.records += int(result.info.get("records", 0))
-            stats.written += int(result.info.get("written", 0))
-            stats.rejected += int(result.info.get("rejected", 0))
-            stats.files += result.files
-            stats.bytes += result.bytes
-        logger.info(
-            "batch %d: %s in %.2fs (%s written, %s rejected, %d file(s))", batch_id,
-            "skipped (already committed)" if result.skipped else "committed", elapsed,
-            result.info.get("written", 0), result.info.get("rejected", 0), result.files,
-        )
+        stats.seconds += time.monotonic() - started
+        stats.records += counts["records"]
+        stats.written += info["written"]
+        stats.rejected += counts["rejected"]
+        stats.unknown_dropped += counts.get("unknown", 0)
+        stats.files += result.files
+        stats.bytes += result.bytes
+        logger.info("batch %d: committed in %.2fs (%d written, %d rejected, %d file(s))",
+                    batch_id, time.monotonic() - started, info["written"], counts["rejected"],
+                    result.files)
+
+    def _replayed(self, df: DataFrame, batch_id: int, started: float, *,
+                  marked: bool = False) -> None:
+        """A batch the table already holds: only its rejected rows are rewritten."""
+        rows = self.rejected_rows(df if marked else self._marked(df), batch_id)
+        rewritten = self.rejected.write(batch_id, rows, only_if_any=True)
+        if rewritten:
+            logger.warning("batch %d (replayed): %d rejected record(s) rewritten", batch_id,
+                           rewritten)
+        self.stats.batches += 1
+        self.stats.skipped += 1
+        self.stats.seconds += time.monotonic() - started
+        logger.info("batch %d: skipped (already committed) in %.2fs", batch_id,
+                    time.monotonic() - started)
+
+
+def _narrowest_integral(magnitude: int) -> T.DataType:
+    if magnitude <= 2**15 - 1:
+        return T.ShortType()
+    if magnitude <= 2**31 - 1:
+        return T.IntegerType()
+    return T.LongType()

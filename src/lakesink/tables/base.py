@@ -16,6 +16,10 @@ the same batch id, with the same rows, runs again on restart. The contract:
 * **commit_info** is called once the batch's rows have been computed (so Spark
   observations on ``df`` are filled); what it returns is recorded with the commit where
   the format has a place for it (the Parquet manifest) and returned in ``info``.
+* **File size.** With a ``target_file_size``, a partition folder's rows of one batch
+  are split into files of at most about that size (Spark's ``maxRecordsPerFile``,
+  from the bytes per row the previous batches produced); small batches still make one
+  file per folder.
 * **prepare** runs once at start, before any data moves, and refuses an existing table
   whose layout differs from the configuration (:class:`~lakesink.errors.LayoutError`).
 
@@ -42,6 +46,10 @@ if TYPE_CHECKING:
 
 CommitInfo = Callable[[], dict[str, Any]]
 
+# Until a batch has been measured: a high guess, so first files err on the small side.
+INITIAL_BYTES_PER_ROW = 200.0
+MIN_ROWS_PER_FILE = 1000
+
 
 @dataclass
 class BatchResult:
@@ -66,6 +74,7 @@ class TableWriter(ABC):
         partition_by: Sequence[str],
         compression: str = "snappy",
         files_per_partition: int = 1,
+        target_file_size: int | None = None,
     ) -> None:
         from lakesink.tables.fs import HadoopFS
 
@@ -76,6 +85,26 @@ class TableWriter(ABC):
         self.partition_by = list(partition_by)
         self.compression = compression
         self.files_per_partition = files_per_partition
+        self.target_file_size = target_file_size
+        # bytes per row in written files; a guess until the first batch measured it
+        self.bytes_per_row = INITIAL_BYTES_PER_ROW
+
+    def write_options(self) -> dict[str, str]:
+        """Options for the batch's DataFrameWriter (compression, file size)."""
+        opts = {"compression": self.compression}
+        if self.target_file_size:
+            rows = max(MIN_ROWS_PER_FILE, int(self.target_file_size / self.bytes_per_row))
+            opts["maxRecordsPerFile"] = str(rows)
+        return opts
+
+    def measured(self, rows: int, size: int) -> None:
+        """Learn the bytes per row from a committed batch (for the next file sizes)."""
+        if rows >= MIN_ROWS_PER_FILE and size > 0:
+            self.bytes_per_row = size / rows
+
+    @abstractmethod
+    def is_committed(self, batch_id: int) -> bool:
+        """Whether ``batch_id`` of this app id is already part of the table."""
 
     def prepare(self) -> None:
         """Check an existing table's layout, or record the layout of a new one."""

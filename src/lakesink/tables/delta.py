@@ -32,9 +32,12 @@ class DeltaTableWriter(TableWriter):
     format = "delta"
 
     def __init__(self, spark: SparkSession, layout: TableLayout, *,
-                 checkpoint_interval: int | None = None, **kwargs: Any) -> None:
+                 checkpoint_interval: int | None = None, merge_schema: bool = True,
+                 type_widening: bool = False, **kwargs: Any) -> None:
         super().__init__(spark, layout, **kwargs)
         self.checkpoint_interval = checkpoint_interval
+        self.merge_schema = merge_schema
+        self.type_widening = type_widening
 
     @property
     def exists(self) -> bool:
@@ -58,10 +61,19 @@ class DeltaTableWriter(TableWriter):
         recorded = self._snapshot().transactions().get(self.app_id)
         return int(recorded.get()) if recorded.isDefined() else None
 
+    def is_committed(self, batch_id: int) -> bool:
+        if not self.exists:
+            return False
+        committed = self.committed_version()
+        return committed is not None and committed >= batch_id
+
     def prepare(self) -> None:
         if self.exists:  # a Delta table's own metadata is the authority on its partitions
             compare_layout({"format": "delta", "partition_by": self.partition_columns()},
                            "delta", self.partition_by, table=self.layout.table)
+            if self.type_widening:  # a table made without it; enabling is idempotent
+                self.spark.sql(f"ALTER TABLE delta.`{self.layout.table}` SET TBLPROPERTIES "
+                               "('delta.enableTypeWidening' = 'true')")
         super().prepare()
 
     def write_batch(
@@ -75,17 +87,23 @@ class DeltaTableWriter(TableWriter):
             return BatchResult(batch_id, skipped=True)
         writer = (self.shuffled(df).write.format("delta").mode("append")
                   .option("txnAppId", self.app_id).option("txnVersion", str(batch_id))
-                  .option("compression", self.compression))
+                  .options(**self.write_options()))
+        if self.merge_schema:
+            writer = writer.option("mergeSchema", "true")
         if self.partition_by:
             writer = writer.partitionBy(*self.partition_by)
-        if self.checkpoint_interval and not exists:
-            writer = writer.option("delta.checkpointInterval", str(self.checkpoint_interval))
+        if not exists:
+            if self.checkpoint_interval:
+                writer = writer.option("delta.checkpointInterval", str(self.checkpoint_interval))
+            if self.type_widening:
+                writer = writer.option("delta.enableTypeWidening", "true")
         writer.save(self.layout.table)
         fault_point("after_delta_commit", batch_id)
         info = commit_info() if commit_info else {}
         metrics = self._last_commit_metrics()
-        return BatchResult(batch_id, files=metrics.get("numFiles", 0),
-                           bytes=metrics.get("numOutputBytes", 0), info=info)
+        files, size = metrics.get("numFiles", 0), metrics.get("numOutputBytes", 0)
+        self.measured(int(info.get("written", 0)), size)
+        return BatchResult(batch_id, files=files, bytes=size, info=info)
 
     def _last_commit_metrics(self) -> dict[str, int]:
         """Operation metrics of the newest commit (files and bytes it added)."""

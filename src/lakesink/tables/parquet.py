@@ -74,9 +74,7 @@ class ParquetTableWriter(TableWriter):
         self._clean(batch_id)
 
         staging = self.layout.staging(self.run, batch_id)
-        writer = self.shuffled(df).write.mode("overwrite").option(
-            "compression", self.compression
-        )
+        writer = self.shuffled(df).write.mode("overwrite").options(**self.write_options())
         if self.partition_by:
             writer = writer.partitionBy(*self.partition_by)
         writer.parquet(staging)
@@ -116,6 +114,7 @@ class ParquetTableWriter(TableWriter):
         fault_point("after_manifest", batch_id)
         self.fs.delete(pending_path, recursive=False)
         self.fs.delete(staging)
-        return BatchResult(batch_id, files=len(moves), bytes=sum(s for _, _, s in moves),
-                           info=info)
+        size = sum(s for _, _, s in moves)
+        self.measured(int(info.get("written", 0)), size)
+        return BatchResult(batch_id, files=len(moves), bytes=size, info=info)
 
