@@ -32,6 +32,20 @@ def test_defaults(tmp_path: Path) -> None:
     assert cfg.source.kafka.fail_on_data_loss is True
     assert cfg.source.kafka.starting_offsets == "earliest"
     assert cfg.spark.master == "local[*]"
+    assert cfg.table.schema_evolution == "add_columns"
+    assert cfg.table.target_file_size == 128 * 1024 * 1024
+
+
+@pytest.mark.parametrize(("table", "widening"), [
+    ({}, True),
+    ({"format": "delta"}, False),        # delta-rs cannot read Delta's typeWidening
+    ({"schema_evolution": "strict"}, False),
+    ({"format": "delta", "type_widening": True}, True),
+])
+def test_type_widening_default_depends_on_format_and_policy(
+        tmp_path: Path, table: dict, widening: bool) -> None:
+    cfg = load_config(write(tmp_path, with_table(**table)), env={})
+    assert cfg.table.widening is widening
 
 
 def test_precedence_cli_over_env_over_file(tmp_path: Path) -> None:
@@ -90,6 +104,10 @@ def test_set_understands_map_keys_with_dots(tmp_path: Path) -> None:
         (with_table(partition_by=["a/b"]), [], {}, "table.partition_by"),
         (with_table(name="../escape"), [], {}, "table.name"),
         (BASE, ["spark.conf.shuffle=1"], {}, "spark.conf"),
+        (with_table(unknown_fields="reject"), [], {}, "table.unknown_fields"),
+        (with_table(schema_evolution="loose"), [], {}, "table.schema_evolution"),
+        (with_table(target_file_size="10KB"), [], {}, "table.target_file_size"),
+        (with_table(target_file_size="huge"), [], {}, "table.target_file_size"),
         ({"source": {"kafka": {"bootstrap_servers": "b:1", "topics": ["a", "b"]}}}, [], {},
          "table.name"),
     ],
