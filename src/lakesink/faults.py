@@ -10,8 +10,10 @@ dict lookup. Points:
 * ``after_publish``         — every file is published, no manifest
 * ``after_manifest``        — the manifest is written, Spark has not recorded the batch
 * ``after_delta_commit``    — the Delta commit is durable, Spark has not recorded the batch
+* ``after_schema_evolved``  — a batch evolved the schema and stored it, nothing written
 
-The first four are in the Parquet writer, the last in the Delta writer.
+The first four are in the Parquet writer, the fifth in the Delta writer, the last in
+the batch function (both formats).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ logger = logging.getLogger(__name__)
 
 PARQUET_POINTS = ("after_staging", "mid_publish", "after_publish", "after_manifest")
 DELTA_POINTS = ("after_delta_commit",)
-POINTS = PARQUET_POINTS + DELTA_POINTS
+COMMON_POINTS = ("after_schema_evolved",)
+POINTS = PARQUET_POINTS + DELTA_POINTS + COMMON_POINTS
 
 
 def fault_point(name: str, batch_id: int | None = None) -> None:

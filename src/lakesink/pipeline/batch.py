@@ -34,6 +34,7 @@ from pyspark.sql import types as T
 
 from lakesink.decode.evolution import WIDEST, EvolutionPolicy, evolve, widenable
 from lakesink.decode.json import SCHEMA_MISMATCH, JsonDecoder, _path, infer_schema
+from lakesink.faults import fault_point
 from lakesink.pipeline.columns import PartitionSpec
 from lakesink.tables.base import TableWriter
 from lakesink.tables.rejected import RejectedWriter
@@ -188,6 +189,7 @@ class BatchProcessor:
         if not changes:
             return False
         self.store_schema(schema, changes, batch_id)
+        fault_point("after_schema_evolved", batch_id)
         logger.warning("batch %d: table schema evolved: %s", batch_id, "; ".join(changes))
         self.schema = schema
         self.decoder, self.partitions = self.rebuild(schema)
