@@ -1,0 +1,138 @@
+"""Shared pieces of the benchmark: the dataset, the machine, process-tree RSS, readers."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+LOCATIONS = ["berlin", "lisbon", "oslo", "madrid", "warsaw", "dublin"]
+KINDS = {"temperature": ("C", 21.0, 6.0), "humidity": ("%", 55.0, 15.0),
+         "pressure": ("hPa", 1013.0, 8.0), "co2": ("ppm", 600.0, 150.0)}
+START_MS = 1_795_000_000_000
+DAYS = 5
+PARTITION_BY = ["location", "year", "month", "day"]
+
+# the declared schema, as lakesink config (Arrow names) and as Spark DDL
+SCHEMA = [
+    ("event_id", "Int64", "bigint"), ("sensor_id", "Utf8", "string"),
+    ("location", "Utf8", "string"), ("site", "Utf8", "string"),
+    ("sensor_type", "Utf8", "string"), ("ts_ms", "Int64", "bigint"),
+    ("value", "Float64", "double"), ("unit", "Utf8", "string"),
+    ("battery", "Float64", "double"), ("rssi", "Int64", "bigint"),
+    ("lat", "Float64", "double"), ("lon", "Float64", "double"),
+    ("status", "Utf8", "string"), ("firmware", "Utf8", "string"),
+    ("seq", "Int64", "bigint"), ("gateway", "Utf8", "string"),
+]
+LAKESINK_SCHEMA = [{"name": n, "type": a} for n, a, _ in SCHEMA]
+SPARK_DDL = ", ".join(f"{n} {d}" for n, _, d in SCHEMA)
+
+
+def events(n: int, *, start_id: int = 0, seed: int = 11, now_ms: bool = False
+           ) -> Iterator[tuple[bytes, bytes]]:
+    """``n`` JSON sensor events of about 300 bytes, ids ``start_id…``, over ``DAYS`` days
+    (or stamped with the current time when ``now_ms``, for latency runs)."""
+    rng = random.Random(seed + start_id)
+    span = DAYS * 24 * 3600 * 1000
+    for i in range(start_id, start_id + n):
+        kind = rng.choice(list(KINDS))
+        unit, mean, sd = KINDS[kind]
+        sensor = f"{kind[:3]}-{rng.randrange(500):04d}"
+        loc = LOCATIONS[zlib.crc32(sensor.encode()) % len(LOCATIONS)]
+        event = {
+            "event_id": i, "sensor_id": sensor, "location": loc,
+            "site": f"{loc}-site-{rng.randrange(20):02d}", "sensor_type": kind,
+            "ts_ms": int(time.time() * 1000) if now_ms else START_MS + (i * span) // max(n, 1),
+            "value": round(rng.gauss(mean, sd), 3), "unit": unit,
+            "battery": round(rng.uniform(0.05, 1.0), 3), "rssi": -rng.randrange(30, 110),
+            "lat": round(rng.uniform(36, 60), 5), "lon": round(rng.uniform(-9, 21), 5),
+            "status": rng.choice(["ok", "ok", "ok", "degraded", "maintenance"]),
+            "firmware": f"v{rng.randrange(1, 4)}.{rng.randrange(10)}.{rng.randrange(30)}",
+            "seq": rng.randrange(1 << 40), "gateway": f"gw-{rng.randrange(64):03d}.{loc}.example.net",
+        }
+        yield sensor.encode(), json.dumps(event, separators=(",", ":")).encode()
+
+
+def machine() -> dict[str, object]:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text()
+                .splitlines() if line.startswith("model name")), platform.processor())
+    mem_kb = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
+                      if line.startswith("MemTotal")))
+    import duckdb
+    import pyarrow
+    import pyspark
+
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem_kb / 2**20, 1),
+            "os": platform.platform(), "python": platform.python_version(),
+            "pyspark": pyspark.__version__, "pyarrow": pyarrow.__version__,
+            "duckdb": duckdb.__version__}
+
+
+class TreeRSS:
+    """Samples the summed RSS of a process and all its descendants; keeps the peak."""
+
+    def __init__(self, pid: int, interval: float = 0.25) -> None:
+        import psutil
+
+        self.root = psutil.Process(pid)
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            try:
+                procs = [self.root, *self.root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            total = 0
+            for p in procs:
+                try:
+                    total += p.memory_info().rss
+                except psutil.NoSuchProcess:
+                    pass
+            self.peak = max(self.peak, total)
+            self._stop.wait(self.interval)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        return self.peak
+
+
+def parquet_files(table: Path) -> list[Path]:
+    """Data files of a table folder (no Delta log, no Spark metadata, no hidden files)."""
+    return [p for p in table.rglob("*.parquet")
+            if not any(part.startswith(("_", ".")) for part in p.relative_to(table).parts)]
+
+
+def read_back(table: Path, fmt: str) -> tuple[int, int]:
+    """(rows, distinct event ids) as an independent reader sees the output."""
+    if fmt == "delta":
+        from deltalake import DeltaTable
+
+        ids = DeltaTable(str(table)).to_pyarrow_table(columns=["event_id"]).column("event_id")
+        return len(ids), len(set(ids.to_pylist()))
+    import duckdb
+
+    files = [str(p) for p in parquet_files(table)]
+    if not files:
+        return 0, 0
+    row = duckdb.sql(f"SELECT count(*), count(DISTINCT event_id) FROM read_parquet({files!r}, "
+                     "union_by_name=true)").fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def write_json(path: Path, data: object) -> None:
+    path.write_text(json.dumps(data, indent=1))

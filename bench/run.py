@@ -1,0 +1,479 @@
+"""The benchmark: lakesink against a hand-written Spark job, the Quix sink and pyarrow.
+
+One command, one run, everything on this machine:
+
+    .venv/bin/python bench/run.py [--events 5000000] [--partitions 4]
+        [--cases lakesink-parquet,lakesink-delta,spark-handwritten,quix,pyarrow]
+        [--latency-rate 2000 --latency-seconds 40]
+
+1. starts the local Kafka broker (KRaft, from the jars) and produces ``--events`` JSON
+   sensor events of ~300 bytes over 5 days into ``--partitions`` partitions, and writes
+   the same value bytes to an NDJSON file for the pyarrow bound;
+2. throughput: runs each case as its own process on the whole topic until caught up,
+   sampling the summed RSS of its process tree (JVM and Python workers included) and
+   stamping its progress lines; checks every output's rows and distinct ids with an
+   independent reader (DuckDB for Parquet, delta-rs for Delta) — a wrong count voids the
+   row;
+3. latency: for each streaming case, a fresh topic fed at ``--latency-rate`` events/s
+   for ``--latency-seconds``, each event stamped with its produce time; a poller reads
+   every file as soon as a reader can see it (Parquet: listed in the folder; Delta:
+   added by a log entry) and records produce -> visible per event;
+4. prints a markdown table and writes it with the raw JSON to ``bench/results/``.
+
+The Quix case runs in ``bench/.venv-quix`` (quixstreams[quixdatalake] 3.28.1; its
+quixportal needs Python >= 3.12), created on first use from a ``python3.12``/``3.13``
+found on PATH or under pyenv; without one the row says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import (  # noqa: E402
+    LAKESINK_SCHEMA,
+    PARTITION_BY,
+    SPARK_DDL,
+    TreeRSS,
+    events,
+    machine,
+    parquet_files,
+    read_back,
+    write_json,
+)
+from lakesink.runtime.jars import connector_jars  # noqa: E402
+from lakesink.runtime.services import KafkaBroker, produce  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+QUIX_VENV = BENCH / ".venv-quix"
+QUIX_REQ = "quixstreams[quixdatalake]==3.28.1"
+ALL_CASES = ["lakesink-parquet", "lakesink-delta", "spark-handwritten", "quix", "pyarrow"]
+STREAMING = ["lakesink-parquet", "lakesink-delta", "spark-handwritten", "quix"]
+LAKESINK_LINE = re.compile(r"batch \d+: committed in [\d.]+s \((\d+) written")
+PROGRESS_LINE = re.compile(r"^PROGRESS (\d+)")
+
+
+# -- the cases -----------------------------------------------------------------------------
+
+class Case:
+    """How to run one system: its command, its output folder and format, its progress."""
+
+    def __init__(self, name: str, work: Path, broker: KafkaBroker, args: argparse.Namespace):
+        self.name, self.work, self.broker, self.args = name, work, broker, args
+        self.fmt = "delta" if name == "lakesink-delta" else "parquet"
+
+    @property
+    def table(self) -> Path:
+        if self.name.startswith("lakesink"):
+            return self.work / "lake" / "sensors"
+        if self.name == "quix":
+            return self.work / "quix" / "lake" / "sensors"
+        return self.work / "out"
+
+    def rows_in(self, line: str) -> int:
+        m = (LAKESINK_LINE.search(line) if self.name.startswith("lakesink")
+             else PROGRESS_LINE.match(line))
+        return int(m.group(1)) if m else 0
+
+    def ready(self, line: str) -> bool:
+        return ("query started" in line) if self.name.startswith("lakesink") else \
+            line.startswith("READY")
+
+    def command(self, topic: str, *, stream: bool, count: int, ndjson: Path | None) -> list[str]:
+        py = sys.executable
+        if self.name.startswith("lakesink"):
+            cfg = {
+                "source": {"kafka": {"bootstrap_servers": self.broker.bootstrap_servers,
+                                     "topics": [topic],
+                                     "max_offsets_per_trigger": self.args.max_offsets}},
+                "decode": {"schema": LAKESINK_SCHEMA},
+                "table": {"name": "sensors", "base_path": str(self.work / "lake"),
+                          "format": self.fmt, "partition_by": PARTITION_BY,
+                          "timestamp_column": "ts_ms"},
+                "trigger": {"interval": "1 second"},
+            }
+            path = self.work / "lakesink.yaml"
+            path.write_text(yaml.safe_dump(cfg))
+            cmd = [py, "-m", "lakesink.cli", "run", "-c", str(path)]
+            return cmd if stream else [*cmd, "--until-caught-up"]
+        if self.name == "spark-handwritten":
+            cmd = [py, str(BENCH / "cases/handwritten_spark.py"),
+                   "--bootstrap", self.broker.bootstrap_servers, "--topic", topic,
+                   "--out", str(self.table), "--checkpoint", str(self.work / "chk"),
+                   "--jars", ",".join(str(j) for j in connector_jars()), "--schema", SPARK_DDL,
+                   "--max-offsets", str(self.args.max_offsets)]
+            return [*cmd, "--stream"] if stream else cmd
+        if self.name == "quix":
+            cmd = [str(QUIX_VENV / "bin/python"), str(BENCH / "cases/quix_sink.py"),
+                   "--bootstrap", self.broker.bootstrap_servers, "--topic", topic,
+                   "--root", str(self.work / "quix")]
+            return [*cmd, "--commit-interval", "1"] if stream else [*cmd, "--count", str(count)]
+        assert ndjson is not None
+        return [py, str(BENCH / "cases/pyarrow_bound.py"), "--input", str(ndjson),
+                "--out", str(self.table)]
+
+
+class Running:
+    """A case's process: drains its output, stamps progress, samples its RSS."""
+
+    def __init__(self, case: Case, cmd: list[str]) -> None:
+        self.case = case
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, start_new_session=True, cwd=ROOT)
+        self.rss = TreeRSS(self.proc.pid)
+        self.progress: list[tuple[float, int]] = []
+        self.tail: collections.deque[str] = collections.deque(maxlen=40)
+        self.is_ready = threading.Event()
+        self.ready_at: float | None = None
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        done = 0
+        for line in self.proc.stdout:
+            self.tail.append(line.rstrip())
+            if self.case.ready(line) and not self.is_ready.is_set():
+                self.ready_at = time.monotonic() - self.started
+                self.is_ready.set()
+            n = self.case.rows_in(line)
+            if n:
+                done += n
+                self.progress.append((time.monotonic() - self.started, done))
+
+    def wait(self, timeout: float) -> tuple[int, float, int]:
+        """(return code, seconds, peak RSS bytes)."""
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            rc = -1
+        seconds = time.monotonic() - self.started
+        self._reader.join(timeout=5)
+        return rc, seconds, self.rss.stop()
+
+    def stop(self, grace: float = 60) -> tuple[int, int]:
+        """SIGTERM (lakesink and quix stop after the in-flight batch), then SIGKILL."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            rc = self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            rc = -9
+        return rc, self.rss.stop()
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+
+def steady_rate(run: Running, n: int) -> float | None:
+    """Rows per second once the case was up: from its ready line (query started,
+    consumer running) to its last progress report; start-up is excluded."""
+    if not run.progress:
+        return None
+    start = run.ready_at or 0.0
+    end = run.progress[-1][0]
+    return n / (end - start) if end > start else None
+
+
+# -- throughput ----------------------------------------------------------------------------
+
+def throughput(case: Case, topic: str, n: int, ndjson: Path, value_bytes: float,
+               timeout: float) -> dict[str, object]:
+    shutil.rmtree(case.work, ignore_errors=True)
+    case.work.mkdir(parents=True)
+    run = Running(case, case.command(topic, stream=False, count=n, ndjson=ndjson))
+    rc, seconds, peak = run.wait(timeout)
+    row: dict[str, object] = {"case": case.name, "rc": rc, "seconds": round(seconds, 1),
+                              "peak_rss_mib": round(peak / 2**20)}
+    if rc != 0:
+        row.update(valid=False, error="\n".join(run.tail))
+        return row
+    rows, distinct = read_back(case.table, case.fmt)
+    files = parquet_files(case.table)
+    sizes = [p.stat().st_size for p in files]
+    steady = steady_rate(run, n)
+    row.update(
+        rows=rows, distinct_ids=distinct, valid=rows == distinct == n,
+        events_per_s=round(n / seconds), mb_per_s=round(n * value_bytes / seconds / 1e6, 2),
+        steady_events_per_s=round(steady) if steady else None,
+        steady_mb_per_s=round(steady * value_bytes / 1e6, 2) if steady else None,
+        files=len(files), mean_file_kib=round(statistics.mean(sizes) / 1024, 1) if sizes else 0,
+        progress_reports=len(run.progress),
+        ready_after_s=round(run.ready_at, 1) if run.ready_at is not None else None,
+    )
+    return row
+
+
+# -- latency -------------------------------------------------------------------------------
+
+class VisibleRows:
+    """Polls a table for files a reader can see and when each event became visible."""
+
+    def __init__(self, table: Path, fmt: str) -> None:
+        self.table, self.fmt = table, fmt
+        self.read: set[str] = set()
+        self.latency_ms: dict[int, float] = {}
+        self._log_seen: set[str] = set()
+        self._added: list[Path] = []  # Delta: files added by a commit seen so far
+
+    def _candidates(self) -> list[Path]:
+        if self.fmt != "delta":
+            return parquet_files(self.table) if self.table.exists() else []
+        from urllib.parse import unquote
+
+        out = self._added
+        log = self.table / "_delta_log"
+        for entry in sorted(log.glob("*.json")) if log.exists() else []:
+            if entry.name in self._log_seen:
+                continue
+            self._log_seen.add(entry.name)
+            for line in entry.read_text().splitlines():
+                action = json.loads(line)
+                if "add" in action:
+                    out.append(self.table / unquote(action["add"]["path"]))
+        return out
+
+    def poll(self) -> None:
+        import pyarrow.parquet as pq
+
+        now_ms = time.time() * 1000
+        for path in self._candidates():
+            key = str(path)
+            if key in self.read:
+                continue
+            try:
+                t = pq.read_table(path, columns=["event_id", "ts_ms"])
+            except Exception:  # noqa: BLE001 - still being written: next poll
+                continue
+            self.read.add(key)
+            for eid, ts in zip(t.column("event_id").to_pylist(), t.column("ts_ms").to_pylist(),
+                               strict=True):
+                self.latency_ms.setdefault(eid, now_ms - ts)
+
+
+def paced_produce(broker: KafkaBroker, topic: str, rate: int, seconds: int) -> int:
+    """Produce ``rate`` events/s for ``seconds``, each stamped with its produce time."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 5,
+                         "log_level": 3})
+    total = rate * seconds
+    tick = 0.05
+    per_tick = max(1, int(rate * tick))
+    sent = 0
+    start = time.monotonic()
+    while sent < total:
+        for key, value in events(min(per_tick, total - sent), start_id=sent, now_ms=True):
+            producer.produce(topic, key=key, value=value)
+        sent += min(per_tick, total - sent)
+        producer.poll(0)
+        delay = start + (sent / rate) - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+    producer.flush(30)
+    return sent
+
+
+def latency(case: Case, args: argparse.Namespace) -> dict[str, object]:
+    topic = f"latency-{case.name}"
+    case.broker.create_topic(topic, partitions=args.partitions)
+    shutil.rmtree(case.work, ignore_errors=True)
+    case.work.mkdir(parents=True)
+    run = Running(case, case.command(topic, stream=True, count=0, ndjson=None))
+    if not run.is_ready.wait(180):
+        run.kill()
+        return {"case": case.name, "error": "not ready in 180 s:\n" + "\n".join(run.tail)}
+    time.sleep(3)  # let the first (empty) batches pass
+    visible = VisibleRows(case.table, case.fmt)
+    produced: list[int] = []
+    feeder = threading.Thread(target=lambda: produced.append(
+        paced_produce(case.broker, topic, args.latency_rate, args.latency_seconds)))
+    feeder.start()
+    total = args.latency_rate * args.latency_seconds
+    deadline = time.monotonic() + args.latency_seconds + 90
+    while time.monotonic() < deadline:
+        visible.poll()
+        if not feeder.is_alive() and len(visible.latency_ms) >= total:
+            break
+        time.sleep(0.1)
+    feeder.join()
+    run.stop()
+    lat = sorted(visible.latency_ms.values())
+    seen = len(lat)
+
+    def pct(q: float) -> float | None:
+        return round(lat[min(len(lat) - 1, int(q * len(lat)))]) if lat else None
+
+    return {"case": case.name, "rate": args.latency_rate, "seconds": args.latency_seconds,
+            "produced": produced[0] if produced else 0, "seen": seen,
+            "p50_ms": pct(0.50), "p99_ms": pct(0.99), "max_ms": round(lat[-1]) if lat else None}
+
+
+# -- set-up, report ------------------------------------------------------------------------
+
+def ensure_quix_venv() -> str | None:
+    """Create bench/.venv-quix if needed; return why it cannot be, or None."""
+    if (QUIX_VENV / "bin/python").exists():
+        return None
+    pyenv = Path.home() / ".pyenv/versions"
+    pythons = [str(p / "bin/python") for p in sorted(pyenv.glob("3.1[2-9]*"), reverse=True)] \
+        if pyenv.exists() else []
+    pythons += [shutil.which(f"python3.{m}") or "" for m in (13, 12)]
+
+    def works(python: str) -> bool:
+        return bool(python) and subprocess.run(
+            [python, "-c", "import sys; assert sys.version_info >= (3, 12)"],
+            capture_output=True).returncode == 0
+
+    found = next((p for p in pythons if works(p)), None)
+    if found is None:
+        return "needs Python >= 3.12 (quixportal); none found on PATH or under pyenv"
+    subprocess.run([found, "-m", "venv", str(QUIX_VENV)], check=True)
+    subprocess.run([str(QUIX_VENV / "bin/pip"), "install", "-q", QUIX_REQ], check=True)
+    return None
+
+
+def render(info: dict[str, object]) -> str:
+    rows = {r["case"]: r for r in info["throughput"]}  # type: ignore[index]
+    lat = {r["case"]: r for r in info["latency"]}  # type: ignore[index]
+    base = rows.get("spark-handwritten", {})
+
+    def ratio(a: dict, b: dict, key: str = "events_per_s") -> str:
+        if a.get(key) and b.get(key) and a.get("valid") and b.get("valid"):
+            return f"{a[key] / b[key]:.2f}×"
+        return "—"
+
+    lines = ["| case | valid | rows | seconds | events/s | MB/s | steady events/s | steady MB/s "
+             "| vs hand-written (whole / steady) | peak RSS MiB | files | mean file KiB "
+             "| latency p50 ms | p99 ms |", "|" + "---|" * 14]
+    for name in info["cases"]:  # type: ignore[union-attr]
+        r, lr = rows.get(name, {}), lat.get(name, {})
+        if "events_per_s" not in r:
+            lines.append(f"| {name} | {r.get('valid', False)} | — | {r.get('seconds', '—')} | "
+                         f"not measured: {r.get('note') or (r.get('error') or '')[-200:]!r} "
+                         + "| " * 10)
+            continue
+        lines.append(
+            f"| {name} | {r['valid']} | {r['rows']:,} | {r['seconds']} | {r['events_per_s']:,} "
+            f"| {r['mb_per_s']} | {r['steady_events_per_s'] or '—'} | {r['steady_mb_per_s'] or '—'} "
+            f"| {ratio(r, base)} / {ratio(r, base, 'steady_events_per_s')} "
+            f"| {r['peak_rss_mib']:,} | {r['files']:,} | {r['mean_file_kib']} "
+            f"| {lr.get('p50_ms', '—')} | {lr.get('p99_ms', '—')} |")
+    extra = []
+    for name in ("lakesink-parquet", "lakesink-delta"):
+        r = rows.get(name, {})
+        for other in ("quix", "pyarrow"):
+            if r and rows.get(other):
+                extra.append(f"- {name} vs {other}: {ratio(r, rows[other])} (whole run), "
+                             f"{ratio(r, rows[other], 'steady_events_per_s')} (steady)")
+    for r in info["latency"]:  # type: ignore[union-attr]
+        if "error" in r or r.get("seen") != r.get("produced"):
+            extra.append(f"- latency {r['case']}: {r.get('seen')} of {r.get('produced')} events "
+                         f"seen {r.get('error', '')[-300:]}")
+    return "\n".join(lines) + ("\n\n" + "\n".join(extra) if extra else "") + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--events", type=int, default=5_000_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--max-offsets", type=int, default=500_000,
+                    help="max offsets per trigger for every Spark case")
+    ap.add_argument("--cases", default=",".join(ALL_CASES))
+    ap.add_argument("--latency-rate", type=int, default=2000)
+    ap.add_argument("--latency-seconds", type=int, default=40)
+    ap.add_argument("--no-latency", action="store_true")
+    ap.add_argument("--timeout", type=float, default=7200, help="per case, seconds")
+    args = ap.parse_args()
+    cases = [c for c in args.cases.split(",") if c]
+    unknown = set(cases) - set(ALL_CASES)
+    if unknown:
+        ap.error(f"unknown cases {sorted(unknown)}; known: {ALL_CASES}")
+
+    quix_problem = ensure_quix_venv() if "quix" in cases else None
+    work = Path(tempfile.mkdtemp(prefix="lakesink-bench-"))
+    info: dict[str, object] = {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H%M%SZ"), "machine": machine(),
+        "command": "python bench/run.py " + " ".join(sys.argv[1:]), "args": vars(args),
+        "cases": cases, "throughput": [], "latency": [],
+    }
+    ndjson = work / "values.ndjson"
+    with KafkaBroker() as broker:
+        broker.create_topic("bench", partitions=args.partitions)
+        t0 = time.monotonic()
+        size = 0
+        with ndjson.open("wb") as f:
+            def tee():  # noqa: ANN202
+                nonlocal size
+                for key, value in events(args.events):
+                    f.write(value + b"\n")
+                    size += len(value)
+                    yield key, value
+            produced = produce(broker.bootstrap_servers, "bench", tee())
+        value_bytes = size / produced
+        info.update(produced=produced, mean_value_bytes=round(value_bytes, 1),
+                    produce_seconds=round(time.monotonic() - t0, 1))
+        print(f"produced {produced:,} events ({value_bytes:.0f} B each) in "
+              f"{info['produce_seconds']} s", flush=True)
+        for name in cases:
+            case = Case(name, work / name, broker, args)
+            if name == "quix" and quix_problem:
+                info["throughput"].append({"case": name, "valid": False, "note": quix_problem})
+                continue
+            row = throughput(case, "bench", produced, ndjson, value_bytes, args.timeout)
+            print(json.dumps(row), flush=True)
+            info["throughput"].append(row)
+            shutil.rmtree(case.work, ignore_errors=True)
+        if not args.no_latency:
+            for name in cases:
+                if name not in STREAMING or (name == "quix" and quix_problem):
+                    continue
+                case = Case(name, work / f"lat-{name}", broker, args)
+                row = latency(case, args)
+                print(json.dumps(row), flush=True)
+                info["latency"].append(row)
+                shutil.rmtree(case.work, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)
+    table = render(info)
+    out = BENCH / "results"
+    out.mkdir(exist_ok=True)
+    stamp = info["date"]
+    write_json(out / f"bench-{stamp}.json", info)
+    md = (f"# Benchmark {stamp}\n\n`{info['command']}`\n\nMachine: "
+          f"{json.dumps(info['machine'])}\n\n{produced:,} events of {value_bytes:.0f} B, "
+          f"{args.partitions} topic partitions, max offsets per trigger "
+          f"{args.max_offsets:,} (Spark cases); latency: {args.latency_rate} events/s for "
+          f"{args.latency_seconds} s, 1 s trigger (Quix: 1 s commit interval).\n\n{table}")
+    (out / f"bench-{stamp}.md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
