@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark import StorageLevel
+from pyspark.sql import Observation
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -40,7 +41,7 @@ from lakesink.tables.base import TableWriter
 from lakesink.tables.rejected import RejectedWriter
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 logger = logging.getLogger(__name__)
 
@@ -125,17 +126,23 @@ class BatchProcessor:
             return []
         return [f for f in self.schema.fields if widenable(f)]
 
-    def _count(self, marked: DataFrame) -> dict[str, int]:
-        """One pass: records, rejected, records with unknown fields, widening candidates."""
+    def _aggregates(self, marked: DataFrame) -> list[Column]:
+        """Records, rejected, records with unknown fields, widening candidates."""
         aggs = [F.count(F.lit(1)).alias("records"), F.count(F.col("_fail")).alias("rejected")]
         if "_extra" in marked.columns:
             aggs.append(F.count_if((F.size("_extra") > 0) & F.col("_fail").isNull())
                         .alias("unknown"))
         if self._widenable():
             aggs.append(F.count_if(F.col("_fail") == F.lit(SCHEMA_MISMATCH)).alias("mismatch"))
-        row = marked.agg(*aggs).first()
-        assert row is not None
-        return {k: int(v or 0) for k, v in row.asDict().items()}
+        return aggs
+
+    def _count(self, marked: DataFrame) -> dict[str, int]:
+        """:meth:`_aggregates` in one pass over ``marked`` (which that pass caches)."""
+        aggs = self._aggregates(marked)
+        # observed on a no-op write: one stage, no shuffle for the aggregate
+        observation = Observation(f"lakesink_count_{time.monotonic_ns()}")
+        marked.observe(observation, *aggs).write.format("noop").mode("overwrite").save()
+        return {k: int(v or 0) for k, v in observation.get.items()}
 
     # -- evolution -----------------------------------------------------------------------
 
@@ -232,31 +239,9 @@ class BatchProcessor:
         if self.writer.is_committed(batch_id):
             self._replayed(df, batch_id, started)
             return
-        marked = self._marked(df).persist(StorageLevel.MEMORY_AND_DISK)
+        write = self._write_staged if self.writer.stages_before_commit else self._write_counted
+        result, counts, info, marked = write(df, batch_id)
         try:
-            counts = self._count(marked)
-            for _ in range(MAX_EVOLUTIONS_PER_BATCH):
-                if not (counts.get("unknown") and self.policy.adds_columns) \
-                        and not counts.get("mismatch"):
-                    break
-                if not self._evolve(marked, counts, batch_id):
-                    break
-                marked.unpersist()
-                marked = self._marked(df).persist(StorageLevel.MEMORY_AND_DISK)
-                counts = self._count(marked)
-            info = {"records": counts["records"], "rejected": counts["rejected"],
-                    "written": counts["records"] - counts["rejected"],
-                    "schema_version_fields": len(self.schema.fields)}
-            if counts.get("unknown"):
-                names = self._unknown_names(marked)
-                info["unknown_fields_dropped"] = {"records": counts["unknown"], "names": names}
-                logger.warning("batch %d: %d record(s) had fields outside the schema, dropped: "
-                               "%s", batch_id, counts["unknown"], ", ".join(names))
-            ts = F.col("_ts") if "_ts" in marked.columns else None
-            good = marked.where(F.col("_fail").isNull()).select(
-                *self.partitions.output_columns(F.col("_r"), self.schema, ts)
-            )
-            result = self.writer.write_batch(batch_id, good, commit_info=lambda: info)
             if result.skipped:  # committed meanwhile (cannot happen with one writer)
                 self._replayed(marked, batch_id, started, marked=True)
                 return
@@ -279,6 +264,80 @@ class BatchProcessor:
                     batch_id, time.monotonic() - started, info["written"], counts["rejected"],
                     result.files)
 
+    def _needs_evolution(self, counts: dict[str, int]) -> bool:
+        return bool((counts.get("unknown") and self.policy.adds_columns)
+                    or counts.get("mismatch"))
+
+    def _info(self, counts: dict[str, int], marked: DataFrame, batch_id: int) -> dict[str, Any]:
+        """What is recorded with the commit; reports fields dropped as unknown."""
+        info: dict[str, Any] = {"records": counts["records"], "rejected": counts["rejected"],
+                                "written": counts["records"] - counts["rejected"],
+                                "schema_fields": len(self.schema.fields)}
+        if counts.get("unknown"):
+            names = self._unknown_names(marked)
+            info["unknown_fields_dropped"] = {"records": counts["unknown"], "names": names}
+            logger.warning("batch %d: %d record(s) had fields outside the schema, dropped: %s",
+                           batch_id, counts["unknown"], ", ".join(names))
+        return info
+
+    def _good(self, marked: DataFrame) -> DataFrame:
+        ts = F.col("_ts") if "_ts" in marked.columns else None
+        return marked.where(F.col("_fail").isNull()).select(
+            *self.partitions.output_columns(F.col("_r"), self.schema, ts))
+
+    def _write_counted(self, df: DataFrame, batch_id: int) -> tuple[Any, ...]:
+        """Tables whose write is the commit (Delta): count (and evolve) first, on a
+        cached decode, then write once."""
+        marked = self._marked(df).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            counts = self._count(marked)
+            for _ in range(MAX_EVOLUTIONS_PER_BATCH):
+                if not self._needs_evolution(counts) or not self._evolve(marked, counts,
+                                                                          batch_id):
+                    break
+                marked.unpersist()
+                marked = self._marked(df).persist(StorageLevel.MEMORY_AND_DISK)
+                counts = self._count(marked)
+            info = self._info(counts, marked, batch_id)
+            result = self.writer.write_batch(batch_id, self._good(marked),
+                                             commit_info=lambda: info)
+        except BaseException:
+            marked.unpersist()
+            raise
+        return result, counts, info, marked
+
+    def _write_staged(self, df: DataFrame, batch_id: int) -> tuple[Any, ...]:
+        """Tables that stage before they commit (Parquet): one pass that writes and
+        counts; if the counts call for a schema change, the staged files are dropped
+        (nothing was published), the schema evolves and the batch is written again."""
+        evolve_allowed = True
+        for attempt in range(MAX_EVOLUTIONS_PER_BATCH + 1):
+            marked = self._marked(df)
+            observation = Observation(f"lakesink_batch_{batch_id}_{time.monotonic_ns()}")
+            observed = marked.observe(observation, *self._aggregates(marked))
+            seen: dict[str, Any] = {}
+
+            def commit_info(observation: Observation = observation, marked: DataFrame = marked,
+                            seen: dict[str, Any] = seen, allowed: bool = evolve_allowed,
+                            last: bool = attempt == MAX_EVOLUTIONS_PER_BATCH
+                            ) -> dict[str, Any]:
+                counts = {k: int(v or 0) for k, v in observation.get.items()}
+                seen["counts"] = counts
+                if allowed and not last and self._needs_evolution(counts):
+                    raise _EvolveFirst
+                seen["info"] = self._info(counts, marked, batch_id)
+                return seen["info"]
+
+            try:
+                result = self.writer.write_batch(batch_id, self._good(observed),
+                                                 commit_info=commit_info)
+            except _EvolveFirst:
+                evolve_allowed = self._evolve(marked, seen["counts"], batch_id)
+                continue
+            return result, seen.get("counts") or {"records": 0, "rejected": 0}, \
+                seen.get("info") or {"written": 0}, marked
+        raise AssertionError("unreachable: the last attempt never evolves")
+
     def _replayed(self, df: DataFrame, batch_id: int, started: float, *,
                   marked: bool = False) -> None:
         """A batch the table already holds: only its rejected rows are rewritten."""
@@ -292,6 +351,10 @@ class BatchProcessor:
         self.stats.seconds += time.monotonic() - started
         logger.info("batch %d: skipped (already committed) in %.2fs", batch_id,
                     time.monotonic() - started)
+
+
+class _EvolveFirst(Exception):
+    """Raised from a staged write's commit_info: drop the staged files, evolve, redo."""
 
 
 def _narrowest_integral(magnitude: int) -> T.DataType:

@@ -35,6 +35,8 @@ DEFAULTS: dict[str, str] = {
     # Delta Lake (the jars come from jvm/pom.xml)
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # rebuilding a Delta snapshot's state is a shuffle: 50 partitions by default
+    "spark.databricks.delta.snapshotPartitions": "4",
     # Spark redacts matching keys/values in its UI, event log and plan strings.
     "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|jaas",
 }

@@ -15,7 +15,10 @@ the same batch id, with the same rows, runs again on restart. The contract:
   advance only through Spark's checkpoint after that.
 * **commit_info** is called once the batch's rows have been computed (so Spark
   observations on ``df`` are filled); what it returns is recorded with the commit where
-  the format has a place for it (the Parquet manifest) and returned in ``info``.
+  the format has a place for it (the Parquet manifest) and returned in ``info``. A
+  writer that ``stages_before_commit`` calls it *before* its commit point, and an
+  exception from it aborts the batch with nothing published (the next attempt cleans
+  the staged files); otherwise it is called after the commit.
 * **File size.** With a ``target_file_size``, a partition folder's rows of one batch
   are split into files of at most about that size (Spark's ``maxRecordsPerFile``,
   from the bytes per row the previous batches produced); small batches still make one
@@ -64,6 +67,8 @@ class TableWriter(ABC):
     """Writes micro-batches to one table; see the module docstring for the contract."""
 
     format: str
+    #: whether rows are staged invisibly before the commit point (see commit_info)
+    stages_before_commit: bool = False
 
     def __init__(
         self,

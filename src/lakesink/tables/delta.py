@@ -6,14 +6,18 @@ the recorded one, atomically with the data. The app id is the checkpoint's
 (:mod:`lakesink.tables.identity`), so a new checkpoint, whose batch ids restart at 0,
 is never mistaken for the old one.
 
-Before writing, the recorded version is read from the Delta log: a committed batch is
-reported as skipped without running a Spark job. The table is created by the first
+The recorded version is read from the Delta log once, at the first batch (computing a
+snapshot's transactions reconstructs the table state: seconds, not milliseconds), and
+then tracked in memory: this process is the only writer with this app id (one app id
+per checkpoint, one query per checkpoint). A committed batch is reported as skipped
+without running a Spark job. The table is created by the first
 append, with the configured partition columns; an existing Delta table's partition
 columns are checked at start.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +42,8 @@ class DeltaTableWriter(TableWriter):
         self.checkpoint_interval = checkpoint_interval
         self.merge_schema = merge_schema
         self.type_widening = type_widening
+        self._committed: int | None = None
+        self._committed_known = False
 
     @property
     def exists(self) -> bool:
@@ -61,10 +67,14 @@ class DeltaTableWriter(TableWriter):
         recorded = self._snapshot().transactions().get(self.app_id)
         return int(recorded.get()) if recorded.isDefined() else None
 
+    def _known_committed(self) -> int | None:
+        if not self._committed_known:
+            self._committed = self.committed_version() if self.exists else None
+            self._committed_known = True
+        return self._committed
+
     def is_committed(self, batch_id: int) -> bool:
-        if not self.exists:
-            return False
-        committed = self.committed_version()
+        committed = self._known_committed()
         return committed is not None and committed >= batch_id
 
     def prepare(self) -> None:
@@ -79,8 +89,8 @@ class DeltaTableWriter(TableWriter):
     def write_batch(
         self, batch_id: int, df: DataFrame, *, commit_info: CommitInfo | None = None,
     ) -> BatchResult:
-        exists = self.exists
-        committed = self.committed_version() if exists else None
+        committed = self._known_committed()
+        exists = committed is not None or self.exists
         if committed is not None and committed >= batch_id:
             logger.info("batch %d already committed to Delta (txn %d): skipped", batch_id,
                         committed)
@@ -98,16 +108,27 @@ class DeltaTableWriter(TableWriter):
             if self.type_widening:
                 writer = writer.option("delta.enableTypeWidening", "true")
         writer.save(self.layout.table)
+        self._committed = batch_id
         fault_point("after_delta_commit", batch_id)
         info = commit_info() if commit_info else {}
-        metrics = self._last_commit_metrics()
+        metrics = self._commit_metrics(batch_id)
         files, size = metrics.get("numFiles", 0), metrics.get("numOutputBytes", 0)
         self.measured(int(info.get("written", 0)), size)
         return BatchResult(batch_id, files=files, bytes=size, info=info)
 
-    def _last_commit_metrics(self) -> dict[str, int]:
-        """Operation metrics of the newest commit (files and bytes it added)."""
-        row = self.spark.sql(f"DESCRIBE HISTORY delta.`{self.layout.table}` LIMIT 1").first()
-        if row is None or not row["operationMetrics"]:
-            return {}
-        return {k: int(v) for k, v in row["operationMetrics"].items() if v.isdigit()}
+    def _commit_metrics(self, batch_id: int) -> dict[str, int]:
+        """Operation metrics (files and bytes added) of this batch's commit, read from
+        its log entry (one small file read, not a Spark job)."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+            self.spark._jsparkSession, self.layout.table)
+        version = int(log.unsafeVolatileSnapshot().version())
+        text = self.fs.read_text(join(self.layout.table, "_delta_log", f"{version:020d}.json"))
+        actions = [json.loads(line) for line in (text or "").splitlines() if line]
+        txns = [a["txn"] for a in actions if "txn" in a]
+        if not any(t.get("appId") == self.app_id and t.get("version") == batch_id for t in txns):
+            return {}  # not our commit (cannot happen with one writer): no metrics
+        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        metrics = info.get("operationMetrics") or {}
+        return {k: int(v) for k, v in metrics.items() if str(v).isdigit()}

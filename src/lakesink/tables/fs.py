@@ -73,8 +73,10 @@ class HadoopFS:
             raise OSError(f"could not move {src} to {dst}")
 
     def list_files(self, path: str, *, suffix: str = "") -> list[FileInfo]:
-        """Every file below ``path`` (recursive), skipping hidden and ``_``-prefixed names,
-        sorted by relative path."""
+        """Every file below ``path`` (recursive), skipping hidden and ``_``-prefixed files
+        and folders, sorted by relative path."""
+        if path.startswith("file:"):
+            return _list_local(path, suffix)
         if not self.exists(path):
             return []
         # Hadoop spells paths its own way (file:/x for file:///x): compare qualified ones.
@@ -90,7 +92,10 @@ class HadoopFS:
             full = p.toUri().getPath()
             if not full.startswith(root):
                 raise OSError(f"{full} is not below {root}")
-            out.append(FileInfo(p.toString(), full[len(root):], int(status.getLen())))
+            rel = full[len(root):]
+            if any(part.startswith((".", "_")) for part in rel.split("/")[:-1]):
+                continue
+            out.append(FileInfo(p.toString(), rel, int(status.getLen())))
         return sorted(out, key=lambda f: f.relative)
 
     def read_text(self, path: str) -> str | None:
@@ -131,3 +136,24 @@ class HadoopFS:
 
     def write_json(self, path: str, data: Any) -> None:
         self.write_text(path, json.dumps(data, indent=1, sort_keys=True))
+
+
+def _list_local(uri: str, suffix: str) -> list[FileInfo]:
+    """:meth:`HadoopFS.list_files` for ``file:`` URIs without a JVM round trip per file."""
+    import os
+    from pathlib import Path
+    from urllib.parse import unquote, urlparse
+
+    root = Path(unquote(urlparse(uri).path))
+    if not root.is_dir():
+        return []
+    out: list[FileInfo] = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
+        for name in files:
+            if name.startswith((".", "_")) or not name.endswith(suffix):
+                continue
+            full = Path(folder) / name
+            out.append(FileInfo(f"file:{full}", full.relative_to(root).as_posix(),
+                                full.stat().st_size))
+    return sorted(out, key=lambda f: f.relative)

@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 
 class ParquetTableWriter(TableWriter):
     format = "parquet"
+    stages_before_commit = True
 
     def __init__(self, spark: SparkSession, layout: TableLayout, **kwargs: Any) -> None:
         super().__init__(spark, layout, **kwargs)

@@ -1,0 +1,95 @@
+"""Where a micro-batch's time goes: wall time per phase of lakesink's batch function.
+
+    .venv/bin/python bench/profile_batches.py [--format parquet|delta] [--events 20000]
+        [--batch 2000]
+
+Runs the real pipeline in-process on a local broker with small batches (the latency
+regime: the fixed cost per batch is what matters there) and wraps the phases — the
+committed check, the counting pass, the table write (and its parts), the Delta
+metrics query — with timers. Prints the mean per batch for each phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import LAKESINK_SCHEMA, PARTITION_BY, events  # noqa: E402
+from lakesink.config import load_config  # noqa: E402
+from lakesink.runtime.services import KafkaBroker, produce  # noqa: E402
+
+TIMES: dict[str, list[float]] = collections.defaultdict(list)
+
+
+def timed(obj: object, name: str, label: str | None = None) -> None:
+    fn = getattr(obj, name)
+
+    @functools.wraps(fn)
+    def wrapper(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        t = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            TIMES[label or name].append(time.perf_counter() - t)
+
+    setattr(obj, name, wrapper)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--format", default="parquet")
+    ap.add_argument("--events", type=int, default=20_000)
+    ap.add_argument("--batch", type=int, default=2_000)
+    args = ap.parse_args()
+
+    from lakesink.app import Pipeline
+    from lakesink.pipeline import batch as batch_mod
+    from lakesink.runtime.spark import build_spark_session
+    from lakesink.tables import delta, fs, parquet
+
+    work = Path(tempfile.mkdtemp(prefix="lakesink-prof-"))
+    with KafkaBroker() as broker:
+        broker.create_topic("p", partitions=4)
+        produce(broker.bootstrap_servers, "p", events(args.events))
+        spark = build_spark_session(master="local[*]", log_level="ERROR")
+        cfg = load_config(env={}, flags={
+            "source.kafka.bootstrap_servers": broker.bootstrap_servers,
+            "source.kafka.topics": ["p"], "source.kafka.max_offsets_per_trigger": args.batch,
+            "decode.schema": LAKESINK_SCHEMA, "table.base_path": str(work / "lake"),
+            "table.format": args.format, "table.partition_by": PARTITION_BY,
+            "table.timestamp_column": "ts_ms"})
+        BP = batch_mod.BatchProcessor
+        for name in ("__call__", "_count", "_unknown_names"):
+            timed(BP, name, f"batch.{name}")
+        W = delta.DeltaTableWriter if args.format == "delta" else parquet.ParquetTableWriter
+        for name in ("is_committed", "write_batch"):
+            timed(W, name, f"writer.{name}")
+        if args.format == "delta":
+            for name in ("_commit_metrics", "committed_version", "_snapshot"):
+                timed(W, name, f"delta.{name}")
+        for name in ("exists", "list_files", "write_json", "replace", "delete", "read_json"):
+            timed(fs.HadoopFS, name, f"fs.{name}")
+        pipeline = Pipeline.build(cfg, spark)
+        t = time.perf_counter()
+        stats = pipeline.run(until_caught_up=True)
+        total = time.perf_counter() - t
+        spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    batches = max(1, stats.batches)
+    print(f"{args.format}: {stats.written} rows, {batches} batches, {total:.1f} s total, "
+          f"{total / batches:.2f} s per batch (query start included)")
+    print("| phase | calls | total s | per batch s |\n|---|---|---|---|")
+    for label, values in sorted(TIMES.items(), key=lambda kv: -sum(kv[1])):
+        print(f"| {label} | {len(values)} | {sum(values):.2f} | {sum(values) / batches:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
