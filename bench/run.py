@@ -141,7 +141,7 @@ class Running:
                                      text=True, start_new_session=True, cwd=ROOT)
         self.rss = TreeRSS(self.proc.pid)
         self.progress: list[tuple[float, int]] = []
-        self.tail: collections.deque[str] = collections.deque(maxlen=40)
+        self.tail: collections.deque[str] = collections.deque(maxlen=400)
         self.is_ready = threading.Event()
         self.ready_at: float | None = None
         self._reader = threading.Thread(target=self._drain, daemon=True)
@@ -172,9 +172,11 @@ class Running:
         return rc, seconds, self.rss.stop()
 
     def stop(self, grace: float = 60) -> tuple[int, int]:
-        """SIGTERM (lakesink and quix stop after the in-flight batch), then SIGKILL."""
+        """SIGTERM to the case's main process (lakesink and quix stop after the
+        in-flight batch; a signal to the whole group would kill Spark's JVM first),
+        then SIGKILL to the group."""
         try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            os.kill(self.proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
         try:
@@ -324,7 +326,7 @@ def latency(case: Case, args: argparse.Namespace) -> dict[str, object]:
             break
         time.sleep(0.1)
     feeder.join()
-    run.stop()
+    rc, _ = run.stop()
     lat = sorted(visible.latency_ms.values())
     seen = len(lat)
 
@@ -333,7 +335,8 @@ def latency(case: Case, args: argparse.Namespace) -> dict[str, object]:
 
     return {"case": case.name, "rate": args.latency_rate, "seconds": args.latency_seconds,
             "produced": produced[0] if produced else 0, "seen": seen,
-            "p50_ms": pct(0.50), "p99_ms": pct(0.99), "max_ms": round(lat[-1]) if lat else None}
+            "p50_ms": pct(0.50), "p99_ms": pct(0.99), "max_ms": round(lat[-1]) if lat else None,
+            "rc": rc, **({"log_tail": "\n".join(run.tail)} if seen < total or rc else {})}
 
 
 # -- set-up, report ------------------------------------------------------------------------

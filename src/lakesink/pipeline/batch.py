@@ -136,6 +136,19 @@ class BatchProcessor:
             aggs.append(F.count_if(F.col("_fail") == F.lit(SCHEMA_MISMATCH)).alias("mismatch"))
         return aggs
 
+    def _observed(self, observation: Observation, marked: DataFrame) -> dict[str, int]:
+        """The counts an observation collected during a write; when Spark reports none
+        (seen with tiny streaming batches), they are computed with one more pass."""
+        try:
+            values = observation.get
+        except Exception as exc:  # noqa: BLE001 - py4j surfaces Spark's assertion
+            logger.debug("observation unavailable (%s): counting again", type(exc).__name__)
+            values = {}
+        if "records" not in values:
+            row = marked.agg(*self._aggregates(marked)).first()
+            values = row.asDict() if row is not None else {}
+        return {k: int(v or 0) for k, v in values.items()}
+
     def _count(self, marked: DataFrame) -> dict[str, int]:
         """:meth:`_aggregates` in one pass over ``marked`` (which that pass caches)."""
         aggs = self._aggregates(marked)
@@ -321,7 +334,7 @@ class BatchProcessor:
                             seen: dict[str, Any] = seen, allowed: bool = evolve_allowed,
                             last: bool = attempt == MAX_EVOLUTIONS_PER_BATCH
                             ) -> dict[str, Any]:
-                counts = {k: int(v or 0) for k, v in observation.get.items()}
+                counts = self._observed(observation, marked)
                 seen["counts"] = counts
                 if allowed and not last and self._needs_evolution(counts):
                     raise _EvolveFirst
