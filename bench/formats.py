@@ -13,15 +13,17 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 import shutil
+import sys
 import statistics
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import machine  # noqa: E402
 from lakesink.config import load_config
 from lakesink.demo import DEMO_SCHEMA, TOPIC, sensor_events
 from lakesink.runtime.services import KafkaBroker, produce
@@ -30,17 +32,6 @@ CASES = [
     ("parquet", 1), ("delta", 1),   # default: one new file per partition folder per batch
     ("parquet", 0), ("delta", 0),   # no shuffle: one file per Spark task per folder
 ]
-
-
-def machine() -> dict[str, object]:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text()
-                .splitlines() if line.startswith("model name")), platform.processor())
-    mem_kb = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
-                      if line.startswith("MemTotal")))
-    import pyspark
-
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem_kb / 2**20, 1),
-            "python": platform.python_version(), "pyspark": pyspark.__version__}
 
 
 def read_back(table: Path, fmt: str) -> tuple[int, int]:

@@ -36,12 +36,13 @@ if [ -z "$PY" ]; then
   PY="$(command -v python3.11)"
 fi
 stamp_py=".venv/.lakesink-installed"
-want_py="$(sha256sum pyproject.toml | cut -c1-16)"
+extras="test,bench"
+want_py="$( (cat pyproject.toml; echo "$extras") | sha256sum | cut -c1-16)"
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp_py" 2>/dev/null)" != "$want_py" ]; then
-  say "creating .venv with $PY and installing lakesink[test] (pyspark builds once, ~2 min)"
+  say "creating .venv with $PY and installing lakesink[$extras] (pyspark builds once, ~2 min)"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
   .venv/bin/pip install -q --upgrade pip wheel setuptools
-  .venv/bin/pip install -q -e ".[test]"
+  .venv/bin/pip install -q -e ".[$extras]"
   echo "$want_py" > "$stamp_py"
 fi
 
