@@ -53,11 +53,10 @@ WIDEST: dict[type[T.DataType], T.DataType] = {
 
 def can_widen(current: T.DataType, wider: T.DataType) -> bool:
     """True when ``current`` may become ``wider`` (a strictly wider type of its family)."""
+    a, b = type(current), type(wider)
     for family in _FAMILIES:
-        names = [t.__name__ for t in family]
-        a, b = type(current).__name__, type(wider).__name__
-        if a in names and b in names:
-            return names.index(b) > names.index(a)
+        if a in family and b in family:
+            return family.index(b) > family.index(a)
     return False
 
 
@@ -81,7 +80,8 @@ class EvolutionPolicy:
 
     @property
     def watches_unknown(self) -> bool:
-        """Whether unknown top-level fields must be found in each batch."""
+        """Whether records that keep unknown fields are counted (and the schema may
+        grow from them); under ``reject`` such records never pass."""
         return self.mode == "add_columns" or self.unknown_fields == "drop"
 
 

@@ -103,18 +103,15 @@ class BatchProcessor:
 
     def _marked(self, df: DataFrame) -> DataFrame:
         """Raw columns, the parsed record ``_r``, its UTC timestamp ``_ts`` (when a
-        timestamp column is configured), the unknown keys ``_extra`` (when the policy
-        watches them) and the rejection marker ``_fail``."""
+        timestamp column is configured), the unknown keys ``_extra`` (every policy
+        needs them: to add, report or reject) and the rejection marker ``_fail``."""
         base = df.select(
             "key", "value", "topic", "partition", "offset",
             F.col("timestamp").alias("kafka_timestamp"),
             self.decoder.parse(F.col("value")).alias("_r"),
         )
-        extra = None
-        if self.policy.watches_unknown or self.policy.rejects_unknown:
-            base = base.withColumn("_extra", self.decoder.unknown_keys(F.col("value")))
-            extra = F.col("_extra")
-        fail = self.decoder.failure(F.col("value"), F.col("_r"), extra)
+        base = base.withColumn("_extra", self.decoder.unknown_keys(F.col("value")))
+        fail = self.decoder.failure(F.col("value"), F.col("_r"), F.col("_extra"))
         if self.partitions.timestamp_column is not None:
             ts, invalid = self.partitions.timestamp(F.col("_r"), F.col("kafka_timestamp"))
             base = base.withColumn("_ts", ts)
@@ -129,7 +126,7 @@ class BatchProcessor:
     def _aggregates(self, marked: DataFrame) -> list[Column]:
         """Records, rejected, records with unknown fields, widening candidates."""
         aggs = [F.count(F.lit(1)).alias("records"), F.count(F.col("_fail")).alias("rejected")]
-        if "_extra" in marked.columns:
+        if self.policy.watches_unknown:
             aggs.append(F.count_if((F.size("_extra") > 0) & F.col("_fail").isNull())
                         .alias("unknown"))
         if self._widenable():
