@@ -67,7 +67,7 @@ def main() -> None:
             "table.format": args.format, "table.partition_by": PARTITION_BY,
             "table.timestamp_column": "ts_ms"})
         BP = batch_mod.BatchProcessor
-        for name in ("__call__", "_count", "_unknown_names"):
+        for name in ("__call__", "_count", "_unknown_names", "_observed", "_marked"):
             timed(BP, name, f"batch.{name}")
         W = delta.DeltaTableWriter if args.format == "delta" else parquet.ParquetTableWriter
         for name in ("is_committed", "write_batch"):

@@ -224,3 +224,42 @@ def test_target_file_size_splits_a_partition_folder(spark, kafka_broker, topic, 
     counts = sorted(pq.ParquetFile(p).metadata.num_rows for p in files)
     assert len(files) >= 4 and max(counts) <= 1024 * 1024 // 200 and sum(counts) == n
     assert sorted(read_ids(lake / "events", fmt)) == list(range(n))
+
+
+def test_unknown_key_guard_matches_the_exact_parse(spark) -> None:
+    """The colon-count guard that skips the second JSON parse never hides a key."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from lakesink.decode.json import JsonDecoder
+
+    decoder = JsonDecoder(T.StructType([T.StructField("location", T.StringType()),
+                                        T.StructField("n", T.LongType())]))
+    values = [
+        '{"location":"a","n":1}',             # known fields only: guard skips the parse
+        '{"location" : "a" , "n" :1 }',       # whitespace around colons
+        '{"Location":"a","n":1}',             # case variant: stays unknown
+        '{"location":"a","n":1,"x":2}',       # one extra key
+        '{"location":null,"n":1,"x":2}',      # null known field plus an extra key
+        '{"n":1,"x":2}',                      # a known field absent, an extra present
+        '{"location":"a:b","n":1,"x":2}',     # colon inside a string
+        '{"location":"a","n":"z","x":2}',     # type mismatch plus an extra key
+        '{"x":{"y":1}}',                      # nested object under an unknown key
+        '{"location":"a","location":"b"}',    # duplicate key
+        '{"location":"a","n":1,"x:y":{}}',    # a key containing a colon
+        "not json", "[1,2]", "", "{}",
+    ]
+    df = spark.createDataFrame([(v.encode(),) for v in values] + [(None,)], "value binary")
+    parsed = df.select("value", decoder.parse(F.col("value")).alias("_r"))
+    rows = parsed.select(
+        F.col("value").cast("string").alias("text"),
+        decoder.unknown_keys(F.col("value"), F.col("_r")).alias("guarded"),
+        decoder.unknown_keys(F.col("value")).alias("exact"),
+    ).collect()
+    assert len(rows) == len(values) + 1
+    for row in rows:
+        assert row["guarded"] == row["exact"], row["text"]
+    by_text = {r["text"]: r["guarded"] for r in rows}
+    assert by_text['{"location":"a","n":1}'] == []
+    assert by_text['{"n":1,"x":2}'] == ["x"]
+    assert by_text['{"location":"a","n":1,"x:y":{}}'] == ["x:y"]

@@ -291,7 +291,7 @@ class TriggerConfig(_Section):
 class SparkConfig(_Section):
     master: str | None = "local[*]"
     app_name: str = "lakesink"
-    driver_memory: str | None = "2g"
+    driver_memory: str | None = "1g"
     log_level: Literal["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"] = "WARN"
     conf: dict[str, str] = Field(default_factory=dict)
 

@@ -110,7 +110,7 @@ class BatchProcessor:
             F.col("timestamp").alias("kafka_timestamp"),
             self.decoder.parse(F.col("value")).alias("_r"),
         )
-        base = base.withColumn("_extra", self.decoder.unknown_keys(F.col("value")))
+        base = base.withColumn("_extra", self.decoder.unknown_keys(F.col("value"), F.col("_r")))
         fail = self.decoder.failure(F.col("value"), F.col("_r"), F.col("_extra"))
         if self.partitions.timestamp_column is not None:
             ts, invalid = self.partitions.timestamp(F.col("_r"), F.col("kafka_timestamp"))
@@ -298,7 +298,7 @@ class BatchProcessor:
     def _write_counted(self, df: DataFrame, batch_id: int) -> tuple[Any, ...]:
         """Tables whose write is the commit (Delta): count (and evolve) first, on a
         cached decode, then write once."""
-        marked = self._marked(df).persist(StorageLevel.MEMORY_AND_DISK)
+        marked = self._marked(df).persist(StorageLevel.MEMORY_AND_DISK_DESER)
         try:
             counts = self._count(marked)
             for _ in range(MAX_EVOLUTIONS_PER_BATCH):
@@ -306,7 +306,7 @@ class BatchProcessor:
                                                                           batch_id):
                     break
                 marked.unpersist()
-                marked = self._marked(df).persist(StorageLevel.MEMORY_AND_DISK)
+                marked = self._marked(df).persist(StorageLevel.MEMORY_AND_DISK_DESER)
                 counts = self._count(marked)
             info = self._info(counts, marked, batch_id)
             result = self.writer.write_batch(batch_id, self._good(marked),

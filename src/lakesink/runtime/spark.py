@@ -47,7 +47,7 @@ def build_spark_session(
     master: str | None = "local[*]",
     app_name: str = "lakesink",
     conf: Mapping[str, str] | None = None,
-    driver_memory: str | None = "2g",
+    driver_memory: str | None = "1g",
     log_level: str = "WARN",
     extra_jars: list[str] | None = None,
 ) -> SparkSession:
