@@ -17,9 +17,10 @@ from pyspark.sql import types as T
 
 from lakesink.config.models import LakesinkConfig
 from lakesink.decode.evolution import EvolutionPolicy, reconcile_declared, schema_record
-from lakesink.decode.json import JsonDecoder, infer_schema
+from lakesink.decode import Decoder, fixed_decoder, json_decoder
+from lakesink.decode.json import infer_schema
 from lakesink.decode.schema import declared_schema
-from lakesink.errors import SourceError
+from lakesink.errors import ConfigError, SourceError
 from lakesink.pipeline.batch import BatchProcessor, RunStats, SchemaStore
 from lakesink.pipeline.columns import PartitionSpec
 from lakesink.runtime.shutdown import StopRequest, await_query
@@ -40,21 +41,36 @@ logger = logging.getLogger(__name__)
 
 
 def evolution_policy(cfg: LakesinkConfig) -> EvolutionPolicy:
+    if not cfg.decode.evolves:  # the format fixes the columns
+        return EvolutionPolicy(mode="strict", unknown_fields="drop", type_widening=False)
     return EvolutionPolicy(mode=cfg.table.schema_evolution,
                            unknown_fields=cfg.table.unknown_fields,
                            type_widening=cfg.table.widening)
 
 
 def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,
-                   layout: TableLayout) -> T.StructType:
+                   layout: TableLayout, fixed: Decoder | None = None) -> T.StructType:
     """The schema to start with, stored in ``schema.json`` with its history.
 
+    A format with its own columns (``fixed``): its schema, which must equal a stored
+    one (the format or its schema file changed under an existing table otherwise).
     Declared: reconciled with the stored one (widened or added columns are kept, an
     incompatible type is refused). Else the stored schema. Else inferred from a topic
     sample and stored.
     """
     stored = fs.read_json(layout.schema_file)
     stored_schema = T.StructType.fromJson(stored["schema"]) if stored else None
+    if fixed is not None:
+        if stored_schema is not None and stored_schema != fixed.schema:
+            raise ConfigError(
+                "decode.format",
+                f"the {cfg.decode.format} format gives columns {fixed.schema.simpleString()}, "
+                f"but the table has {stored_schema.simpleString()} ({layout.schema_file})")
+        if stored_schema is None:
+            fs.write_json(layout.schema_file, schema_record(
+                fixed.schema, source=f"format {cfg.decode.format}", declared=None,
+                previous=None, changes=[f"format {cfg.decode.format}"]))
+        return fixed.schema
     if cfg.decode.schema_ is not None:
         declared = declared_schema(cfg.decode.schema_)
         schema, changes = reconcile_declared(declared, stored_schema, evolution_policy(cfg))
@@ -112,17 +128,19 @@ class Pipeline:
         fs = HadoopFS(spark, layout.base)
         kafka.check_reachable(cfg.source.kafka)
         check_layout(fs, layout, table.format, table.partition_by)
-        schema = resolve_schema(spark, cfg, fs, layout)
+        fixed = fixed_decoder(spark, cfg.decode)
+        schema = resolve_schema(spark, cfg, fs, layout, fixed)
         policy = evolution_policy(cfg)
 
-        def rebuild(current: T.StructType) -> tuple[JsonDecoder, PartitionSpec]:
+        def rebuild(current: T.StructType) -> tuple[Decoder, PartitionSpec]:
             spec = PartitionSpec.build(
                 columns=table.partition_by, schema=current,
                 timestamp_column=table.timestamp_column,
                 timestamp_fallback=table.timestamp_fallback,
                 null_value=table.null_partition_value,
             )
-            return JsonDecoder(current, reject_unknown=policy.rejects_unknown), spec
+            decoder = fixed or json_decoder(current, reject_unknown=policy.rejects_unknown)
+            return decoder, spec
 
         rebuild(schema)  # partition and timestamp columns resolve before data moves
         checkpoint = to_uri(cfg.checkpoint) if cfg.checkpoint else layout.default_checkpoint
@@ -180,14 +198,20 @@ def preflight(cfg: LakesinkConfig) -> list[str]:
     Raises ConfigError (or LayoutError) on the first failure; returns what was checked.
     """
     done = []
-    if cfg.decode.schema_ is not None:
-        schema = declared_schema(cfg.decode.schema_)
+    fixed = fixed_decoder(None, cfg.decode)  # reads an Avro schema file; no JVM
+    if fixed is not None or cfg.decode.schema_ is not None:
+        schema = fixed.schema if fixed is not None else declared_schema(cfg.decode.schema_)
         PartitionSpec.build(columns=cfg.table.partition_by, schema=schema,
                             timestamp_column=cfg.table.timestamp_column,
                             timestamp_fallback=cfg.table.timestamp_fallback,
                             null_value=cfg.table.null_partition_value)
-        done.append(f"schema: {len(schema.fields)} declared field(s); partition columns "
+        what = (f"format {cfg.decode.format}" if fixed is not None
+                else f"{len(schema.fields)} declared field(s)")
+        done.append(f"schema: {what}; partition columns "
                     f"{cfg.table.partition_by or '(none)'} resolve")
+    elif cfg.decode.format == "avro":
+        done.append(f"schema: Avro record from {cfg.decode.avro.schema_file} (columns and "
+                    "partitions are checked at start, with Spark)")
     else:
         done.append("schema: none declared; it will be inferred from the topic at first start")
     layout = TableLayout.of(cfg.table.base_path, cfg.table_name)

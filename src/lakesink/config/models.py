@@ -161,8 +161,26 @@ class FieldSpec(_Section):
     nullable: bool = True
 
 
+class AvroConfig(_Section):
+    """``decode.format: avro``: the writer schema and how values are framed."""
+
+    schema_file: str | None = Field(default=None, description="Avro schema (.avsc, JSON)")
+    wire: Literal["plain", "confluent"] = Field(
+        default="plain",
+        description="'confluent': a magic byte 0 and a 4-byte schema id precede the datum",
+    )
+
+
+DECODE_FORMATS = ("json", "avro", "string", "int64", "bytes")
+
+
 class DecodeConfig(_Section):
-    format: Literal["json"] = "json"
+    format: Literal["json", "avro", "string", "int64", "bytes"] = Field(
+        default="json",
+        description="json; avro (schema from decode.avro); "
+        "string -> data, int64 (8 bytes big-endian) -> value, bytes -> data (base64) + size",
+    )
+    avro: AvroConfig = Field(default_factory=AvroConfig)
     schema_: list[FieldSpec] | str | None = Field(
         default=None,
         alias="schema",
@@ -172,6 +190,20 @@ class DecodeConfig(_Section):
     infer_wait_s: float = Field(default=60.0, ge=0)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True)
+
+    @model_validator(mode="after")
+    def _format_settings(self) -> DecodeConfig:
+        if self.format != "json" and self.schema_ is not None:
+            raise ValueError(f"decode.schema: only for format json; the {self.format} "
+                             "format defines the columns itself")
+        if self.format == "avro" and not self.avro.schema_file:
+            raise ValueError("decode.avro.schema_file: required for format avro")
+        return self
+
+    @property
+    def evolves(self) -> bool:
+        """Whether records can carry fields the schema lacks (JSON only)."""
+        return self.format == "json"
 
 
 class TableConfig(_Section):

@@ -1,1 +1,44 @@
-"""Decoders: raw record bytes -> typed columns, plus a reject reason per record."""
+"""Payload decoding: one :class:`~lakesink.decode.base.Decoder` per ``decode.format``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lakesink.decode.base import Decoder
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql import types as T
+
+    from lakesink.config.models import DecodeConfig
+
+
+def fixed_decoder(spark: SparkSession | None, cfg: DecodeConfig) -> Decoder | None:
+    """The decoder of a format that defines its own columns (None for JSON, whose
+    schema is declared, stored or inferred). Avro needs ``spark`` for its type mapping."""
+    from lakesink.decode import raw
+
+    if cfg.format == "string":
+        return raw.StringDecoder()
+    if cfg.format == "int64":
+        return raw.Int64Decoder()
+    if cfg.format == "bytes":
+        return raw.BytesDecoder()
+    if cfg.format == "avro":
+        from lakesink.decode.avro import AvroDecoder, read_schema_file
+
+        assert cfg.avro.schema_file is not None  # checked by the config model
+        text = read_schema_file(cfg.avro.schema_file)
+        if spark is None:
+            return None
+        return AvroDecoder(spark, text, wire=cfg.avro.wire)
+    return None
+
+
+def json_decoder(schema: T.StructType, *, reject_unknown: bool) -> Decoder:
+    from lakesink.decode.json import JsonDecoder
+
+    return JsonDecoder(schema, reject_unknown=reject_unknown)
+
+
+__all__ = ["Decoder", "fixed_decoder", "json_decoder"]

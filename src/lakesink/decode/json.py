@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from lakesink.decode.base import NULL_VALUE, Decoder
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
 
@@ -27,8 +29,7 @@ logger = logging.getLogger(__name__)
 
 CORRUPT = "_lakesink_corrupt"
 
-# Reason codes written to the rejected area.
-NULL_VALUE = "null_value"
+# Reason codes written to the rejected area (and NULL_VALUE, common to every format).
 MALFORMED_JSON = "malformed_json"
 NOT_AN_OBJECT = "not_an_object"
 SCHEMA_MISMATCH = "schema_mismatch"
@@ -36,13 +37,17 @@ MISSING_REQUIRED = "missing_required"
 UNKNOWN_FIELD = "unknown_field"
 
 
-class JsonDecoder:
+class JsonDecoder(Decoder):
     """Decode a binary/string ``value`` column against ``schema``."""
+
+    evolves = True
+    reasons = (NULL_VALUE, "malformed_json", "not_an_object", "schema_mismatch",
+               "missing_required", "unknown_field")
 
     def __init__(self, schema: T.StructType, *, reject_unknown: bool = False) -> None:
         if CORRUPT in schema.fieldNames():
             raise ValueError(f"{CORRUPT} is reserved")
-        self.schema = schema
+        super().__init__(schema)
         self.reject_unknown = reject_unknown
         self.required = [f.name for f in schema.fields if not f.nullable]
         self.floats = [f.name for f in schema.fields if isinstance(f.dataType, T.FloatType)]
@@ -50,10 +55,6 @@ class JsonDecoder:
             [T.StructField(f.name, f.dataType, True) for f in schema.fields]
             + [T.StructField(CORRUPT, T.StringType(), True)]
         )
-
-    @property
-    def fields(self) -> list[str]:
-        return self.schema.fieldNames()
 
     def parse(self, value: Column) -> Column:
         """A struct of the declared fields (plus the corrupt-record marker)."""

@@ -34,7 +34,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakesink.decode.evolution import WIDEST, EvolutionPolicy, evolve, widenable
-from lakesink.decode.json import SCHEMA_MISMATCH, JsonDecoder, _path, infer_schema
+from lakesink.decode.base import Decoder
+from lakesink.decode.json import SCHEMA_MISMATCH, _path, infer_schema
 from lakesink.faults import fault_point
 from lakesink.pipeline.columns import PartitionSpec
 from lakesink.tables.base import TableWriter
@@ -55,7 +56,7 @@ UNKNOWN_NAMES_REPORTED = 20
 # (schema, changes, batch id) -> None: store an evolved schema durably
 SchemaStore = Callable[[T.StructType, list[str], int], None]
 # schema -> (decoder, partitions) for that schema
-Rebuild = Callable[[T.StructType], tuple[JsonDecoder, PartitionSpec]]
+Rebuild = Callable[[T.StructType], tuple[Decoder, PartitionSpec]]
 
 
 @dataclass

@@ -1,0 +1,135 @@
+"""Avro payloads with Spark's ``from_avro`` (spark-avro), against a schema file.
+
+The writer schema comes from ``decode.avro.schema_file``; its top level must be a
+record, whose fields become the table's columns (Spark's Avro type mapping). With
+``wire: confluent`` every value starts with the Confluent framing — magic byte ``0``
+and a 4-byte schema id — which is checked and stripped (the id itself is not looked up:
+the schema file is the schema). Rejections:
+
+* ``null_value``: a tombstone;
+* ``bad_magic_byte``: ``wire: confluent`` and the value is shorter than 5 bytes or
+  does not start with ``0``;
+* ``malformed_avro``: the datum cannot be read with the schema. ``from_avro`` in
+  PERMISSIVE mode returns a row of NULLs for it, so a NULL in a field the schema does
+  not allow to be null marks the failure; when every field is nullable, an all-NULL row
+  counts as read only if it encodes back (``to_avro``) to the same bytes.
+
+Avro carries no field names or checksums, so some wrong inputs still decode (for
+example random bytes against a schema of one ``long``); that is Avro's nature, the same
+in every Avro reader.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import operator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from lakesink.decode.base import NULL_VALUE, Decoder
+from lakesink.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, SparkSession
+
+BAD_MAGIC_BYTE = "bad_magic_byte"
+MALFORMED_AVRO = "malformed_avro"
+CONFLUENT_HEADER = 5  # magic byte + 4-byte schema id
+
+
+def read_schema_file(path: str) -> str:
+    """The schema text, checked to be JSON whose top level is a record."""
+    try:
+        text = Path(path).read_text()
+        parsed = json.loads(text)
+    except OSError as exc:
+        raise ConfigError("decode.avro.schema_file", f"cannot read {path}: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError("decode.avro.schema_file", f"{path} is not JSON: {exc}") from None
+    if not isinstance(parsed, dict) or parsed.get("type") != "record":
+        raise ConfigError("decode.avro.schema_file",
+                          f"{path}: the top-level type must be a record (its fields become "
+                          "the columns)")
+    return text
+
+
+def _nullable(avro_type: Any) -> bool:
+    if isinstance(avro_type, list):
+        return any(_nullable(t) for t in avro_type)
+    if isinstance(avro_type, dict):
+        return avro_type.get("type") == "null"
+    return avro_type == "null"
+
+
+class AvroDecoder(Decoder):
+    reasons = (NULL_VALUE, BAD_MAGIC_BYTE, MALFORMED_AVRO)
+
+    def __init__(self, spark: SparkSession, schema_json: str, *, wire: str = "plain") -> None:
+        self.schema_json = schema_json
+        fields = json.loads(schema_json).get("fields", [])
+        self.required = [f["name"] for f in fields if not _nullable(f.get("type"))]
+        self.confluent = wire == "confluent"
+        # Spark's type mapping of the Avro schema, read off an empty projection
+        probe = spark.range(0).select(self._from_avro(F.lit(None).cast("binary")).alias("r"))
+        struct = probe.schema["r"].dataType
+        assert isinstance(struct, T.StructType)
+        super().__init__(T.StructType([T.StructField(f.name, f.dataType, True)
+                                       for f in struct.fields]))
+
+    def _from_avro(self, payload: Column) -> Column:
+        from pyspark.sql.avro.functions import from_avro
+
+        return from_avro(payload, self.schema_json, {"mode": "PERMISSIVE"})
+
+    def _framed(self, value: Column) -> Column:
+        """True when the Confluent header is present (always True for plain values)."""
+        if not self.confluent:
+            return F.lit(True)
+        return (F.length(value) >= CONFLUENT_HEADER) & (
+            F.substring(value, 1, 1) == F.unhex(F.lit("00")))
+
+    def _payload(self, value: Column) -> Column:
+        if not self.confluent:
+            return value
+        return F.substring(value, CONFLUENT_HEADER + 1, 2**31 - 1)
+
+    def parse(self, value: Column) -> Column:
+        if not self.confluent:
+            return self._from_avro(value)
+        return F.when(self._framed(value), self._from_avro(self._payload(value)))
+
+    def _unreadable(self, value: Column, parsed: Column) -> Column:
+        """True when from_avro gave its failure row (see the module docstring)."""
+        from pyspark.sql.avro.functions import to_avro
+
+        if self.required:
+            return functools.reduce(operator.or_, [parsed[n].isNull() for n in self.required])
+        if not self.fields:
+            return parsed.isNull()
+        all_null = functools.reduce(operator.and_, [parsed[n].isNull() for n in self.fields])
+        # evaluated only for all-NULL rows: does the NULL row encode to these bytes?
+        return parsed.isNull() | F.when(
+            all_null, to_avro(parsed, self.schema_json) != self._payload(value)
+        ).otherwise(F.lit(False))
+
+    def failure(self, value: Column, parsed: Column, unknown: Column | None = None) -> Column:
+        return (F.when(value.isNull(), F.lit(NULL_VALUE))
+                .when(~self._framed(value), F.lit(BAD_MAGIC_BYTE))
+                .when(self._unreadable(value, parsed), F.lit(MALFORMED_AVRO)))
+
+    def explain(self, value: Column, parsed: Column) -> tuple[Column, Column]:
+        size = F.length(value).cast("string")
+        detail = (
+            F.when(value.isNull(), F.lit("the record has no value (tombstone)"))
+            .when(~self._framed(value), F.concat(
+                F.lit("expected the Confluent framing (magic byte 0 + 4-byte schema id), got "),
+                F.coalesce(F.hex(F.substring(value, 1, CONFLUENT_HEADER)), F.lit("")),
+                F.lit(" ("), size, F.lit(" bytes)")))
+            .otherwise(F.concat(F.lit("the value cannot be read with the Avro schema ("),
+                                size, F.lit(" bytes)")))
+        )
+        return self.failure(value, parsed), detail

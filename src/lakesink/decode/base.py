@@ -1,0 +1,59 @@
+"""The decoder interface: binary record values -> the table's typed fields.
+
+Contract for every decoder:
+
+* **Spark expressions only.** ``parse``, ``failure`` and ``explain`` build Columns; no
+  per-row Python, so a batch decodes inside the JVM in one pass.
+* **Never drop, never raise per record.** A value the decoder cannot turn into a row
+  gets a non-null ``failure`` marker; the batch sends it to the rejected area with the
+  ``explain`` reason and detail, and its raw bytes. Everything else becomes a row.
+* **Deterministic.** The same bytes give the same row or the same rejection, so a
+  replayed batch writes exactly what the first attempt wrote (exactly-once depends on it).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
+
+from pyspark.sql import functions as F
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+    from pyspark.sql import types as T
+
+#: the record has no value (a tombstone); every format rejects it
+NULL_VALUE = "null_value"
+
+
+class Decoder(ABC):
+    """One payload format. ``schema`` is the struct that :meth:`parse` yields."""
+
+    #: reason codes this decoder may write (documented in docs/operations.md)
+    reasons: tuple[str, ...] = (NULL_VALUE,)
+    #: whether records can carry fields outside ``schema`` (schema evolution applies)
+    evolves: bool = False
+
+    def __init__(self, schema: T.StructType) -> None:
+        self.schema = schema
+
+    @property
+    def fields(self) -> list[str]:
+        return self.schema.fieldNames()
+
+    @abstractmethod
+    def parse(self, value: Column) -> Column:
+        """A struct with (at least) the fields of ``schema``; fields of a rejected
+        record may hold anything."""
+
+    @abstractmethod
+    def failure(self, value: Column, parsed: Column, unknown: Column | None = None) -> Column:
+        """NULL for a good record, else a non-null marker (cheap: runs on every row)."""
+
+    @abstractmethod
+    def explain(self, value: Column, parsed: Column) -> tuple[Column, Column]:
+        """(reason code, human detail) of a rejected record (runs on rejected rows only)."""
+
+    def unknown_keys(self, value: Column, parsed: Column | None = None) -> Column:
+        """Top-level fields outside the schema; formats with a fixed schema have none."""
+        return F.array().cast("array<string>")
