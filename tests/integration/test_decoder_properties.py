@@ -1,0 +1,154 @@
+"""Property tests (hypothesis): random bytes and random JSON into every decoder.
+
+Every input ends as exactly one table row or exactly one rejected record (with its raw
+bytes and a reason the decoder documents); no input is lost, none counted twice, and no
+input makes the batch fail. Runs the batch function's own decode on the session's Spark
+(no broker: the property is about decoding; the broker path is in test_formats.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import io
+import json
+import struct
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lakesink.decode.evolution import EvolutionPolicy
+from lakesink.pipeline.batch import INVALID_TIMESTAMP, BatchProcessor
+from lakesink.pipeline.columns import PartitionSpec
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+JSON_SCHEMA = "id bigint, name string, ts_ms bigint, ratio float"
+AVRO_REQUIRED = {"type": "record", "name": "R", "fields": [
+    {"name": "id", "type": "long"}, {"name": "name", "type": "string"},
+    {"name": "ratio", "type": ["null", "float"], "default": None}]}
+AVRO_NULLABLE = {"type": "record", "name": "N", "fields": [
+    {"name": "a", "type": ["null", "long"], "default": None},
+    {"name": "b", "type": ["null", "string"], "default": None}]}
+
+scalars = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+           | st.text(max_size=12))
+json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
+                           | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                           max_leaves=6)
+field_values = st.one_of(scalars, json_values, st.integers(min_value=-2**70, max_value=2**70))
+json_records = st.fixed_dictionaries(
+    {}, optional={"id": field_values, "name": field_values, "ts_ms": field_values,
+                  "ratio": field_values, "extra": json_values})
+
+
+def _avro(schema: dict[str, Any], record: dict[str, Any]) -> bytes:
+    import fastavro
+
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+    return out.getvalue()
+
+
+avro_required = st.builds(
+    lambda i, n, r: _avro(AVRO_REQUIRED, {"id": i, "name": n, "ratio": r}),
+    st.integers(min_value=-2**63, max_value=2**63 - 1), st.text(max_size=8),
+    st.none() | st.floats(width=32, allow_nan=False))
+avro_nullable = st.builds(lambda a, b: _avro(AVRO_NULLABLE, {"a": a, "b": b}),
+                          st.none() | st.integers(min_value=-2**63, max_value=2**63 - 1),
+                          st.none() | st.text(max_size=8))
+garbage = st.binary(max_size=48)
+confluent = b"\x00\x00\x00\x00\x01"
+
+VALUES = {
+    "json": st.one_of(st.none(), garbage, json_values.map(lambda v: json.dumps(v).encode()),
+                      json_records.map(lambda v: json.dumps(v).encode())),
+    "string": st.one_of(st.none(), garbage, st.text(max_size=20).map(str.encode)),
+    "int64": st.one_of(st.none(), garbage,
+                       st.integers(min_value=-2**63, max_value=2**63 - 1)
+                       .map(lambda n: struct.pack(">q", n))),
+    "bytes": st.one_of(st.none(), garbage),
+    "avro": st.one_of(st.none(), garbage, avro_required),
+    "avro-confluent": st.one_of(st.none(), garbage, avro_required.map(lambda b: confluent + b),
+                                avro_required),
+    "avro-nullable": st.one_of(st.none(), garbage, avro_nullable),
+}
+
+
+def _utf8(row: Any, value: bytes) -> bool:
+    try:
+        return row["data"] == value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+
+
+EXPECTED = {
+    "string": _utf8,
+    "int64": lambda row, value: len(value) == 8 and row["value"] == struct.unpack(">q", value)[0],
+    "bytes": lambda row, value: (base64.b64decode(row["data"]), row["size"]) == (value, len(value)),
+}
+
+
+def _decoder(spark, fmt: str, tmp_path_factory) -> tuple[Any, PartitionSpec]:  # noqa: ANN001
+    from pyspark.sql import types as T
+
+    from lakesink.decode import json_decoder
+    from lakesink.decode.avro import AvroDecoder
+    from lakesink.decode.raw import BytesDecoder, Int64Decoder, StringDecoder
+
+    if fmt == "json":
+        schema = T._parse_datatype_string(JSON_SCHEMA)
+        spec = PartitionSpec.build(columns=["year"], schema=schema, timestamp_column="ts_ms")
+        return json_decoder(schema, reject_unknown=False), spec
+    decoder = {"string": StringDecoder, "int64": Int64Decoder, "bytes": BytesDecoder}.get(fmt)
+    if decoder is not None:
+        made = decoder()
+    else:
+        schema = AVRO_NULLABLE if fmt == "avro-nullable" else AVRO_REQUIRED
+        made = AvroDecoder(spark, json.dumps(schema),
+                           wire="confluent" if fmt == "avro-confluent" else "plain")
+    return made, PartitionSpec.build(columns=[], schema=made.schema, timestamp_column=None)
+
+
+@pytest.mark.parametrize("fmt", sorted(VALUES))
+def test_every_input_is_one_row_or_one_dead_letter(spark, fmt, tmp_path_factory) -> None:
+    decoder, spec = _decoder(spark, fmt, tmp_path_factory)
+    processor = BatchProcessor(
+        schema=decoder.schema,
+        policy=EvolutionPolicy(mode="add_columns" if fmt == "json" else "strict",
+                               unknown_fields="drop", type_widening=False),
+        rebuild=lambda _schema: (decoder, spec), store_schema=lambda *a: None,
+        writer=None, rejected=None, app_id="prop")  # type: ignore[arg-type]
+    allowed = {*decoder.reasons, INVALID_TIMESTAMP}
+
+    @settings(max_examples=6, deadline=None, derandomize=False,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(values=st.lists(VALUES[fmt], min_size=1, max_size=80))
+    def check(values: list[bytes | None]) -> None:
+        now = dt.datetime(2026, 1, 1)
+        df = spark.createDataFrame(
+            [(b"k", v, "t", 0, i, now) for i, v in enumerate(values)],
+            "key binary, value binary, topic string, partition int, offset long, "
+            "timestamp timestamp")
+        marked = processor._marked(df).cache()
+        try:
+            good_rows = marked.where("_fail IS NULL").select("offset", "_r.*").collect()
+            good = [r["offset"] for r in good_rows]
+            rows = processor._good(marked).collect()  # the written columns evaluate
+            bad = processor.rejected_rows(marked, 0).select("offset", "reason", "value").collect()
+        finally:
+            marked.unpersist()
+        assert len(rows) == len(good)
+        offsets = sorted(good + [r["offset"] for r in bad])
+        assert offsets == list(range(len(values))), "an input was lost or counted twice"
+        for r in good_rows:  # a good row holds what an independent decoder reads
+            expected = EXPECTED.get(fmt)
+            if expected is not None:
+                assert expected(r, values[r["offset"]]), (r, values[r["offset"]])
+        for r in bad:
+            assert r["reason"] in allowed, (r["reason"], values[r["offset"]])
+            assert (None if r["value"] is None else bytes(r["value"])) == values[r["offset"]]
+
+    check()
