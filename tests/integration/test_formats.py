@@ -139,19 +139,49 @@ def test_avro_format(spark, kafka_broker, topic, tmp_path, wire) -> None:
     assert sorted(b"<none>" if r[2] is None else r[2] for r in rejected(lake)) == sorted(bad + [b"<none>"])
 
 
-def test_avro_schema_file_problems_are_config_errors(tmp_path) -> None:
-    from lakesink.config import load_config
-    from lakesink.app import preflight
-    from lakesink.errors import ConfigError
+def test_ten_percent_garbage_every_record_accounted_per_partition(spark, kafka_broker, topic,
+                                                                  tmp_path) -> None:
+    """JSON with 10 % bad records of every kind mixed in, over several batches: per Kafka
+    partition, rows in the table + rejected records = records produced."""
+    import random
 
-    base = {"source.kafka.bootstrap_servers": "127.0.0.1:9", "source.kafka.topics": ["t"],
-            "decode.format": "avro"}
-    with pytest.raises(ConfigError) as missing:
-        load_config(flags=base, env={})
-    assert missing.value.key == "decode.avro.schema_file"
-    enum_schema = tmp_path / "e.avsc"
-    enum_schema.write_text(json.dumps({"type": "enum", "name": "E", "symbols": ["A"]}))
-    cfg = load_config(flags={**base, "decode.avro.schema_file": str(enum_schema)}, env={})
-    with pytest.raises(ConfigError, match="must be a record") as not_record:
-        preflight(cfg)
-    assert not_record.value.key == "decode.avro.schema_file"
+    from pyspark.sql import functions as F
+
+    from tests.fixtures.services import json_events
+
+    rng = random.Random(5)
+    kinds = [b"{not json", b"[1, 2, 3]", b'{"id": "seven", "location": "x", "ts_ms": 1}',
+             b'{"id": 1000000, "location": "x", "ts_ms": "yesterday"}', None, b"\xff\xfe\x00"]
+    records: list[tuple[bytes, bytes | None]] = []
+    for key, value in json_events(range(1800)):
+        records.append((key, value))
+        if rng.random() < 0.1:
+            records.append((f"g{len(records)}".encode(), rng.choice(kinds)))
+    produced = produce(kafka_broker.bootstrap_servers, topic, records)
+    data = config_dict(kafka_broker, topic, tmp_path / "lake")
+    data["source"]["kafka"]["max_offsets_per_trigger"] = 500
+    stats = run_once(spark, data)
+    assert stats.batches >= 4
+    assert stats.written + stats.rejected == produced
+
+    # where each record went, by an independent read of the topic
+    topic_rows = (spark.read.format("kafka")
+                  .option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers)
+                  .option("subscribe", topic).option("startingOffsets", "earliest").load()
+                  .select("partition", F.get_json_object(F.col("value").cast("string"), "$.id")
+                          .alias("id")).collect())
+    partition_of_id = {int(r["id"]): r["partition"] for r in topic_rows
+                       if r["id"] is not None and r["id"].isdigit()}
+    produced_per_partition: dict[int, int] = {}
+    for r in topic_rows:
+        produced_per_partition[r["partition"]] = produced_per_partition.get(r["partition"], 0) + 1
+    table_ids = [r[0] for r in parquet_rows(tmp_path / "lake", "id")]
+    assert len(table_ids) == len(set(table_ids)) == 1800
+    import duckdb
+
+    rejected_per_partition = dict(duckdb.sql(
+        f"SELECT partition, count(*) FROM read_parquet('{tmp_path}/lake/_rejected/events/*.parquet')"
+        " GROUP BY partition").fetchall())
+    for p, count in produced_per_partition.items():
+        rows = sum(1 for i in table_ids if partition_of_id[i] == p)
+        assert rows + rejected_per_partition.get(p, 0) == count, p
