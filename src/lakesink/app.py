@@ -22,7 +22,7 @@ from lakesink.decode.json import infer_schema
 from lakesink.decode.schema import declared_schema
 from lakesink.errors import ConfigError, SourceError
 from lakesink.pipeline.batch import BatchProcessor, RunStats, SchemaStore
-from lakesink.pipeline.columns import PartitionSpec
+from lakesink.pipeline.columns import PartitionSpec, SourceColumns
 from lakesink.runtime.shutdown import StopRequest, await_query
 from lakesink.sources import kafka
 from lakesink.tables.fs import HadoopFS, to_uri
@@ -143,6 +143,9 @@ class Pipeline:
             return decoder, spec
 
         rebuild(schema)  # partition and timestamp columns resolve before data moves
+        source_columns = SourceColumns(table.key_column, table.key_format,
+                                       table.metadata_column)
+        source_columns.check(schema)
         checkpoint = to_uri(cfg.checkpoint) if cfg.checkpoint else layout.default_checkpoint
         app_id = checkpoint_app_id(fs, checkpoint)
         writer: TableWriter
@@ -162,6 +165,7 @@ class Pipeline:
             schema=schema, policy=policy, rebuild=rebuild,
             store_schema=schema_store(fs, layout), writer=writer,
             rejected=RejectedWriter(fs, layout, app_id=app_id), app_id=app_id,
+            source_columns=source_columns,
         )
         return cls(cfg, spark, layout, checkpoint, processor)
 

@@ -129,9 +129,9 @@ def test_every_input_is_one_row_or_one_dead_letter(spark, fmt, tmp_path_factory)
     def check(values: list[bytes | None]) -> None:
         now = dt.datetime(2026, 1, 1)
         df = spark.createDataFrame(
-            [(b"k", v, "t", 0, i, now) for i, v in enumerate(values)],
+            [(b"k", v, "t", 0, i, now, 0) for i, v in enumerate(values)],
             "key binary, value binary, topic string, partition int, offset long, "
-            "timestamp timestamp")
+            "timestamp timestamp, timestampType int")
         marked = processor._marked(df).cache()
         try:
             good_rows = marked.where("_fail IS NULL").select("offset", "_r.*").collect()

@@ -185,3 +185,42 @@ def test_ten_percent_garbage_every_record_accounted_per_partition(spark, kafka_b
     for p, count in produced_per_partition.items():
         rows = sum(1 for i in table_ids if partition_of_id[i] == p)
         assert rows + rejected_per_partition.get(p, 0) == count, p
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+def test_key_and_metadata_columns(spark, kafka_broker, topic, tmp_path, fmt) -> None:
+    """``table.key_column`` (Quix's ``__key``) and ``table.metadata_column`` (the Danube
+    sink's metadata) hold each record's own key, topic, partition and offset."""
+    import duckdb
+    from deltalake import DeltaTable
+
+    from tests.fixtures.services import json_events
+
+    lake = tmp_path / "lake"
+    records = json_events(range(50))
+    records = [(b"\xffbin" if i == 7 else f"sensor-{i}".encode(), v)
+               for i, (_, v) in enumerate(records)]
+    produce(kafka_broker.bootstrap_servers, topic, records)
+    data = config_dict(kafka_broker, topic, lake, format=fmt, key_column="__key",
+                       metadata_column="_kafka")
+    stats = run_once(spark, data)
+    assert stats.written == 50
+    if fmt == "delta":
+        rows = DeltaTable(str(lake / "events")).to_pyarrow_table(
+            columns=["id", "__key", "_kafka"]).to_pylist()
+    else:
+        rows = [dict(zip(["id", "__key", "_kafka"], r, strict=True)) for r in duckdb.sql(
+            f"SELECT id, __key, _kafka FROM read_parquet('{lake}/events/**/*.parquet')"
+        ).fetchall()]
+    assert len(rows) == 50
+    # where Kafka put each record, read independently of lakesink
+    placed = {(r["partition"], r["offset"]): json.loads(r["value"])["id"] for r in (
+        spark.read.format("kafka").option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers)
+        .option("subscribe", topic).option("startingOffsets", "earliest").load()
+        .selectExpr("partition", "offset", "cast(value as string) AS value").collect())}
+    for r in rows:
+        want_key = "\ufffdbin" if r["id"] == 7 else f"sensor-{r['id']}"
+        assert r["__key"] == want_key
+        meta = r["_kafka"]
+        assert meta["topic"] == topic and meta["timestamp"] is not None
+        assert placed[(meta["partition"], meta["offset"])] == r["id"]

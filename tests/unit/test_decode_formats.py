@@ -49,3 +49,26 @@ def test_raw_formats_define_their_columns(fmt, columns) -> None:
         preflight(load_config(flags={**BASE, "decode.format": fmt,
                                      "table.partition_by": ["nope"]}, env={}))
     assert err.value.key == "table.partition_by"
+
+
+@pytest.mark.parametrize(("flags", "key"), [
+    ({"table.key_column": "bad name"}, "table.key_column"),
+    ({"table.key_column": "k", "table.metadata_column": "k"}, "table.metadata_column"),
+    ({"table.key_column": "k", "table.partition_by": ["k"]}, "table.partition_by"),
+])
+def test_key_and_metadata_column_errors(flags, key) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(flags={**BASE, **flags}, env={})
+    assert err.value.key == key
+
+
+def test_key_column_may_not_shadow_a_payload_field() -> None:
+    from pyspark.sql import types as T
+
+    from lakesink.pipeline.columns import SourceColumns
+
+    schema = T.StructType([T.StructField("Key", T.StringType())])
+    with pytest.raises(ConfigError) as err:
+        SourceColumns(key_column="key").check(schema)
+    assert err.value.key == "table.key_column"
+    SourceColumns(key_column="__key", metadata_column="_kafka").check(schema)

@@ -249,7 +249,34 @@ class TableConfig(_Section):
         "cannot read Delta's typeWidening feature) and for strict",
     )
 
+    key_column: str | None = Field(
+        default=None,
+        description="add the record's Kafka key as this column (the Quix sink's '__key')",
+    )
+    key_format: Literal["string", "bytes"] = Field(
+        default="string",
+        description="key_column type: string (UTF-8; invalid sequences become U+FFFD) or "
+        "bytes (binary, exact)",
+    )
+    metadata_column: str | None = Field(
+        default=None,
+        description="add a struct column with the record's topic, partition, offset, "
+        "timestamp and timestamp_type (like the Danube sink's include_*_metadata)",
+    )
+
     _split = field_validator("partition_by", mode="before")(_split_list)
+
+    @field_validator("key_column", "metadata_column")
+    @classmethod
+    def _column_name(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", value):
+            raise ValueError(f"{value!r} is not a plain column name")
+        return value
+
+    @property
+    def source_columns(self) -> list[str]:
+        """Columns filled from the Kafka record rather than the payload."""
+        return [c for c in (self.key_column, self.metadata_column) if c]
 
     @field_validator("name")
     @classmethod
@@ -283,6 +310,12 @@ class TableConfig(_Section):
                 and self.schema_evolution != "strict"):
             raise ValueError("table.unknown_fields: 'reject' needs schema_evolution=strict "
                              "(add_columns turns unknown fields into columns)")
+        if self.key_column and self.key_column == self.metadata_column:
+            raise ValueError("table.metadata_column: the same name as table.key_column")
+        for col in self.source_columns:
+            if col in self.partition_by:
+                raise ValueError(f"table.partition_by: {col!r} is a key/metadata column; "
+                                 "partition by payload fields or time parts")
         if self.target_file_size is not None and self.target_file_size < 1024 * 1024:
             raise ValueError("table.target_file_size: must be at least 1MiB")
         return self

@@ -37,7 +37,7 @@ from lakesink.decode.evolution import WIDEST, EvolutionPolicy, evolve, widenable
 from lakesink.decode.base import Decoder
 from lakesink.decode.json import SCHEMA_MISMATCH, _path, infer_schema
 from lakesink.faults import fault_point
-from lakesink.pipeline.columns import PartitionSpec
+from lakesink.pipeline.columns import PartitionSpec, SourceColumns
 from lakesink.tables.base import TableWriter
 from lakesink.tables.rejected import RejectedWriter
 
@@ -89,7 +89,9 @@ class BatchProcessor:
         writer: TableWriter,
         rejected: RejectedWriter,
         app_id: str,
+        source_columns: SourceColumns | None = None,
     ) -> None:
+        self.source_columns = source_columns or SourceColumns()
         self.policy = policy
         self.rebuild = rebuild
         self.store_schema = store_schema
@@ -108,7 +110,7 @@ class BatchProcessor:
         needs them: to add, report or reject) and the rejection marker ``_fail``."""
         base = df.select(
             "key", "value", "topic", "partition", "offset",
-            F.col("timestamp").alias("kafka_timestamp"),
+            F.col("timestamp").alias("kafka_timestamp"), "timestampType",
             self.decoder.parse(F.col("value")).alias("_r"),
         )
         base = base.withColumn("_extra", self.decoder.unknown_keys(F.col("value"), F.col("_r")))
@@ -165,7 +167,8 @@ class BatchProcessor:
         taken = {n.lower() for n in self.schema.fieldNames()}
         fields = []
         for f in inferred.fields:
-            if f.name.lower() in taken or f.name.startswith("_lakesink"):
+            if (f.name.lower() in taken or f.name.startswith("_lakesink")
+                    or f.name in self.source_columns.names):
                 continue  # a case-variant of a column (or a reserved name) stays unknown
             taken.add(f.name.lower())
             fields.append(f)
@@ -294,7 +297,8 @@ class BatchProcessor:
     def _good(self, marked: DataFrame) -> DataFrame:
         ts = F.col("_ts") if "_ts" in marked.columns else None
         return marked.where(F.col("_fail").isNull()).select(
-            *self.partitions.output_columns(F.col("_r"), self.schema, ts))
+            *self.partitions.output_columns(F.col("_r"), self.schema, ts),
+            *self.source_columns.columns())
 
     def _write_counted(self, df: DataFrame, batch_id: int) -> tuple[Any, ...]:
         """Tables whose write is the commit (Delta): count (and evolve) first, on a

@@ -119,3 +119,44 @@ class PartitionSpec:
             out.extend(self._null_folder(parts[name]).alias(name) for name in derived)
         return out
 
+
+
+@dataclass(frozen=True)
+class SourceColumns:
+    """Columns filled from the Kafka record: its key, and a metadata struct."""
+
+    key_column: str | None = None
+    key_format: str = "string"
+    metadata_column: str | None = None
+
+    @property
+    def names(self) -> list[str]:
+        return [c for c in (self.key_column, self.metadata_column) if c]
+
+    def check(self, schema: T.StructType) -> None:
+        """A payload field may not share a name with a key/metadata column."""
+        taken = {n.lower() for n in schema.fieldNames()}
+        for col, key in ((self.key_column, "table.key_column"),
+                         (self.metadata_column, "table.metadata_column")):
+            if col and col.lower() in taken:
+                raise ConfigError(key, f"{col!r} is also a field of the schema; pick another "
+                                       "name")
+
+    def columns(self) -> list[Column]:
+        """Expressions over the batch's raw columns (``key``, ``topic``, ``partition``,
+        ``offset``, ``kafka_timestamp``, ``timestampType``)."""
+        from pyspark.sql import functions as F
+
+        out = []
+        if self.key_column:
+            key = F.col("key")
+            if self.key_format == "string":
+                key = F.make_valid_utf8(key.cast("string"))
+            out.append(key.alias(self.key_column))
+        if self.metadata_column:
+            out.append(F.struct(
+                F.col("topic"), F.col("partition"), F.col("offset"),
+                F.col("kafka_timestamp").alias("timestamp"),
+                F.col("timestampType").alias("timestamp_type"),
+            ).alias(self.metadata_column))
+        return out
