@@ -21,7 +21,7 @@ from lakesink.decode import Decoder, fixed_decoder, json_decoder
 from lakesink.decode.json import infer_schema
 from lakesink.decode.schema import declared_schema
 from lakesink.errors import ConfigError, SourceError
-from lakesink.pipeline.batch import BatchProcessor, RunStats, SchemaStore
+from lakesink.pipeline.batch import BatchProcessor, Rebuild, RunStats, SchemaStore
 from lakesink.pipeline.columns import PartitionSpec, SourceColumns
 from lakesink.runtime.shutdown import StopRequest, await_query
 from lakesink.sources import kafka
@@ -110,23 +110,24 @@ def schema_store(fs: HadoopFS, layout: TableLayout) -> SchemaStore:
 
 
 @dataclass
-class Pipeline:
+class TableParts:
+    """One table's resolved pieces (layout, schema, policy, decoder factory, extra
+    columns): what a batch function needs besides its app id."""
+
     cfg: LakesinkConfig
     spark: SparkSession
     layout: TableLayout
-    checkpoint: str
-    processor: BatchProcessor
-
-    @property
-    def stats(self) -> RunStats:
-        return self.processor.stats
+    fs: HadoopFS
+    schema: T.StructType
+    policy: EvolutionPolicy
+    rebuild: Rebuild
+    source_columns: SourceColumns
 
     @classmethod
-    def build(cls, cfg: LakesinkConfig, spark: SparkSession) -> Pipeline:
+    def resolve(cls, cfg: LakesinkConfig, spark: SparkSession) -> TableParts:
         table = cfg.table
         layout = TableLayout.of(table.base_path, cfg.table_name)
         fs = HadoopFS(spark, layout.base)
-        kafka.check_reachable(cfg.source.kafka)
         check_layout(fs, layout, table.format, table.partition_by)
         fixed = fixed_decoder(spark, cfg.decode)
         schema = resolve_schema(spark, cfg, fs, layout, fixed)
@@ -146,8 +147,12 @@ class Pipeline:
         source_columns = SourceColumns(table.key_column, table.key_format,
                                        table.metadata_column)
         source_columns.check(schema)
-        checkpoint = to_uri(cfg.checkpoint) if cfg.checkpoint else layout.default_checkpoint
-        app_id = checkpoint_app_id(fs, checkpoint)
+        return cls(cfg, spark, layout, fs, schema, policy, rebuild, source_columns)
+
+    def processor(self, app_id: str) -> BatchProcessor:
+        """The batch function with its table and rejected writers, keyed by ``app_id``
+        (the checkpoint's, or the dead-letter replay's)."""
+        table, spark, layout = self.cfg.table, self.spark, self.layout
         writer: TableWriter
         common = {"app_id": app_id, "partition_by": table.partition_by,
                   "compression": table.compression,
@@ -161,13 +166,34 @@ class Pipeline:
         else:
             writer = ParquetTableWriter(spark, layout, **common)
         writer.prepare()
-        processor = BatchProcessor(
-            schema=schema, policy=policy, rebuild=rebuild,
-            store_schema=schema_store(fs, layout), writer=writer,
-            rejected=RejectedWriter(fs, layout, app_id=app_id), app_id=app_id,
-            source_columns=source_columns,
+        return BatchProcessor(
+            schema=self.schema, policy=self.policy, rebuild=self.rebuild,
+            store_schema=schema_store(self.fs, layout), writer=writer,
+            rejected=RejectedWriter(self.fs, layout, app_id=app_id), app_id=app_id,
+            source_columns=self.source_columns,
         )
-        return cls(cfg, spark, layout, checkpoint, processor)
+
+
+@dataclass
+class Pipeline:
+    cfg: LakesinkConfig
+    spark: SparkSession
+    layout: TableLayout
+    checkpoint: str
+    processor: BatchProcessor
+
+    @property
+    def stats(self) -> RunStats:
+        return self.processor.stats
+
+    @classmethod
+    def build(cls, cfg: LakesinkConfig, spark: SparkSession) -> Pipeline:
+        kafka.check_reachable(cfg.source.kafka)
+        parts = TableParts.resolve(cfg, spark)
+        checkpoint = (to_uri(cfg.checkpoint) if cfg.checkpoint
+                      else parts.layout.default_checkpoint)
+        app_id = checkpoint_app_id(parts.fs, checkpoint)
+        return cls(cfg, spark, parts.layout, checkpoint, parts.processor(app_id))
 
     def start(self, *, until_caught_up: bool | None = None) -> StreamingQuery:
         caught_up = self.cfg.trigger.until_caught_up if until_caught_up is None else until_caught_up

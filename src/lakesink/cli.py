@@ -201,6 +201,84 @@ def demo(
         raise typer.Exit(1) from None
 
 
+dlq_app = typer.Typer(help="Dead letters: the rejected records of a table.",
+                      no_args_is_help=True)
+app.add_typer(dlq_app, name="dlq")
+
+
+def _dlq_session(config: Path | None, set_: list[str] | None, flags: dict[str, Any]):  # noqa: ANN202
+    cfg = _load(config, set_, flags)
+    from lakesink.app import preflight
+    from lakesink.runtime.spark import build_spark_session
+
+    preflight(cfg)
+    spark = build_spark_session(
+        master=cfg.spark.master, app_name=f"{cfg.spark.app_name}-dlq", conf=cfg.spark.conf,
+        driver_memory=cfg.spark.driver_memory, log_level=cfg.spark.log_level)
+    return cfg, spark
+
+
+@dlq_app.command("show")
+def dlq_show(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    table: TableOpt = None,
+    base_path: BaseOpt = None,
+    sample: Annotated[int, typer.Option(help="Records to show.")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Pending dead letters by reason, a sample of them, and how many were replayed."""
+    from rich.table import Table
+
+    from lakesink import dlq
+
+    try:
+        cfg, spark = _dlq_session(config, set_, _common_flags(None, None, table, base_path, None))
+        summary = dlq.show(spark, cfg, sample=sample)
+    except ConfigError as exc:
+        _fail_config(exc)
+        return
+    if as_json:
+        out.print(json.dumps(summary, indent=1), highlight=False, markup=False)
+        return
+    out.print(f"{summary['table']}: {sum(summary['by_reason'].values())} pending dead "
+              f"letter(s) in {summary['pending_files']} file(s); "
+              f"{summary['replayed_records']} replayed", highlight=False)
+    counts = Table("reason", "records")
+    for reason, count in summary["by_reason"].items():
+        counts.add_row(reason, str(count))
+    out.print(counts)
+    rows = Table("topic/partition/offset", "reason", "detail", "value")
+    for r in summary["sample"]:
+        rows.add_row(f"{r['topic']}/{r['partition']}/{r['offset']}", r["reason"],
+                     r["detail"], r["value"] if r["value"] is not None else "(null)")
+    out.print(rows)
+
+
+@dlq_app.command("replay")
+def dlq_replay(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    table: TableOpt = None,
+    base_path: BaseOpt = None,
+) -> None:
+    """Re-ingest the pending dead letters once through the current config; records that
+    fail again stay dead letters (with their new reason)."""
+    _setup_logging("INFO")
+    from lakesink import dlq
+
+    try:
+        cfg, spark = _dlq_session(config, set_, _common_flags(None, None, table, base_path, None))
+        result = dlq.replay(spark, cfg)
+    except ConfigError as exc:
+        _fail_config(exc)
+        return
+    except LakesinkError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    out.print(json.dumps(result), highlight=False, markup=False)
+
+
 def main() -> None:
     app()
 

@@ -52,6 +52,9 @@ EVOLUTION_SAMPLE = 10_000
 # how often one batch may evolve the schema before leftovers count as unknown
 MAX_EVOLUTIONS_PER_BATCH = 3
 UNKNOWN_NAMES_REPORTED = 20
+# reasons of the "schema" stage (the value decoded but does not fit the table); the
+# rest are "decode" (the value could not be read at all)
+SCHEMA_REASONS = ("schema_mismatch", "missing_required", "unknown_field", INVALID_TIMESTAMP)
 
 # (schema, changes, batch id) -> None: store an evolved schema durably
 SchemaStore = Callable[[T.StructType, list[str], int], None]
@@ -239,6 +242,8 @@ class BatchProcessor:
             "key", "value",
             F.when(is_ts, F.lit(INVALID_TIMESTAMP)).otherwise(reason).alias("reason"),
             F.when(is_ts, ts_detail).otherwise(detail).alias("detail"),
+            F.when(is_ts | reason.isin(*SCHEMA_REASONS), F.lit("schema"))
+            .otherwise(F.lit("decode")).alias("stage"),
             "topic", "partition", "offset", "kafka_timestamp",
             F.lit(batch_id).cast("long").alias("batch_id"),
             F.lit(self.app_id).alias("app_id"),

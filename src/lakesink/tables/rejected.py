@@ -6,7 +6,7 @@ it, so table readers never see them. The name is derived from the batch, so a re
 batch overwrites its own file instead of adding a second one.
 
 Columns: ``key`` and ``value`` (raw bytes), ``reason`` (a code), ``detail`` (text),
-``topic``, ``partition``, ``offset``, ``kafka_timestamp``, ``batch_id``, ``app_id``,
+``stage`` (``decode``: unreadable; ``schema``: read but does not fit the table), ``topic``, ``partition``, ``offset``, ``kafka_timestamp``, ``batch_id``, ``app_id``,
 ``rejected_at``.
 """
 

@@ -1,0 +1,148 @@
+"""Dead letters: the rejected area summarized (``lakesink dlq show``) and replayed
+(``lakesink dlq replay``) through the current configuration.
+
+Replay contract — every dead letter is re-ingested at most once, and a replay that
+crashes is finished by the next one, never doubled:
+
+1. Replays have an app id of their own, created once and kept in
+   ``.lakesink/<table>/dlq/replay.json``, and are numbered 0, 1, 2, …
+2. Replay *N* first writes its plan ``dlq/replay-<N>.json``: the rejected files it
+   takes (every file no earlier plan took), state ``planned``.
+3. It runs the rows of those files through the batch function of the current config as
+   batch *N* of the replay app id. The table writer's exactly-once keying (Parquet
+   manifest, Delta ``txn``) turns a second run of *N* into a no-op.
+4. The plan's state becomes ``done``: its files count as replayed. A crash before this
+   leaves a ``planned`` plan; the next replay resumes it (same files, same *N*).
+
+Records that fail again are rejected again, into a file of the replay's own run; they
+are pending dead letters for a later replay, with the reason of their latest attempt.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from lakesink.tables.fs import FileInfo, HadoopFS, join
+from lakesink.tables.layout import TableLayout
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from lakesink.config.models import LakesinkConfig
+
+logger = logging.getLogger(__name__)
+
+PLANNED, DONE = "planned", "done"
+
+
+class DeadLetters:
+    """The rejected files of one table and the replay plans over them."""
+
+    def __init__(self, fs: HadoopFS, layout: TableLayout) -> None:
+        self.fs = fs
+        self.layout = layout
+        self.folder = join(layout.meta, "dlq")
+
+    def files(self) -> list[FileInfo]:
+        return self.fs.list_files(self.layout.rejected, suffix=".parquet")
+
+    def plans(self) -> list[dict[str, Any]]:
+        found = [self.fs.read_json(f.path)
+                 for f in self.fs.list_files(self.folder, suffix=".json")
+                 if f.relative.startswith("replay-")]
+        return sorted((p for p in found if p), key=lambda p: p["replay"])
+
+    def replayed(self) -> set[str]:
+        return {name for p in self.plans() if p["state"] == DONE for name in p["files"]}
+
+    def pending(self) -> list[FileInfo]:
+        taken = {name for p in self.plans() for name in p["files"]}
+        return [f for f in self.files() if f.relative not in taken]
+
+    def replay_app_id(self) -> str:
+        path = join(self.folder, "replay.json")
+        data = self.fs.read_json(path)
+        if data and data.get("app_id"):
+            return str(data["app_id"])
+        app_id = "dlq" + uuid.uuid4().hex[3:]
+        self.fs.write_json(path, {"app_id": app_id,
+                                  "created": dt.datetime.now(dt.UTC).isoformat()})
+        return app_id
+
+    def next_plan(self) -> dict[str, Any] | None:
+        """The unfinished plan, else a new one over the pending files (None: nothing)."""
+        plans = self.plans()
+        if plans and plans[-1]["state"] == PLANNED:
+            return plans[-1]
+        pending = self.pending()
+        if not pending:
+            return None
+        plan = {"replay": plans[-1]["replay"] + 1 if plans else 0, "state": PLANNED,
+                "files": [f.relative for f in pending],
+                "planned_at": dt.datetime.now(dt.UTC).isoformat()}
+        self.save(plan)
+        return plan
+
+    def save(self, plan: dict[str, Any]) -> None:
+        self.fs.write_json(join(self.folder, f"replay-{plan['replay']:06d}.json"), plan)
+
+    def read(self, spark: SparkSession, names: list[str]) -> DataFrame:
+        return spark.read.parquet(*[join(self.layout.rejected, n) for n in names])
+
+
+def show(spark: SparkSession, cfg: LakesinkConfig, *, sample: int = 5) -> dict[str, Any]:
+    """Pending dead letters by reason with a sample, and how many were replayed."""
+    from pyspark.sql import functions as F
+
+    layout = TableLayout.of(cfg.table.base_path, cfg.table_name)
+    letters = DeadLetters(HadoopFS(spark, layout.base), layout)
+    pending = letters.pending()
+    replayed = letters.replayed()
+    out: dict[str, Any] = {"table": layout.table, "pending_files": len(pending),
+                           "replayed_files": len(replayed), "by_reason": {}, "sample": [],
+                           "replayed_records": 0}
+    if replayed:
+        out["replayed_records"] = letters.read(spark, sorted(replayed)).count()
+    if not pending:
+        return out
+    df = letters.read(spark, [f.relative for f in pending])
+    out["by_reason"] = {r["reason"]: r["count"] for r in
+                        df.groupBy("reason").count().orderBy(F.desc("count")).collect()}
+    out["sample"] = [
+        {"reason": r["reason"], "detail": r["detail"], "topic": r["topic"],
+         "partition": r["partition"], "offset": r["offset"],
+         "value": None if r["value"] is None else bytes(r["value"][:80]).decode("utf-8",
+                                                                                 "replace")}
+        for r in df.orderBy("topic", "partition", "offset").limit(sample).collect()]
+    return out
+
+
+def replay(spark: SparkSession, cfg: LakesinkConfig) -> dict[str, Any]:
+    """Re-ingest the pending dead letters once (see the module docstring)."""
+    from pyspark.sql import functions as F
+
+    from lakesink.app import TableParts
+
+    parts = TableParts.resolve(cfg, spark)
+    letters = DeadLetters(parts.fs, parts.layout)
+    plan = letters.next_plan()
+    if plan is None:
+        return {"replayed_files": 0, "records": 0, "written": 0, "rejected": 0}
+    processor = parts.processor(letters.replay_app_id())
+    rows = letters.read(spark, plan["files"]).select(
+        "key", "value", "topic", "partition", "offset",
+        F.col("kafka_timestamp").alias("timestamp"),
+        F.lit(None).cast("int").alias("timestampType"))
+    logger.info("dead-letter replay %d: %d file(s)", plan["replay"], len(plan["files"]))
+    processor(rows, plan["replay"])
+    stats = processor.stats
+    plan.update(state=DONE, done_at=dt.datetime.now(dt.UTC).isoformat(),
+                records=stats.records, written=stats.written, rejected=stats.rejected,
+                resumed=bool(stats.skipped))
+    letters.save(plan)
+    return {"replay": plan["replay"], "replayed_files": len(plan["files"]),
+            "records": stats.records, "written": stats.written, "rejected": stats.rejected,
+            "resumed": bool(stats.skipped)}
