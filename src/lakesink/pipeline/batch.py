@@ -6,9 +6,11 @@ Per batch:
    crash that caused the replay may have come before they were written);
 2. **decode** every record with Spark functions into a marked frame — the parsed record,
    its timestamp, a rejection marker ``_fail`` and, when the policy needs it, the
-   top-level keys the schema lacks ``_extra`` — cached for the batch;
-3. **count** records, rejected records and schema candidates in one pass (that pass
-   also fills the cache, so the Kafka read and the decode happen once);
+   top-level keys the schema lacks ``_extra``;
+3. **count** records, rejected records and schema candidates with an observation on
+   the write itself, so the Kafka read and the decode happen once; when a record calls
+   for a schema change, that write is abandoned before anything is committed (Parquet:
+   the staged files are dropped; Delta: a guard fails the job before Delta's commit);
 4. **evolve** the schema when the policy allows and the counts say so (new columns,
    widened types; :mod:`lakesink.decode.evolution`), store it, and decode again;
 5. **write** the good rows through the table writer, then the rejected ones.
@@ -22,7 +24,9 @@ crash decodes the batch with the schema its files were (or will be) written with
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
+import operator
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,6 +56,8 @@ EVOLUTION_SAMPLE = 10_000
 # how often one batch may evolve the schema before leftovers count as unknown
 MAX_EVOLUTIONS_PER_BATCH = 3
 UNKNOWN_NAMES_REPORTED = 20
+# the error a guarded write raises for a row that needs a schema change
+GUARD_MESSAGE = "lakesink: this batch needs a schema change first"
 # reasons of the "schema" stage (the value decoded but does not fit the table); the
 # rest are "decode" (the value could not be read at all)
 SCHEMA_REASONS = ("schema_mismatch", "missing_required", "unknown_field", INVALID_TIMESTAMP)
@@ -258,7 +264,7 @@ class BatchProcessor:
         if self.writer.is_committed(batch_id):
             self._replayed(df, batch_id, started)
             return
-        write = self._write_staged if self.writer.stages_before_commit else self._write_counted
+        write = self._write_staged if self.writer.stages_before_commit else self._write_guarded
         result, counts, info, marked = write(df, batch_id)
         try:
             if result.skipped:  # committed meanwhile (cannot happen with one writer)
@@ -299,15 +305,59 @@ class BatchProcessor:
                            batch_id, counts["unknown"], ", ".join(names))
         return info
 
-    def _good(self, marked: DataFrame) -> DataFrame:
+    def _guard(self) -> Column | None:
+        """True for rows that would change the schema (an unknown field under
+        add_columns; a mismatch when widening is allowed); None when none can."""
+        checks = []
+        if self.policy.adds_columns:
+            checks.append(F.col("_fail").isNull() & (F.size("_extra") > 0))
+        if self._widenable():
+            checks.append(F.col("_fail") == F.lit(SCHEMA_MISMATCH))
+        return functools.reduce(operator.or_, checks) if checks else None
+
+    def _good(self, marked: DataFrame, *, guarded: bool = False) -> DataFrame:
+        """The good rows as table columns. ``guarded``: a row that would change the
+        schema fails the job (see :meth:`_write_guarded`)."""
         ts = F.col("_ts") if "_ts" in marked.columns else None
-        return marked.where(F.col("_fail").isNull()).select(
+        keep = F.col("_fail").isNull()
+        guard = self._guard() if guarded else None
+        if guard is not None:
+            keep = F.when(guard, F.raise_error(F.lit(GUARD_MESSAGE))).otherwise(keep)
+        return marked.where(keep).select(
             *self.partitions.output_columns(F.col("_r"), self.schema, ts),
             *self.source_columns.columns())
 
+    def _write_guarded(self, df: DataFrame, batch_id: int) -> tuple[Any, ...]:
+        """Tables whose write is the commit (Delta), in one pass: the write counts (an
+        observation) and carries a guard that fails its job — before the table commits
+        anything — when a row calls for a schema change. Such a batch (rare: the first
+        batch with a new field) is then written by :meth:`_write_counted`."""
+        marked = self._marked(df)
+        observation = Observation(f"lakesink_batch_{batch_id}_{time.monotonic_ns()}")
+        observed = marked.observe(observation, *self._aggregates(marked))
+        seen: dict[str, Any] = {}
+
+        def commit_info() -> dict[str, Any]:
+            seen["counts"] = self._observed(observation, marked)
+            seen["info"] = self._info(seen["counts"], marked, batch_id)
+            return seen["info"]
+
+        try:
+            result = self.writer.write_batch(batch_id, self._good(observed, guarded=True),
+                                             commit_info=commit_info)
+        except Exception as exc:
+            if GUARD_MESSAGE not in str(exc):
+                raise
+            logger.warning("batch %d: a record calls for a schema change; the write was "
+                           "stopped before its commit and runs again after the change",
+                           batch_id)
+            return self._write_counted(df, batch_id)
+        return result, seen.get("counts") or {"records": 0, "rejected": 0}, \
+            seen.get("info") or {"written": 0}, marked
+
     def _write_counted(self, df: DataFrame, batch_id: int) -> tuple[Any, ...]:
-        """Tables whose write is the commit (Delta): count (and evolve) first, on a
-        cached decode, then write once."""
+        """Tables whose write is the commit (Delta), when the schema must change: count
+        (and evolve) first, on a cached decode, then write once."""
         marked = self._marked(df).persist(StorageLevel.MEMORY_AND_DISK_DESER)
         try:
             counts = self._count(marked)
