@@ -171,9 +171,6 @@ class AvroConfig(_Section):
     )
 
 
-DECODE_FORMATS = ("json", "avro", "string", "int64", "bytes")
-
-
 class DecodeConfig(_Section):
     format: Literal["json", "avro", "string", "int64", "bytes"] = Field(
         default="json",

@@ -31,8 +31,6 @@ class Decoder(ABC):
 
     #: reason codes this decoder may write (documented in docs/operations.md)
     reasons: tuple[str, ...] = (NULL_VALUE,)
-    #: whether records can carry fields outside ``schema`` (schema evolution applies)
-    evolves: bool = False
 
     def __init__(self, schema: T.StructType) -> None:
         self.schema = schema

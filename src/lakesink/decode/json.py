@@ -40,7 +40,6 @@ UNKNOWN_FIELD = "unknown_field"
 class JsonDecoder(Decoder):
     """Decode a binary/string ``value`` column against ``schema``."""
 
-    evolves = True
     reasons = (NULL_VALUE, "malformed_json", "not_an_object", "schema_mismatch",
                "missing_required", "unknown_field")
 
