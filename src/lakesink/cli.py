@@ -116,14 +116,10 @@ def run(
         return
     from lakesink.app import Pipeline
     from lakesink.runtime.shutdown import StopRequest
-    from lakesink.runtime.spark import build_spark_session
 
     stop = StopRequest()
     try:
-        spark = build_spark_session(
-            master=cfg.spark.master, app_name=cfg.spark.app_name, conf=cfg.spark.conf,
-            driver_memory=cfg.spark.driver_memory, log_level=cfg.spark.log_level,
-        )
+        spark = _spark(cfg)
         stop.install()
         pipeline = Pipeline.build(cfg, spark)
         stats = pipeline.run(stop=stop)
@@ -206,16 +202,21 @@ dlq_app = typer.Typer(help="Dead letters: the rejected records of a table.",
 app.add_typer(dlq_app, name="dlq")
 
 
+def _spark(cfg: Any, *, suffix: str = ""):  # noqa: ANN202
+    """The SparkSession of a command, from the config's ``spark`` section."""
+    from lakesink.runtime.spark import build_spark_session
+
+    return build_spark_session(
+        master=cfg.spark.master, app_name=cfg.spark.app_name + suffix, conf=cfg.spark.conf,
+        driver_memory=cfg.spark.driver_memory, log_level=cfg.spark.log_level)
+
+
 def _dlq_session(config: Path | None, set_: list[str] | None, flags: dict[str, Any]):  # noqa: ANN202
     cfg = _load(config, set_, flags)
     from lakesink.app import preflight
-    from lakesink.runtime.spark import build_spark_session
 
     preflight(cfg)
-    spark = build_spark_session(
-        master=cfg.spark.master, app_name=f"{cfg.spark.app_name}-dlq", conf=cfg.spark.conf,
-        driver_memory=cfg.spark.driver_memory, log_level=cfg.spark.log_level)
-    return cfg, spark
+    return cfg, _spark(cfg, suffix="-dlq")
 
 
 @dlq_app.command("show")
