@@ -23,6 +23,7 @@ from lakesink.decode.schema import declared_schema
 from lakesink.errors import ConfigError, SourceError
 from lakesink.pipeline.batch import BatchProcessor, Rebuild, RunStats, SchemaStore
 from lakesink.pipeline.columns import PartitionSpec, SourceColumns
+from lakesink.pipeline.transforms import Transforms, parse_transforms
 from lakesink.runtime.shutdown import StopRequest, await_query
 from lakesink.sources import kafka
 from lakesink.tables.fs import HadoopFS, to_uri
@@ -122,6 +123,7 @@ class TableParts:
     policy: EvolutionPolicy
     rebuild: Rebuild
     source_columns: SourceColumns
+    transforms: Transforms
 
     @classmethod
     def resolve(cls, cfg: LakesinkConfig, spark: SparkSession) -> TableParts:
@@ -132,10 +134,12 @@ class TableParts:
         fixed = fixed_decoder(spark, cfg.decode)
         schema = resolve_schema(spark, cfg, fs, layout, fixed)
         policy = evolution_policy(cfg)
+        transforms = Transforms(parse_transforms(table.transforms))
 
         def rebuild(current: T.StructType) -> tuple[Decoder, PartitionSpec]:
+            columns = transforms.output_schema(spark, current) if transforms else current
             spec = PartitionSpec.build(
-                columns=table.partition_by, schema=current,
+                columns=table.partition_by, schema=columns,
                 timestamp_column=table.timestamp_column,
                 timestamp_fallback=table.timestamp_fallback,
                 null_value=table.null_partition_value,
@@ -146,8 +150,8 @@ class TableParts:
         rebuild(schema)  # partition and timestamp columns resolve before data moves
         source_columns = SourceColumns(table.key_column, table.key_format,
                                        table.metadata_column)
-        source_columns.check(schema)
-        return cls(cfg, spark, layout, fs, schema, policy, rebuild, source_columns)
+        source_columns.check(transforms.output_schema(spark, schema) if transforms else schema)
+        return cls(cfg, spark, layout, fs, schema, policy, rebuild, source_columns, transforms)
 
     def processor(self, app_id: str) -> BatchProcessor:
         """The batch function with its table and rejected writers, keyed by ``app_id``
@@ -170,7 +174,7 @@ class TableParts:
             schema=self.schema, policy=self.policy, rebuild=self.rebuild,
             store_schema=schema_store(self.fs, layout), writer=writer,
             rejected=RejectedWriter(self.fs, layout, app_id=app_id), app_id=app_id,
-            source_columns=self.source_columns,
+            source_columns=self.source_columns, transforms=self.transforms,
         )
 
 
@@ -181,6 +185,7 @@ class Pipeline:
     layout: TableLayout
     checkpoint: str
     processor: BatchProcessor
+    headers: bool = False
 
     @property
     def stats(self) -> RunStats:
@@ -193,11 +198,12 @@ class Pipeline:
         checkpoint = (to_uri(cfg.checkpoint) if cfg.checkpoint
                       else parts.layout.default_checkpoint)
         app_id = checkpoint_app_id(parts.fs, checkpoint)
-        return cls(cfg, spark, parts.layout, checkpoint, parts.processor(app_id))
+        return cls(cfg, spark, parts.layout, checkpoint, parts.processor(app_id),
+                   headers=parts.transforms.uses_headers)
 
     def start(self, *, until_caught_up: bool | None = None) -> StreamingQuery:
         caught_up = self.cfg.trigger.until_caught_up if until_caught_up is None else until_caught_up
-        stream = kafka.read_stream(self.spark, self.cfg.source.kafka)
+        stream = kafka.read_stream(self.spark, self.cfg.source.kafka, headers=self.headers)
         writer = (stream.writeStream.foreachBatch(self.processor)
                   .option("checkpointLocation", self.checkpoint)
                   .queryName(f"lakesink_{self.layout.name}"))
@@ -231,6 +237,13 @@ def preflight(cfg: LakesinkConfig) -> list[str]:
     fixed = fixed_decoder(None, cfg.decode)  # reads an Avro schema file; no JVM
     if fixed is not None or cfg.decode.schema_ is not None:
         schema = fixed.schema if fixed is not None else declared_schema(cfg.decode.schema_)
+        # transform outputs are typed by Spark at start; here only their names count
+        schema = T.StructType(list(schema.fields))
+        taken = {n.lower() for n in schema.fieldNames()}
+        for t in parse_transforms(cfg.table.transforms):
+            if t.target[0].lower() not in taken:
+                taken.add(t.target[0].lower())
+                schema = schema.add(t.target[0], T.StringType())
         PartitionSpec.build(columns=cfg.table.partition_by, schema=schema,
                             timestamp_column=cfg.table.timestamp_column,
                             timestamp_fallback=cfg.table.timestamp_fallback,

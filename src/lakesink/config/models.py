@@ -25,6 +25,9 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from lakesink.errors import ConfigError
+from lakesink.pipeline.transforms import parse_transforms
+
 Compression = Literal["snappy", "zstd", "gzip", "lz4", "none"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-.]*$")
 
@@ -261,7 +264,23 @@ class TableConfig(_Section):
         "timestamp and timestamp_type (like the Danube sink's include_*_metadata)",
     )
 
+    transforms: list[str] = Field(
+        default_factory=list,
+        description="ordered 'name: expression' list; Spark SQL over the record's fields "
+        "and kafka.{key,topic,partition,offset,timestamp,timestamp_type,headers}; "
+        "kafka-delta-ingest strings are translated",
+    )
+
     _split = field_validator("partition_by", mode="before")(_split_list)
+
+    @field_validator("transforms")
+    @classmethod
+    def _transforms(cls, value: list[str]) -> list[str]:
+        try:
+            parse_transforms(value)
+        except ConfigError as exc:
+            raise ValueError(f"{exc.key}: {exc.message}") from None
+        return value
 
     @field_validator("key_column", "metadata_column")
     @classmethod

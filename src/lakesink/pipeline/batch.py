@@ -42,6 +42,7 @@ from lakesink.decode.base import Decoder
 from lakesink.decode.json import SCHEMA_MISMATCH, _path, infer_schema
 from lakesink.faults import fault_point
 from lakesink.pipeline.columns import PartitionSpec, SourceColumns
+from lakesink.pipeline.transforms import FAILED_INDEX, TRANSFORM_FAILED, Transforms
 from lakesink.tables.base import TableWriter
 from lakesink.tables.rejected import RejectedWriter
 
@@ -99,8 +100,12 @@ class BatchProcessor:
         rejected: RejectedWriter,
         app_id: str,
         source_columns: SourceColumns | None = None,
+        transforms: Transforms | None = None,
     ) -> None:
         self.source_columns = source_columns or SourceColumns()
+        self.transforms = transforms or Transforms([])
+        # the record column table columns come from: the decoded one, or the transformed
+        self.record = "_t" if self.transforms else "_r"
         self.policy = policy
         self.rebuild = rebuild
         self.store_schema = store_schema
@@ -110,22 +115,35 @@ class BatchProcessor:
         self.stats = RunStats()
         self.schema = schema
         self.decoder, self.partitions = rebuild(schema)
+        self.columns = self._columns(schema)
+
+    def _columns(self, schema: T.StructType) -> T.StructType:
+        """The record's fields after the transforms (the table's payload columns)."""
+        if not self.transforms:
+            return schema
+        return self.transforms.output_schema(self.writer.spark, schema)
 
     # -- decoding ------------------------------------------------------------------------
 
     def _marked(self, df: DataFrame) -> DataFrame:
-        """Raw columns, the parsed record ``_r``, its UTC timestamp ``_ts`` (when a
-        timestamp column is configured), the unknown keys ``_extra`` (every policy
-        needs them: to add, report or reject) and the rejection marker ``_fail``."""
+        """Raw columns, the parsed record ``_r``, the transformed record ``_t`` (with
+        transforms), its UTC timestamp ``_ts`` (when a timestamp column is configured),
+        the unknown keys ``_extra`` (every policy needs them: to add, report or reject)
+        and the rejection marker ``_fail``."""
+        headers = ["headers"] if "headers" in df.columns else []
         base = df.select(
             "key", "value", "topic", "partition", "offset",
-            F.col("timestamp").alias("kafka_timestamp"), "timestampType",
+            F.col("timestamp").alias("kafka_timestamp"), "timestampType", *headers,
             self.decoder.parse(F.col("value")).alias("_r"),
         )
         base = base.withColumn("_extra", self.decoder.unknown_keys(F.col("value"), F.col("_r")))
         fail = self.decoder.failure(F.col("value"), F.col("_r"), F.col("_extra"))
+        if self.transforms:
+            base = self.transforms.apply(base, "_r", "_t")
+            fail = F.coalesce(fail, F.when(F.col(FAILED_INDEX).isNotNull(),
+                                           F.lit(TRANSFORM_FAILED)))
         if self.partitions.timestamp_column is not None:
-            ts, invalid = self.partitions.timestamp(F.col("_r"), F.col("kafka_timestamp"))
+            ts, invalid = self.partitions.timestamp(F.col(self.record), F.col("kafka_timestamp"))
             base = base.withColumn("_ts", ts)
             fail = F.coalesce(fail, F.when(invalid, F.lit(INVALID_TIMESTAMP)))
         return base.withColumn("_fail", fail)
@@ -173,11 +191,12 @@ class BatchProcessor:
         rows = (marked.where((F.size("_extra") > 0) & F.col("_fail").isNull())
                 .select(F.col("value").cast("string")).limit(EVOLUTION_SAMPLE).collect())
         inferred = infer_schema(self.writer.spark, [r[0] for r in rows])
-        taken = {n.lower() for n in self.schema.fieldNames()}
+        taken = {n.lower() for n in self.columns.fieldNames()}
         fields = []
         for f in inferred.fields:
             if (f.name.lower() in taken or f.name.startswith("_lakesink")
-                    or f.name in self.source_columns.names):
+                    or f.name in self.source_columns.names
+                    or (self.transforms and f.name.lower() == "kafka")):
                 continue  # a case-variant of a column (or a reserved name) stays unknown
             taken.add(f.name.lower())
             fields.append(f)
@@ -223,6 +242,7 @@ class BatchProcessor:
         logger.warning("batch %d: table schema evolved: %s", batch_id, "; ".join(changes))
         self.schema = schema
         self.decoder, self.partitions = self.rebuild(schema)
+        self.columns = self._columns(schema)
         self.stats.schema_changes += len(changes)
         return True
 
@@ -241,15 +261,25 @@ class BatchProcessor:
         is_ts = F.col("_fail") == F.lit(INVALID_TIMESTAMP)
         ts_detail = F.concat(
             F.lit(f"{ts_col}: cannot read "),
-            F.coalesce(F.col("_r")[ts_col].cast("string"), F.lit("?")) if ts_col else F.lit("?"),
+            F.coalesce(F.col(self.record)[ts_col].cast("string"), F.lit("?")) if ts_col
+            else F.lit("?"),
             F.lit(" as a timestamp (epoch s/ms/us/ns or ISO-8601)"),
         )
+        stage = (F.when(is_ts | reason.isin(*SCHEMA_REASONS), F.lit("schema"))
+                 .otherwise(F.lit("decode")))
+        if self.transforms:
+            is_tf = F.col("_fail") == F.lit(TRANSFORM_FAILED)
+            described = F.array(*[F.lit(self.transforms.describe(i) + " raised an error")
+                                  for i in range(len(self.transforms.items))])
+            tf_detail = F.element_at(described, F.col(FAILED_INDEX) + 1)
+            reason = F.when(is_tf, F.lit(TRANSFORM_FAILED)).otherwise(reason)
+            detail = F.when(is_tf, tf_detail).otherwise(detail)
+            stage = F.when(is_tf, F.lit("transform")).otherwise(stage)
         return bad.select(
             "key", "value",
             F.when(is_ts, F.lit(INVALID_TIMESTAMP)).otherwise(reason).alias("reason"),
             F.when(is_ts, ts_detail).otherwise(detail).alias("detail"),
-            F.when(is_ts | reason.isin(*SCHEMA_REASONS), F.lit("schema"))
-            .otherwise(F.lit("decode")).alias("stage"),
+            stage.alias("stage"),
             "topic", "partition", "offset", "kafka_timestamp",
             F.lit(batch_id).cast("long").alias("batch_id"),
             F.lit(self.app_id).alias("app_id"),
@@ -324,7 +354,7 @@ class BatchProcessor:
         if guard is not None:
             keep = F.when(guard, F.raise_error(F.lit(GUARD_MESSAGE))).otherwise(keep)
         return marked.where(keep).select(
-            *self.partitions.output_columns(F.col("_r"), self.schema, ts),
+            *self.partitions.output_columns(F.col(self.record), self.columns, ts),
             *self.source_columns.columns())
 
     def _write_guarded(self, df: DataFrame, batch_id: int) -> tuple[Any, ...]:

@@ -84,8 +84,12 @@ def check_reachable(cfg: KafkaSource) -> None:
         time.sleep(1.0)
 
 
-def read_stream(spark: SparkSession, cfg: KafkaSource) -> DataFrame:
+def read_stream(spark: SparkSession, cfg: KafkaSource, *, headers: bool = False
+                ) -> DataFrame:
+    """The streaming source; ``headers`` adds the records' headers column."""
     reader = spark.readStream.format("kafka")
+    if headers:
+        reader = reader.option("includeHeaders", "true")
     for key, value in source_options(cfg).items():
         reader = reader.option(key, value)
     return reader.load()
