@@ -8,8 +8,10 @@ or inferred from a topic sample and stored) -> partition columns checked against
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,6 +25,7 @@ from lakesink.decode.schema import declared_schema
 from lakesink.errors import ConfigError, SourceError
 from lakesink.pipeline.batch import BatchProcessor, Rebuild, RunStats, SchemaStore
 from lakesink.pipeline.columns import PartitionSpec, SourceColumns
+from lakesink.pipeline.routing import Route, Router
 from lakesink.pipeline.transforms import Transforms, parse_transforms
 from lakesink.runtime.shutdown import StopRequest, await_query
 from lakesink.sources import kafka
@@ -39,6 +42,9 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 logger = logging.getLogger(__name__)
+
+#: the folder (under ``_rejected/``) of records no route takes
+UNROUTED_TABLE = "_unrouted"
 
 
 def evolution_policy(cfg: LakesinkConfig) -> EvolutionPolicy:
@@ -182,9 +188,10 @@ class TableParts:
 class Pipeline:
     cfg: LakesinkConfig
     spark: SparkSession
-    layout: TableLayout
+    name: str
+    target: str
     checkpoint: str
-    processor: BatchProcessor
+    processor: BatchProcessor | Router
     headers: bool = False
 
     @property
@@ -194,26 +201,50 @@ class Pipeline:
     @classmethod
     def build(cls, cfg: LakesinkConfig, spark: SparkSession) -> Pipeline:
         kafka.check_reachable(cfg.source.kafka)
+        if cfg.routes:
+            return cls._routed(cfg, spark)
         parts = TableParts.resolve(cfg, spark)
         checkpoint = (to_uri(cfg.checkpoint) if cfg.checkpoint
                       else parts.layout.default_checkpoint)
         app_id = checkpoint_app_id(parts.fs, checkpoint)
-        return cls(cfg, spark, parts.layout, checkpoint, parts.processor(app_id),
-                   headers=parts.transforms.uses_headers)
+        return cls(cfg, spark, parts.layout.name, parts.layout.table, checkpoint,
+                   parts.processor(app_id), headers=parts.transforms.uses_headers)
+
+    @classmethod
+    def _routed(cls, cfg: LakesinkConfig, spark: SparkSession) -> Pipeline:
+        """One query for every route: each route's table resolved as a single table's
+        is, one checkpoint (so one app id keys every table's commits)."""
+        parts = []
+        for i in range(len(cfg.routes)):
+            with route_keys(i):
+                parts.append(TableParts.resolve(cfg.route_config(i), spark))
+        checkpoint = to_uri(cfg.checkpoint or cfg.routed_checkpoint)
+        fs = HadoopFS(spark, to_uri(cfg.table.base_path))
+        app_id = checkpoint_app_id(fs, checkpoint)
+        routes = [Route(list(r.topics), r.topic_pattern, p.processor(app_id))
+                  for r, p in zip(cfg.routes, parts, strict=True)]
+        unrouted = (None if cfg.unrouted == "drop" else RejectedWriter(
+            fs, TableLayout.of(cfg.table.base_path, UNROUTED_TABLE), app_id=app_id))
+        subscribed = cfg.source.kafka.topics
+        exhaustive = bool(subscribed) and all(
+            any(t in r.topics for r in cfg.routes) for t in subscribed)
+        router = Router(routes, unrouted, app_id=app_id, exhaustive=exhaustive)
+        return cls(cfg, spark, "routes", ", ".join(p.layout.table for p in parts), checkpoint,
+                   router, headers=any(p.transforms.uses_headers for p in parts))
 
     def start(self, *, until_caught_up: bool | None = None) -> StreamingQuery:
         caught_up = self.cfg.trigger.until_caught_up if until_caught_up is None else until_caught_up
         stream = kafka.read_stream(self.spark, self.cfg.source.kafka, headers=self.headers)
         writer = (stream.writeStream.foreachBatch(self.processor)
                   .option("checkpointLocation", self.checkpoint)
-                  .queryName(f"lakesink_{self.layout.name}"))
+                  .queryName(f"lakesink_{self.name}"))
         if caught_up:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=self.cfg.trigger.interval)
         query = writer.start()
         logger.info("query started: %s -> %s (checkpoint %s)", self.cfg.source.kafka.topics
-                    or self.cfg.source.kafka.topic_pattern, self.layout.table, self.checkpoint)
+                    or self.cfg.source.kafka.topic_pattern, self.target, self.checkpoint)
         return query
 
     def run(self, *, until_caught_up: bool | None = None, stop: StopRequest | None = None
@@ -228,11 +259,33 @@ class Pipeline:
         return self.stats
 
 
+@contextlib.contextmanager
+def route_keys(index: int) -> Iterator[None]:
+    """Re-raise a route's ConfigError with its key under ``routes.<index>``."""
+    try:
+        yield
+    except ConfigError as exc:
+        key = exc.key
+        for section in ("table", "decode"):
+            if key == section or key.startswith(section + "."):
+                key = f"routes.{index}.{key}"
+        raise type(exc)(key, exc.message, fix=exc.fix) from None
+
+
 def preflight(cfg: LakesinkConfig) -> list[str]:
     """Start-up checks that need no Spark, JVM or network, in the order ``run`` does them.
 
     Raises ConfigError (or LayoutError) on the first failure; returns what was checked.
     """
+    if cfg.routes:
+        done = []
+        for i, route in enumerate(cfg.routes):
+            what = ", ".join(route.topics) or f"/{route.topic_pattern}/"
+            with route_keys(i):
+                checks = preflight(cfg.route_config(i))
+            done.extend(f"route {i} ({what}): {c}" for c in checks)
+        done.append(f"unrouted records: {cfg.unrouted}")
+        return done
     done = []
     fixed = fixed_decoder(None, cfg.decode)  # reads an Avro schema file; no JVM
     if fixed is not None or cfg.decode.schema_ is not None:

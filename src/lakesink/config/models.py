@@ -14,6 +14,7 @@ from pydantic import (
     ByteSize,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     field_validator,
     model_validator,
@@ -147,7 +148,8 @@ class KafkaSource(_Section):
 
     @model_validator(mode="after")
     def _one_subscription(self) -> KafkaSource:
-        if bool(self.topics) == bool(self.topic_pattern):
+        # neither is allowed here: with routes, the subscription comes from them
+        if self.topics and self.topic_pattern:
             raise ValueError("set exactly one of 'topics' or 'topic_pattern'")
         return self
 
@@ -387,6 +389,61 @@ class SparkConfig(_Section):
         return value
 
 
+class RouteConfig(_Section):
+    """Records of some topics -> one table. ``table`` and ``decode`` override the
+    top-level sections key by key (everything else is inherited)."""
+
+    topics: StrList = Field(default_factory=list, description="topics of this route")
+    topic_pattern: str | None = Field(default=None, description="Java regex of topic names "
+                                      "(whole name)")
+    table: dict[str, Any] = Field(default_factory=dict,
+                                  description="table settings that differ from `table`")
+    decode: dict[str, Any] = Field(default_factory=dict,
+                                   description="decode settings that differ from `decode`")
+
+    _split = field_validator("topics", mode="before")(_split_list)
+
+    @field_validator("topic_pattern")
+    @classmethod
+    def _pattern(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _one_subscription(self) -> RouteConfig:
+        if bool(self.topics) == bool(self.topic_pattern):
+            raise ValueError("set exactly one of 'topics' or 'topic_pattern'")
+        return self
+
+
+def _merged(base: BaseModel, overrides: dict[str, Any], model: type[BaseModel], key: str
+            ) -> Any:
+    """``base`` with ``overrides`` applied, validated; errors name ``key.<field>``."""
+    from pydantic import ValidationError
+
+    inherited = base.model_dump(exclude_unset=True, by_alias=True)
+    if isinstance(base, DecodeConfig) and overrides.get("format", base.format) != base.format:
+        # a schema belongs to its format: a route with another format does not inherit it
+        inherited = {k: v for k, v in inherited.items() if k not in ("schema", "avro")}
+    data = {**inherited, **overrides}
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown key"
+        head, sep, tail = msg.partition(": ")
+        if sep and "." in head and " " not in head:  # a model validator names its key:
+            loc, msg = head.split(".", 1)[1], tail  # "table.x: …" -> x
+        raise ValueError(f"{key}{'.' + loc if loc else ''}: {msg}") from None
+
+
 class LakesinkConfig(BaseSettings):
     """Everything ``lakesink run`` needs. Sections: source, decode, table, trigger, spark."""
 
@@ -407,10 +464,73 @@ class LakesinkConfig(BaseSettings):
         description="checkpoint folder; default <base_path>/.lakesink/<table>/checkpoint",
     )
     spark: SparkConfig = Field(default_factory=SparkConfig)
+    routes: list[RouteConfig] = Field(
+        default_factory=list,
+        description="topic -> table routes; each inherits `table` and `decode`",
+    )
+    _route_sections: list[tuple[TableConfig, DecodeConfig]] = PrivateAttr(
+        default_factory=list)
+    unrouted: Literal["dlq", "drop"] = Field(
+        default="dlq",
+        description="records no route takes: 'dlq' (rejected, reason unrouted) or 'drop'",
+    )
+
+    @model_validator(mode="after")
+    def _routes(self) -> LakesinkConfig:
+        """Resolve each route's table and decode settings; derive the subscription."""
+        kafka = self.source.kafka
+        if not self.routes:
+            if not kafka.topics and not kafka.topic_pattern:
+                raise ValueError("source.kafka: set exactly one of 'topics' or "
+                                 "'topic_pattern'")
+            return self
+        resolved: list[tuple[TableConfig, DecodeConfig]] = []
+        names: dict[str, int] = {}
+        for i, route in enumerate(self.routes):
+            table = _merged(self.table, route.table, TableConfig, f"routes.{i}.table")
+            decode = _merged(self.decode, route.decode, DecodeConfig, f"routes.{i}.decode")
+            if "name" not in route.table:
+                if len(route.topics) == 1 and _NAME.match(route.topics[0]):
+                    table.name = route.topics[0]
+                else:
+                    raise ValueError(f"routes.{i}.table.name: required unless the route "
+                                     "has exactly one topic")
+            assert table.name is not None
+            if table.name.lower() in names:
+                raise ValueError(f"routes.{i}.table.name: {table.name!r} is also the table "
+                                 f"of routes.{names[table.name.lower()]}; one route per table "
+                                 "(list several topics in one route)")
+            names[table.name.lower()] = i
+            resolved.append((table, decode))
+        self._route_sections = resolved
+        if not kafka.topics and not kafka.topic_pattern:
+            if all(r.topics for r in self.routes):
+                kafka.topics = list(dict.fromkeys(t for r in self.routes for t in r.topics))
+            else:
+                kafka.topic_pattern = "|".join(
+                    f"(?:{r.topic_pattern})" if r.topic_pattern
+                    else "|".join(re.escape(t) for t in r.topics) for r in self.routes)
+        return self
+
+    def route_config(self, index: int) -> LakesinkConfig:
+        """The config of one route as a single-table config (its table, its decode, its
+        topics), for the parts of lakesink that serve one table."""
+        table, decode = self._route_sections[index]
+        route = self.routes[index]
+        kafka = self.source.kafka.model_copy(update={"topics": list(route.topics),
+                                                     "topic_pattern": route.topic_pattern})
+        source = self.source.model_copy(update={"kafka": kafka})
+        return self.model_copy(update={"table": table, "decode": decode, "source": source,
+                                       "routes": []})
+
+    @property
+    def routed_checkpoint(self) -> str:
+        """The default checkpoint of a routed config (one query for every route)."""
+        return f"{self.table.base_path.rstrip('/')}/.lakesink/_routes/checkpoint"
 
     @model_validator(mode="after")
     def _default_table_name(self) -> LakesinkConfig:
-        if self.table.name is None:
+        if self.table.name is None and not self.routes:
             kafka = self.source.kafka
             if len(kafka.topics) == 1 and _NAME.match(kafka.topics[0]):
                 self.table.name = kafka.topics[0]

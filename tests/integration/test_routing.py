@@ -1,0 +1,123 @@
+"""Routing: several topics of one stream into several tables, each with its own format,
+partitions, decoder and transforms; records of a topic no route takes are dead letters
+(reason ``unrouted``) or dropped. Read back by DuckDB and delta-rs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lakesink.runtime.services import produce
+from tests.fixtures.services import config_dict, json_events
+from tests.integration.test_ingest import run_once
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
+
+
+def _topics(kafka_broker, topic: str) -> dict[str, str]:  # noqa: ANN001
+    names = {k: f"{topic}-{k}" for k in ("orders", "clicks-eu", "clicks-us", "raw", "other")}
+    for name in names.values():
+        kafka_broker.create_topic(name, partitions=2)
+    return names
+
+
+def _routed_config(kafka_broker, topic: str, lake: Path, names: dict[str, str],  # noqa: ANN001
+                   **top: Any) -> dict[str, Any]:
+    data = config_dict(kafka_broker, topic, lake, partition_by=[], timestamp_column=None)
+    data["source"]["kafka"]["topics"] = []
+    data["source"]["kafka"]["topic_pattern"] = re.escape(topic) + "-.*"
+    data["table"].pop("name")
+    data["routes"] = [
+        {"topics": [names["orders"]],
+         "table": {"name": "orders", "partition_by": ["location", "day"],
+                   "timestamp_column": "ts_ms"}},
+        {"topics": [names["clicks-eu"], names["clicks-us"]],
+         "table": {"name": "clicks", "format": "delta", "transforms": ["region: kafka.topic"]}},
+        {"topic_pattern": re.escape(names["raw"]) + "(-v[0-9]+)?",
+         "table": {"name": "raw"}, "decode": {"format": "string"}},
+    ]
+    data.update(top)
+    return data
+
+
+def _unrouted(lake: Path) -> list[tuple[Any, ...]]:
+    import duckdb
+
+    files = list((lake / "_rejected" / "_unrouted").glob("*.parquet"))
+    if not files:
+        return []
+    return duckdb.sql("SELECT reason, stage, topic, detail, value FROM read_parquet("
+                      f"'{lake}/_rejected/_unrouted/*.parquet')").fetchall()
+
+
+def test_topics_to_tables_each_with_its_own_settings(spark, kafka_broker, topic,
+                                                      tmp_path) -> None:
+    import duckdb
+    from deltalake import DeltaTable
+
+    lake = tmp_path / "lake"
+    names = _topics(kafka_broker, topic)
+    bootstrap = kafka_broker.bootstrap_servers
+    produce(bootstrap, names["orders"], json_events(range(0, 40)))
+    produce(bootstrap, names["clicks-eu"], json_events(range(100, 125)))
+    produce(bootstrap, names["clicks-us"], json_events(range(200, 215)))
+    produce(bootstrap, names["raw"], [(b"k", f"line {i}".encode()) for i in range(12)])
+    other = [(b"k", f"other {i}".encode()) for i in range(6)]
+    produce(bootstrap, names["other"], other)
+
+    stats = run_once(spark, _routed_config(kafka_broker, topic, lake, names))
+    assert (stats.written, stats.rejected) == (40 + 40 + 12, 6)
+
+    orders = duckdb.sql(f"SELECT id, location, day FROM read_parquet('{lake}/orders/**/*.parquet',"
+                        " hive_partitioning=true)").fetchall()
+    assert sorted(r[0] for r in orders) == list(range(40))
+    assert {p.name.split("=")[0] for p in (lake / "orders").iterdir()} == {"location"}
+    clicks = DeltaTable(str(lake / "clicks")).to_pyarrow_table(columns=["id", "region"])
+    by_id = dict(zip(clicks["id"].to_pylist(), clicks["region"].to_pylist(), strict=True))
+    assert sorted(by_id) == list(range(100, 125)) + list(range(200, 215))
+    assert all(by_id[i] == names["clicks-eu" if i < 200 else "clicks-us"] for i in by_id)
+    raw = duckdb.sql(f"SELECT data FROM read_parquet('{lake}/raw/**/*.parquet')").fetchall()
+    assert sorted(r[0] for r in raw) == sorted(f"line {i}" for i in range(12))
+
+    bad = _unrouted(lake)
+    assert sorted(bytes(r[4]) for r in bad) == sorted(v for _, v in other)
+    assert {(r[0], r[1], r[2]) for r in bad} == {("unrouted", "route", names["other"])}
+    assert not (lake / "_rejected" / "orders").exists()  # each table's own area stays clean
+
+
+def test_unrouted_drop_and_a_restart_adds_nothing_twice(spark, kafka_broker, topic,
+                                                        tmp_path) -> None:
+    import duckdb
+
+    lake = tmp_path / "lake"
+    names = _topics(kafka_broker, topic)
+    bootstrap = kafka_broker.bootstrap_servers
+    produce(bootstrap, names["orders"], json_events(range(0, 20)))
+    produce(bootstrap, names["other"], [(b"k", b'{"id": 1}')] * 5)
+    data = _routed_config(kafka_broker, topic, lake, names, unrouted="drop")
+    first = run_once(spark, data)
+    assert (first.written, first.rejected) == (20, 0)
+    produce(bootstrap, names["orders"], json_events(range(20, 30)))
+    produce(bootstrap, names["clicks-us"], json_events(range(200, 203)))
+    second = run_once(spark, data)
+    assert (second.written, second.rejected) == (13, 0)
+    ids = duckdb.sql(f"SELECT id FROM read_parquet('{lake}/orders/**/*.parquet')").fetchall()
+    assert sorted(r[0] for r in ids) == list(range(30))
+    assert _unrouted(lake) == []
+    assert json.loads((lake / ".lakesink" / "_routes" / "checkpoint" / "lakesink.json")
+                      .read_text())["app_id"]
+
+
+def test_route_errors_name_the_route(spark, kafka_broker, topic, tmp_path) -> None:
+    from lakesink.errors import ConfigError
+
+    names = _topics(kafka_broker, topic)
+    data = _routed_config(kafka_broker, topic, tmp_path / "lake", names)
+    data["routes"][1]["table"]["partition_by"] = ["nope"]
+    with pytest.raises(ConfigError) as err:
+        run_once(spark, data)
+    assert err.value.key == "routes.1.table.partition_by"

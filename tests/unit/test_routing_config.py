@@ -1,0 +1,80 @@
+"""Route configuration: inheritance, derived subscription and errors naming the route."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lakesink.config.loader import load_config
+from lakesink.errors import ConfigError
+
+
+def _load(routes: list[dict[str, Any]], **flags: Any):  # noqa: ANN202
+    return load_config(overrides=["source.kafka.bootstrap_servers=a:1"],
+                       flags={"routes": routes, **flags}, env={})
+
+
+def test_routes_inherit_table_and_decode_and_derive_topics() -> None:
+    cfg = _load([{"topics": ["a"]},
+                 {"topics": ["b", "c"], "table": {"name": "bc", "format": "delta"}}],
+                **{"table.partition_by": ["location"], "table.compression": "zstd"})
+    assert cfg.source.kafka.topics == ["a", "b", "c"]
+    first, second = cfg.route_config(0), cfg.route_config(1)
+    assert (first.table.name, first.table.format, first.table.partition_by) == (
+        "a", "parquet", ["location"])
+    assert (second.table.name, second.table.format, second.table.compression) == (
+        "bc", "delta", "zstd")
+    assert second.source.kafka.topics == ["b", "c"] and second.routes == []
+
+
+def test_a_pattern_route_makes_a_pattern_subscription() -> None:
+    cfg = _load([{"topics": ["a.b"]}, {"topic_pattern": r"m\..*", "table": {"name": "m"}}])
+    assert cfg.source.kafka.topic_pattern == r"a\.b|(?:m\..*)"
+    assert cfg.source.kafka.topics == []
+
+
+def test_a_route_with_another_format_does_not_inherit_the_schema() -> None:
+    cfg = _load([{"topics": ["a"]}, {"topics": ["b"], "decode": {"format": "string"}}],
+                **{"decode.schema": "id bigint"})
+    assert cfg.route_config(0).decode.schema_ == "id bigint"
+    assert cfg.route_config(1).decode.schema_ is None
+
+
+@pytest.mark.parametrize("routes, key, message", [
+    ([{"topics": ["a"]}, {"topics": ["b", "c"]}], "routes.1.table.name", "required unless"),
+    ([{"topics": ["a"]}, {"topics": ["A"]}], "routes.1.table.name", "also the table of routes.0"),
+    ([{"topics": ["b"], "table": {"partition_by": "x y"}}], "routes.0.table.partition_by",
+     "not a plain column name"),
+    ([{"topics": ["b"], "table": {"bogus": 1}}], "routes.0.table.bogus", "unknown key"),
+    ([{"topics": ["b"], "table": {"unknown_fields": "reject"}}],
+     "routes.0.table.unknown_fields", "needs schema_evolution=strict"),
+    ([{"topics": ["b"], "decode": {"format": "avro"}}], "routes.0.decode.avro.schema_file",
+     "required for format avro"),
+    ([{"topics": ["b"], "table": {"transforms": ["bad"]}}], "routes.0.table.transforms.0",
+     "not 'name: expression'"),
+    ([{"topics": ["a"], "topic_pattern": "x"}], "routes.0", "exactly one of"),
+    ([{"topic_pattern": "x("}], "routes.0.topic_pattern", "not a regular expression"),
+])
+def test_route_errors_name_the_route_key(routes: list[dict[str, Any]], key: str,
+                                         message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        _load(routes)
+    assert err.value.key == key
+    assert message in err.value.message
+
+
+def test_no_subscription_and_no_routes_is_an_error() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides=["source.kafka.bootstrap_servers=a:1"], env={})
+    assert err.value.key == "source.kafka"
+
+
+def test_preflight_names_the_route() -> None:
+    from lakesink.app import preflight
+
+    cfg = _load([{"topics": ["a"]}, {"topics": ["b"], "table": {"partition_by": ["nope"]}}],
+                **{"decode.schema": "id bigint", "table.base_path": "/tmp/lakesink-no-such"})
+    with pytest.raises(ConfigError) as err:
+        preflight(cfg)
+    assert err.value.key == "routes.1.table.partition_by"
