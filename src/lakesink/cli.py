@@ -228,20 +228,32 @@ def dlq_show(
     sample: Annotated[int, typer.Option(help="Records to show.")] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Pending dead letters by reason, a sample of them, and how many were replayed."""
-    from rich.table import Table
-
+    """Pending dead letters by reason, a sample of them, and how many were replayed
+    (every route's table with routes)."""
     from lakesink import dlq
 
     try:
         cfg, spark = _dlq_session(config, set_, _common_flags(None, None, table, base_path, None))
-        summary = dlq.show(spark, cfg, sample=sample)
+        summaries = [dlq.show(spark, c, sample=sample) for c in _tables(cfg)]
     except ConfigError as exc:
         _fail_config(exc)
         return
     if as_json:
-        out.print(json.dumps(summary, indent=1), highlight=False, markup=False)
+        shown = summaries if cfg.routes else summaries[0]
+        out.print(json.dumps(shown, indent=1), highlight=False, markup=False)
         return
+    for summary in summaries:
+        _print_dlq_summary(summary)
+
+
+def _tables(cfg: Any) -> list[Any]:  # noqa: ANN401
+    """One config per table: the routes' tables, or the one table."""
+    return [cfg.route_config(i) for i in range(len(cfg.routes))] if cfg.routes else [cfg]
+
+
+def _print_dlq_summary(summary: dict[str, Any]) -> None:
+    from rich.table import Table
+
     out.print(f"{summary['table']}: {sum(summary['by_reason'].values())} pending dead "
               f"letter(s) in {summary['pending_files']} file(s); "
               f"{summary['replayed_records']} replayed", highlight=False)
@@ -270,7 +282,9 @@ def dlq_replay(
 
     try:
         cfg, spark = _dlq_session(config, set_, _common_flags(None, None, table, base_path, None))
-        result = dlq.replay(spark, cfg)
+        results = [dlq.replay(spark, c) | ({"table": c.table_name} if cfg.routes else {})
+                   for c in _tables(cfg)]
+        result = results if cfg.routes else results[0]
     except ConfigError as exc:
         _fail_config(exc)
         return
