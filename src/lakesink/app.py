@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -25,7 +25,7 @@ from lakesink.decode.schema import declared_schema
 from lakesink.errors import ConfigError, SourceError
 from lakesink.pipeline.batch import BatchProcessor, Rebuild, RunStats, SchemaStore
 from lakesink.pipeline.columns import PartitionSpec, SourceColumns
-from lakesink.pipeline.routing import Route, Router
+from lakesink.pipeline.routing import Route, Router, TypeTables
 from lakesink.pipeline.transforms import Transforms, parse_transforms
 from lakesink.runtime.shutdown import StopRequest, await_query
 from lakesink.sources import kafka
@@ -56,14 +56,15 @@ def evolution_policy(cfg: LakesinkConfig) -> EvolutionPolicy:
 
 
 def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,
-                   layout: TableLayout, fixed: Decoder | None = None) -> T.StructType:
+                   layout: TableLayout, fixed: Decoder | None = None,
+                   samples: Callable[[], list[str]] | None = None) -> T.StructType:
     """The schema to start with, stored in ``schema.json`` with its history.
 
     A format with its own columns (``fixed``): its schema, which must equal a stored
     one (the format or its schema file changed under an existing table otherwise).
     Declared: reconciled with the stored one (widened or added columns are kept, an
     incompatible type is refused). Else the stored schema. Else inferred from a topic
-    sample and stored.
+    sample (or from ``samples()``: one message type's records) and stored.
     """
     stored = fs.read_json(layout.schema_file)
     stored_schema = T.StructType.fromJson(stored["schema"]) if stored else None
@@ -89,20 +90,24 @@ def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,
     if stored_schema is not None:
         logger.info("using the schema stored with the table (%s)", layout.schema_file)
         return stored_schema
-    samples = kafka.sample_values(spark, cfg.source.kafka, limit=cfg.decode.infer_sample_size,
-                                  wait_s=cfg.decode.infer_wait_s)
-    if not samples:
+    if samples is not None:
+        values = samples()
+    else:
+        values = kafka.sample_values(spark, cfg.source.kafka,
+                                     limit=cfg.decode.infer_sample_size,
+                                     wait_s=cfg.decode.infer_wait_s)
+    if not values:
         raise SourceError(
             f"no records to infer a schema from after {cfg.decode.infer_wait_s:.0f}s; "
             "declare decode.schema or produce a record first"
         )
-    schema = infer_schema(spark, samples)
+    schema = infer_schema(spark, values)
     if not schema.fields:
         raise SourceError("none of the sampled records is a JSON object; declare decode.schema")
     fs.write_json(layout.schema_file, schema_record(
-        schema, source=f"inferred from {len(samples)} record(s)", declared=None, previous=None,
+        schema, source=f"inferred from {len(values)} record(s)", declared=None, previous=None,
         changes=["inferred"]))
-    logger.info("inferred schema from %d record(s): %s", len(samples), schema.simpleString())
+    logger.info("inferred schema from %d record(s): %s", len(values), schema.simpleString())
     return schema
 
 
@@ -132,13 +137,15 @@ class TableParts:
     transforms: Transforms
 
     @classmethod
-    def resolve(cls, cfg: LakesinkConfig, spark: SparkSession) -> TableParts:
+    def resolve(cls, cfg: LakesinkConfig, spark: SparkSession,
+                samples: Callable[[], list[str]] | None = None) -> TableParts:
+        """``samples``: where a schema to infer comes from, when not from the topic."""
         table = cfg.table
         layout = TableLayout.of(table.base_path, cfg.table_name)
         fs = HadoopFS(spark, layout.base)
         check_layout(fs, layout, table.format, table.partition_by)
         fixed = fixed_decoder(spark, cfg.decode)
-        schema = resolve_schema(spark, cfg, fs, layout, fixed)
+        schema = resolve_schema(spark, cfg, fs, layout, fixed, samples)
         policy = evolution_policy(cfg)
         transforms = Transforms(parse_transforms(table.transforms))
 
@@ -213,24 +220,40 @@ class Pipeline:
     @classmethod
     def _routed(cls, cfg: LakesinkConfig, spark: SparkSession) -> Pipeline:
         """One query for every route: each route's table resolved as a single table's
-        is, one checkpoint (so one app id keys every table's commits)."""
-        parts = []
-        for i in range(len(cfg.routes)):
-            with route_keys(i):
-                parts.append(TableParts.resolve(cfg.route_config(i), spark))
+        is (a message-type route's tables on first sight), one checkpoint (so one app id
+        keys every table's commits)."""
         checkpoint = to_uri(cfg.checkpoint or cfg.routed_checkpoint)
         fs = HadoopFS(spark, to_uri(cfg.table.base_path))
         app_id = checkpoint_app_id(fs, checkpoint)
-        routes = [Route(list(r.topics), r.topic_pattern, p.processor(app_id))
-                  for r, p in zip(cfg.routes, parts, strict=True)]
+        static = {cfg.route_config(i).table_name for i, r in enumerate(cfg.routes)
+                  if r.message_type is None}
+        routes, targets = [], []
+        for i, r in enumerate(cfg.routes):
+            route = Route(list(r.topics), r.topic_pattern)
+            if r.message_type is not None:
+                route.types = TypeTables(
+                    field=r.message_type.field, allow=r.message_type.allow,
+                    prefix=r.message_type.table_prefix, factory=_type_tables(cfg, spark, i,
+                                                                             app_id),
+                    reserved=static | {UNROUTED_TABLE}, key=f"routes.{i}.message_type",
+                    sample_size=cfg.route_config(i, "_").decode.infer_sample_size)
+                targets.append(f"{r.message_type.table_prefix}<{r.message_type.field}>")
+            else:
+                with route_keys(i):
+                    parts = TableParts.resolve(cfg.route_config(i), spark)
+                route.processor = parts.processor(app_id)
+                targets.append(parts.layout.table)
+            routes.append(route)
         unrouted = (None if cfg.unrouted == "drop" else RejectedWriter(
             fs, TableLayout.of(cfg.table.base_path, UNROUTED_TABLE), app_id=app_id))
         subscribed = cfg.source.kafka.topics
         exhaustive = bool(subscribed) and all(
             any(t in r.topics for r in cfg.routes) for t in subscribed)
         router = Router(routes, unrouted, app_id=app_id, exhaustive=exhaustive)
-        return cls(cfg, spark, "routes", ", ".join(p.layout.table for p in parts), checkpoint,
-                   router, headers=any(p.transforms.uses_headers for p in parts))
+        headers = any(Transforms(parse_transforms(cfg.route_config(i, "_").table.transforms))
+                      .uses_headers for i in range(len(cfg.routes)))
+        return cls(cfg, spark, "routes", ", ".join(targets), checkpoint, router,
+                   headers=headers)
 
     def start(self, *, until_caught_up: bool | None = None) -> StreamingQuery:
         caught_up = self.cfg.trigger.until_caught_up if until_caught_up is None else until_caught_up
@@ -259,6 +282,16 @@ class Pipeline:
         return self.stats
 
 
+def _type_tables(cfg: LakesinkConfig, spark: SparkSession, index: int, app_id: str
+                 ) -> Callable[[str, Callable[[], list[str]]], BatchProcessor]:
+    """The factory of a message-type route's tables (one per type, on first sight)."""
+    def make(table: str, samples: Callable[[], list[str]]) -> BatchProcessor:
+        with route_keys(index):
+            parts = TableParts.resolve(cfg.route_config(index, table), spark, samples)
+        return parts.processor(app_id)
+    return make
+
+
 @contextlib.contextmanager
 def route_keys(index: int) -> Iterator[None]:
     """Re-raise a route's ConfigError with its key under ``routes.<index>``."""
@@ -281,8 +314,16 @@ def preflight(cfg: LakesinkConfig) -> list[str]:
         done = []
         for i, route in enumerate(cfg.routes):
             what = ", ".join(route.topics) or f"/{route.topic_pattern}/"
-            with route_keys(i):
-                checks = preflight(cfg.route_config(i))
+            if route.message_type is not None:  # tables come with the types
+                mt = route.message_type
+                with route_keys(i):
+                    checks = preflight(cfg.route_config(i, mt.table_prefix + "TYPE"))[:1]
+                checks.append(f"one table per value of '{mt.field}' "
+                              f"({mt.table_prefix}<type>, allowed: {mt.allow or 'any'}), "
+                              "created on first sight")
+            else:
+                with route_keys(i):
+                    checks = preflight(cfg.route_config(i))
             done.extend(f"route {i} ({what}): {c}" for c in checks)
         done.append(f"unrouted records: {cfg.unrouted}")
         return done

@@ -121,3 +121,62 @@ def test_route_errors_name_the_route(spark, kafka_broker, topic, tmp_path) -> No
     with pytest.raises(ConfigError) as err:
         run_once(spark, data)
     assert err.value.key == "routes.1.table.partition_by"
+
+
+def _typed(i: int, kind: str | None) -> tuple[bytes, bytes]:
+    record: dict[str, Any] = {"id": i, "ts_ms": 1_795_000_000_000 + i * 3_600_000}
+    if kind is not None:
+        record["type"] = kind
+    if kind == "order":
+        record["amount"] = i * 1.5
+    elif kind == "click":
+        record["url"] = f"/p/{i}"
+    elif kind == "view":
+        record["page"], record["ms"] = f"/v/{i}", i * 10
+    return (b"k", json.dumps(record).encode())
+
+
+def test_message_type_routing_creates_a_table_per_allowed_type(spark, kafka_broker, topic,
+                                                               tmp_path) -> None:
+    """A field names the table; each type's table gets its own schema on first sight; the
+    allow-list and records without the field go to the unrouted dead letters; a later run
+    adds a new type and appends to the known ones, nothing twice."""
+    import duckdb
+
+    lake = tmp_path / "lake"
+    bootstrap = kafka_broker.bootstrap_servers
+    kinds = ["order", "click", "admin", None]
+    first = [_typed(i, kinds[i % 4]) for i in range(40)]
+    produce(bootstrap, topic, first)
+    data = config_dict(kafka_broker, topic, lake, partition_by=["day"])
+    data.pop("decode")
+    data["table"].pop("name")
+    data["routes"] = [{"topics": [topic], "message_type": {
+        "field": "type", "allow": "order|click|view", "table_prefix": "ev_"}}]
+    one = run_once(spark, data)
+    assert (one.written, one.rejected) == (20, 20)
+
+    second = [_typed(i, ["order", "view"][i % 2]) for i in range(40, 50)]
+    produce(bootstrap, topic, second)
+    two = run_once(spark, data)
+    assert (two.written, two.rejected) == (10, 0)
+
+    def table(name: str, columns: str) -> list[tuple[Any, ...]]:
+        return duckdb.sql(f"SELECT {columns} FROM read_parquet('{lake}/{name}/**/*.parquet', "
+                          "hive_partitioning=true) ORDER BY id").fetchall()
+
+    orders = table("ev_order", "id, amount")
+    assert orders == [(i, i * 1.5) for i in [*range(0, 40, 4), *range(40, 50, 2)]]
+    assert table("ev_click", "id, url") == [(i, f"/p/{i}") for i in range(1, 40, 4)]
+    assert table("ev_view", "id, page, ms") == [(i, f"/v/{i}", i * 10) for i in range(41, 50, 2)]
+    order_columns = {c[0] for c in duckdb.sql(
+        f"DESCRIBE SELECT * FROM read_parquet('{lake}/ev_order/**/*.parquet')").fetchall()}
+    assert order_columns == {"id", "ts_ms", "type", "amount", "day"}  # its own schema
+    assert not (lake / "ev_admin").exists()
+
+    bad = _unrouted(lake)
+    details = sorted({r[3] for r in bad})
+    assert details == ["message type 'admin' not allowed by routes.0.message_type.allow",
+                       "no message type field 'type'"]
+    assert sorted(json.loads(bytes(r[4]))["id"] for r in bad) == [
+        i for i in range(40) if i % 4 in (2, 3)]

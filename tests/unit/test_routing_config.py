@@ -54,6 +54,14 @@ def test_a_route_with_another_format_does_not_inherit_the_schema() -> None:
     ([{"topics": ["b"], "table": {"transforms": ["bad"]}}], "routes.0.table.transforms.0",
      "not 'name: expression'"),
     ([{"topics": ["a"], "topic_pattern": "x"}], "routes.0", "exactly one of"),
+    ([{"topics": ["a"], "message_type": {"field": "type"}, "decode": {"format": "string"}}],
+     "routes.0.message_type", "needs decode.format json"),
+    ([{"topics": ["a"], "message_type": {"field": "type"}, "table": {"name": "x"}}],
+     "routes.0.table.name", "the message type names the tables"),
+    ([{"topics": ["a"], "message_type": {"field": "a.b"}}], "routes.0.message_type.field",
+     "not a plain field name"),
+    ([{"topics": ["a"], "message_type": {"field": "t", "allow": "("}}],
+     "routes.0.message_type.allow", "not a regular expression"),
     ([{"topic_pattern": "x("}], "routes.0.topic_pattern", "not a regular expression"),
 ])
 def test_route_errors_name_the_route_key(routes: list[dict[str, Any]], key: str,
@@ -78,3 +86,10 @@ def test_preflight_names_the_route() -> None:
     with pytest.raises(ConfigError) as err:
         preflight(cfg)
     assert err.value.key == "routes.1.table.partition_by"
+
+
+def test_message_type_route_configs_per_type() -> None:
+    cfg = _load([{"topics": ["a", "b"], "message_type": {"field": "type",
+                                                           "table_prefix": "ev_"}}])
+    assert cfg.route_config(0, "ev_order").table.name == "ev_order"
+    assert cfg.route_config(0, "ev_order").source.kafka.topics == ["a", "b"]

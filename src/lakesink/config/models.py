@@ -389,6 +389,40 @@ class SparkConfig(_Section):
         return value
 
 
+class MessageTypeConfig(_Section):
+    """Message-type routing: a field of each JSON record names its table."""
+
+    field: str = Field(description="top-level JSON field whose value is the type")
+    allow: str | None = Field(default=None, description="regex (whole match) of the types "
+                              "written; others are unrouted. Default: every type")
+    table_prefix: str = Field(default="", description="table name = prefix + type")
+
+    @field_validator("allow")
+    @classmethod
+    def _pattern(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+    @field_validator("field")
+    @classmethod
+    def _field(cls, value: str) -> str:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", value):
+            raise ValueError(f"{value!r} is not a plain field name")
+        return value
+
+    @field_validator("table_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if value and not _NAME.match(value):
+            raise ValueError("use letters, digits, '_', '-' and '.', starting with a "
+                             "letter/digit")
+        return value
+
+
 class RouteConfig(_Section):
     """Records of some topics -> one table. ``table`` and ``decode`` override the
     top-level sections key by key (everything else is inherited)."""
@@ -400,6 +434,8 @@ class RouteConfig(_Section):
                                   description="table settings that differ from `table`")
     decode: dict[str, Any] = Field(default_factory=dict,
                                    description="decode settings that differ from `decode`")
+    message_type: MessageTypeConfig | None = Field(
+        default=None, description="one table per message type instead of one table")
 
     _split = field_validator("topics", mode="before")(_split_list)
 
@@ -489,6 +525,16 @@ class LakesinkConfig(BaseSettings):
         for i, route in enumerate(self.routes):
             table = _merged(self.table, route.table, TableConfig, f"routes.{i}.table")
             decode = _merged(self.decode, route.decode, DecodeConfig, f"routes.{i}.decode")
+            if route.message_type is not None:
+                if decode.format != "json":
+                    raise ValueError(f"routes.{i}.message_type: needs decode.format json "
+                                     f"(the route's format is {decode.format})")
+                if "name" in route.table:
+                    raise ValueError(f"routes.{i}.table.name: the message type names the "
+                                     "tables; remove it (see message_type.table_prefix)")
+                table.name = None
+                resolved.append((table, decode))
+                continue
             if "name" not in route.table:
                 if len(route.topics) == 1 and _NAME.match(route.topics[0]):
                     table.name = route.topics[0]
@@ -512,11 +558,14 @@ class LakesinkConfig(BaseSettings):
                     else "|".join(re.escape(t) for t in r.topics) for r in self.routes)
         return self
 
-    def route_config(self, index: int) -> LakesinkConfig:
+    def route_config(self, index: int, table_name: str | None = None) -> LakesinkConfig:
         """The config of one route as a single-table config (its table, its decode, its
-        topics), for the parts of lakesink that serve one table."""
+        topics), for the parts of lakesink that serve one table. A message-type route
+        needs the ``table_name`` of one type."""
         table, decode = self._route_sections[index]
         route = self.routes[index]
+        if table_name is not None:
+            table = table.model_copy(update={"name": table_name})
         kafka = self.source.kafka.model_copy(update={"topics": list(route.topics),
                                                      "topic_pattern": route.topic_pattern})
         source = self.source.model_copy(update={"kafka": kafka})
