@@ -60,6 +60,26 @@ avro_nullable = st.builds(lambda a, b: _avro(AVRO_NULLABLE, {"a": a, "b": b}),
                           st.none() | st.integers(min_value=-2**63, max_value=2**63 - 1),
                           st.none() | st.text(max_size=8))
 garbage = st.binary(max_size=48)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _pb(i: int, name: str) -> bytes:
+    """message P {int64 id = 1; string name = 2;}, encoded by hand (the protobuf wire
+    format), independently of the runtime the decoder uses."""
+    text = name.encode()
+    return b"\x08" + _varint(i) + b"\x12" + _varint(len(text)) + text
+
+
+protobuf_messages = st.builds(_pb, st.integers(min_value=0, max_value=2**63 - 1),
+                              st.text(max_size=8))
 confluent = b"\x00\x00\x00\x00\x01"
 
 VALUES = {
@@ -74,6 +94,7 @@ VALUES = {
     "avro-confluent": st.one_of(st.none(), garbage, avro_required.map(lambda b: confluent + b),
                                 avro_required),
     "avro-nullable": st.one_of(st.none(), garbage, avro_nullable),
+    "protobuf": st.one_of(st.none(), garbage, protobuf_messages),
 }
 
 
@@ -88,7 +109,31 @@ EXPECTED = {
     "string": _utf8,
     "int64": lambda row, value: len(value) == 8 and row["value"] == struct.unpack(">q", value)[0],
     "bytes": lambda row, value: (base64.b64decode(row["data"]), row["size"]) == (value, len(value)),
+    # random bytes can be a valid message too (unknown fields are allowed by protobuf)
+    "protobuf": lambda row, value: not _pb_shaped(value) or (
+        row["id"], row["name"]) == _pb_fields(value),
 }
+
+
+def _pb_shaped(value: bytes) -> bool:
+    try:
+        return _pb(*_pb_fields(value)) == value
+    except (IndexError, UnicodeDecodeError, ValueError):
+        return False
+
+
+def _pb_fields(value: bytes) -> tuple[int, str]:
+    """(id, name) of a value :func:`_pb` wrote."""
+    pos, n, shift = 1, 0, 0
+    while True:
+        b = value[pos]
+        pos += 1
+        n |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            break
+    size = value[pos + 1]
+    return n, value[pos + 2:pos + 2 + size].decode()
 
 
 def _decoder(spark, fmt: str, tmp_path_factory) -> tuple[Any, PartitionSpec]:  # noqa: ANN001
@@ -105,6 +150,18 @@ def _decoder(spark, fmt: str, tmp_path_factory) -> tuple[Any, PartitionSpec]:  #
     decoder = {"string": StringDecoder, "int64": Int64Decoder, "bytes": BytesDecoder}.get(fmt)
     if decoder is not None:
         made = decoder()
+    elif fmt == "protobuf":
+        from google.protobuf import descriptor_pb2
+
+        from lakesink.decode.protobuf import ProtobufDecoder
+
+        proto = descriptor_pb2.FileDescriptorProto(name="p.proto", package="t", syntax="proto3")
+        msg = proto.message_type.add(name="P")
+        msg.field.add(name="id", number=1, type=3, label=1)  # TYPE_INT64, LABEL_OPTIONAL
+        msg.field.add(name="name", number=2, type=9, label=1)  # TYPE_STRING
+        path = tmp_path_factory.mktemp("proto") / "p.desc"
+        path.write_bytes(descriptor_pb2.FileDescriptorSet(file=[proto]).SerializeToString())
+        made = ProtobufDecoder(str(path), "t.P")
     else:
         schema = AVRO_NULLABLE if fmt == "avro-nullable" else AVRO_REQUIRED
         made = AvroDecoder(spark, json.dumps(schema),

@@ -176,13 +176,26 @@ class AvroConfig(_Section):
     )
 
 
+class ProtobufConfig(_Section):
+    """``decode.format: protobuf``: the descriptor set and the message of each value."""
+
+    descriptor_file: str | None = Field(
+        default=None, description="descriptor set: protoc --descriptor_set_out=F "
+        "--include_imports")
+    message: str | None = Field(default=None, description="full message name (pkg.Msg)")
+    wire: Literal["plain", "confluent"] = Field(
+        default="plain", description="'confluent': magic byte 0, a 4-byte schema id and "
+        "the message-index path precede the message")
+
+
 class DecodeConfig(_Section):
-    format: Literal["json", "avro", "string", "int64", "bytes"] = Field(
+    format: Literal["json", "avro", "protobuf", "string", "int64", "bytes"] = Field(
         default="json",
-        description="json; avro (schema from decode.avro); "
+        description="json; avro (schema from decode.avro); protobuf (decode.protobuf); "
         "string -> data, int64 (8 bytes big-endian) -> value, bytes -> data (base64) + size",
     )
     avro: AvroConfig = Field(default_factory=AvroConfig)
+    protobuf: ProtobufConfig = Field(default_factory=ProtobufConfig)
     schema_: list[FieldSpec] | str | None = Field(
         default=None,
         alias="schema",
@@ -200,6 +213,10 @@ class DecodeConfig(_Section):
                              "format defines the columns itself")
         if self.format == "avro" and not self.avro.schema_file:
             raise ValueError("decode.avro.schema_file: required for format avro")
+        if self.format == "protobuf":
+            for key in ("descriptor_file", "message"):
+                if not getattr(self.protobuf, key):
+                    raise ValueError(f"decode.protobuf.{key}: required for format protobuf")
         return self
 
     @property
@@ -464,7 +481,8 @@ def _merged(base: BaseModel, overrides: dict[str, Any], model: type[BaseModel], 
     inherited = base.model_dump(exclude_unset=True, by_alias=True)
     if isinstance(base, DecodeConfig) and overrides.get("format", base.format) != base.format:
         # a schema belongs to its format: a route with another format does not inherit it
-        inherited = {k: v for k, v in inherited.items() if k not in ("schema", "avro")}
+        inherited = {k: v for k, v in inherited.items()
+                     if k not in ("schema", "avro", "protobuf")}
     data = {**inherited, **overrides}
     try:
         return model.model_validate(data)

@@ -24,6 +24,12 @@ def fixed_decoder(spark: SparkSession | None, cfg: DecodeConfig) -> Decoder | No
         return raw.Int64Decoder()
     if cfg.format == "bytes":
         return raw.BytesDecoder()
+    if cfg.format == "protobuf":
+        from lakesink.decode.protobuf import ProtobufDecoder
+
+        assert cfg.protobuf.descriptor_file and cfg.protobuf.message  # checked by the model
+        return ProtobufDecoder(cfg.protobuf.descriptor_file, cfg.protobuf.message,
+                               wire=cfg.protobuf.wire)
     if cfg.format == "avro":
         from lakesink.decode.avro import AvroDecoder, read_schema_file
 
