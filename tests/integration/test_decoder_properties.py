@@ -78,6 +78,19 @@ def _pb(i: int, name: str) -> bytes:
     return b"\x08" + _varint(i) + b"\x12" + _varint(len(text)) + text
 
 
+def _ipc_stream(rows: list[tuple[int, str]]) -> bytes:
+    import pyarrow as pa
+
+    batch = pa.RecordBatch.from_pydict({"id": pa.array([r[0] for r in rows], pa.int64()),
+                                        "name": pa.array([r[1] for r in rows], pa.string())})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+ipc_streams = st.lists(st.tuples(st.integers(min_value=-2**63, max_value=2**63 - 1),
+                                 st.text(max_size=6)), min_size=1, max_size=4).map(_ipc_stream)
 protobuf_messages = st.builds(_pb, st.integers(min_value=0, max_value=2**63 - 1),
                               st.text(max_size=8))
 confluent = b"\x00\x00\x00\x00\x01"
@@ -95,6 +108,7 @@ VALUES = {
                                 avro_required),
     "avro-nullable": st.one_of(st.none(), garbage, avro_nullable),
     "protobuf": st.one_of(st.none(), garbage, protobuf_messages),
+    "arrow_ipc": st.one_of(st.none(), garbage, ipc_streams, ipc_streams.map(lambda b: b[:-9])),
 }
 
 
@@ -113,6 +127,13 @@ EXPECTED = {
     "protobuf": lambda row, value: not _pb_shaped(value) or (
         row["id"], row["name"]) == _pb_fields(value),
 }
+
+
+def _ipc_rows(value: bytes) -> list[tuple[int, str]]:
+    import pyarrow as pa
+
+    table = pa.ipc.open_stream(pa.py_buffer(value)).read_all()
+    return list(zip(table["id"].to_pylist(), table["name"].to_pylist(), strict=True))
 
 
 def _pb_shaped(value: bytes) -> bool:
@@ -150,6 +171,10 @@ def _decoder(spark, fmt: str, tmp_path_factory) -> tuple[Any, PartitionSpec]:  #
     decoder = {"string": StringDecoder, "int64": Int64Decoder, "bytes": BytesDecoder}.get(fmt)
     if decoder is not None:
         made = decoder()
+    elif fmt == "arrow_ipc":
+        from lakesink.decode.arrow_ipc import ArrowIpcDecoder
+
+        made = ArrowIpcDecoder(T._parse_datatype_string("id bigint, name string"))
     elif fmt == "protobuf":
         from google.protobuf import descriptor_pb2
 
@@ -191,17 +216,24 @@ def test_every_input_is_one_row_or_one_dead_letter(spark, fmt, tmp_path_factory)
             "timestamp timestamp, timestampType int")
         marked = processor._marked(df).cache()
         try:
-            good_rows = marked.where("_fail IS NULL").select("offset", "_r.*").collect()
+            good_rows = (marked.where("_fail IS NULL")
+                         .select("offset", f"{processor.record}.*").collect())
             good = [r["offset"] for r in good_rows]
             rows = processor._good(marked).collect()  # the written columns evaluate
             bad = processor.rejected_rows(marked, 0).select("offset", "reason", "value").collect()
         finally:
             marked.unpersist()
         assert len(rows) == len(good)
+        if decoder.explodes:  # a good record gives each of its rows once
+            assert not set(good) & {r["offset"] for r in bad}
+            good = sorted(set(good))
+            for offset in good:
+                want = _ipc_rows(values[offset])
+                assert [(r["id"], r["name"]) for r in good_rows if r["offset"] == offset] == want
         offsets = sorted(good + [r["offset"] for r in bad])
         assert offsets == list(range(len(values))), "an input was lost or counted twice"
-        for r in good_rows:  # a good row holds what an independent decoder reads
-            expected = EXPECTED.get(fmt)
+        for r in ([] if decoder.explodes else good_rows):  # a good row holds what an
+            expected = EXPECTED.get(fmt)  # independent decoder reads
             if expected is not None:
                 assert expected(r, values[r["offset"]]), (r, values[r["offset"]])
         for r in bad:

@@ -324,3 +324,62 @@ def test_protobuf_format(spark, kafka_broker, topic, tmp_path, wire) -> None:
     want = ["malformed_protobuf"] * 2 + (["bad_magic_byte", "malformed_protobuf"]
                                          if wire == "confluent" else [])
     assert reasons == sorted(want)
+
+
+def _ipc(*batches: Any, schema: Any = None) -> bytes:
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema if schema is not None else batches[0].schema) as w:
+        for b in batches:
+            w.write_batch(b)
+    return sink.getvalue().to_pybytes()
+
+
+def test_arrow_ipc_format_to_delta(spark, kafka_broker, topic, tmp_path) -> None:
+    """Each value is an IPC stream of one or more batches: every row of every good stream
+    lands once (read by delta-rs); bad streams are one dead letter each."""
+    import datetime as dt
+
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    lake = tmp_path / "lake"
+    expected = []
+    values = []
+    next_id = 0
+    for i in range(30):
+        batches = []
+        for _ in range(1 + i % 3):  # 1 to 3 record batches per message
+            n = i % 4 + 1
+            ids = list(range(next_id, next_id + n))
+            next_id += n
+            at = [dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(minutes=k) for k in ids]
+            cols = {"id": pa.array(ids, pa.int64()), "name": pa.array([f"n{k}" for k in ids]),
+                    "at": pa.array(at, pa.timestamp("ms", tz="UTC"))}
+            if i % 5 == 0:
+                cols["extra"] = pa.array([1.0] * n)  # not declared: ignored
+            batches.append(pa.RecordBatch.from_pydict(cols))
+            expected += [(k, f"n{k}", at[j]) for j, k in enumerate(ids)]
+        values.append(_ipc(*batches))
+    empty = pa.schema([("id", pa.int64())])
+    values.append(_ipc(schema=empty))  # a stream with no rows: nothing to write
+    narrow = _ipc(pa.RecordBatch.from_pydict({"id": pa.array([1, 2], pa.int64()),
+                                              "name": pa.array([5, 6], pa.int32())}))
+    overflow = _ipc(pa.RecordBatch.from_pydict({"id": pa.array([2**40], pa.int64()),
+                                                "count": pa.array([2**40], pa.int64())}))
+    bad = [b"not arrow at all", values[0][:40], overflow]
+    produce(kafka_broker.bootstrap_servers, topic,
+            [(b"k", v) for v in values + [narrow] + bad])
+    data = raw_config(kafka_broker, topic, lake, "arrow_ipc", format="delta")
+    data["decode"]["schema"] = "id bigint, name string, at timestamp, count int"
+    stats = run_once(spark, data)
+    assert stats.rejected == len(bad)
+    rows = DeltaTable(str(lake / "events")).to_pyarrow_table().to_pylist()
+    got = sorted((r["id"], r["name"], r["at"]) for r in rows if r["name"] not in ("5", "6"))
+    assert got == sorted(expected)
+    assert sorted((r["id"], r["name"]) for r in rows if r["name"] in ("5", "6")) == [
+        (1, "5"), (2, "6")]  # int32 -> string is a safe cast
+    assert len(rows) == len(expected) + 2
+    reasons = sorted(r[0] for r in rejected(lake))
+    assert reasons == ["malformed_arrow", "malformed_arrow", "schema_mismatch"]

@@ -189,9 +189,10 @@ class ProtobufConfig(_Section):
 
 
 class DecodeConfig(_Section):
-    format: Literal["json", "avro", "protobuf", "string", "int64", "bytes"] = Field(
+    format: Literal["json", "avro", "protobuf", "arrow_ipc", "string", "int64", "bytes"] = Field(
         default="json",
         description="json; avro (schema from decode.avro); protobuf (decode.protobuf); "
+        "arrow_ipc (an IPC stream per value, columns from decode.schema); "
         "string -> data, int64 (8 bytes big-endian) -> value, bytes -> data (base64) + size",
     )
     avro: AvroConfig = Field(default_factory=AvroConfig)
@@ -208,9 +209,12 @@ class DecodeConfig(_Section):
 
     @model_validator(mode="after")
     def _format_settings(self) -> DecodeConfig:
-        if self.format != "json" and self.schema_ is not None:
-            raise ValueError(f"decode.schema: only for format json; the {self.format} "
-                             "format defines the columns itself")
+        if self.format not in ("json", "arrow_ipc") and self.schema_ is not None:
+            raise ValueError(f"decode.schema: only for formats json and arrow_ipc; the "
+                             f"{self.format} format defines the columns itself")
+        if self.format == "arrow_ipc" and self.schema_ is None:
+            raise ValueError("decode.schema: required for format arrow_ipc (the table's "
+                             "columns; each stream's columns are cast to them)")
         if self.format == "avro" and not self.avro.schema_file:
             raise ValueError("decode.avro.schema_file: required for format avro")
         if self.format == "protobuf":

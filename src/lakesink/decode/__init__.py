@@ -24,6 +24,12 @@ def fixed_decoder(spark: SparkSession | None, cfg: DecodeConfig) -> Decoder | No
         return raw.Int64Decoder()
     if cfg.format == "bytes":
         return raw.BytesDecoder()
+    if cfg.format == "arrow_ipc":
+        from lakesink.decode.arrow_ipc import ArrowIpcDecoder
+        from lakesink.decode.schema import declared_schema
+
+        assert cfg.schema_ is not None  # checked by the config model
+        return ArrowIpcDecoder(declared_schema(cfg.schema_))
     if cfg.format == "protobuf":
         from lakesink.decode.protobuf import ProtobufDecoder
 

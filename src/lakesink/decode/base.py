@@ -6,7 +6,9 @@ Contract for every decoder:
   per-row Python, so a batch decodes inside the JVM in one pass.
 * **Never drop, never raise per record.** A value the decoder cannot turn into a row
   gets a non-null ``failure`` marker; the batch sends it to the rejected area with the
-  ``explain`` reason and detail, and its raw bytes. Everything else becomes a row.
+  ``explain`` reason and detail, and its raw bytes. Everything else becomes a row — or,
+  for a decoder that ``explodes`` (Arrow IPC: a record holds a stream of rows), the
+  rows :meth:`Decoder.rows` gives.
 * **Deterministic.** The same bytes give the same row or the same rejection, so a
   replayed batch writes exactly what the first attempt wrote (exactly-once depends on it).
 """
@@ -31,6 +33,8 @@ class Decoder(ABC):
 
     #: reason codes this decoder may write (documented in docs/operations.md)
     reasons: tuple[str, ...] = (NULL_VALUE,)
+    #: True when a record holds any number of rows (``rows`` gives them)
+    explodes: bool = False
 
     def __init__(self, schema: T.StructType) -> None:
         self.schema = schema
@@ -51,6 +55,10 @@ class Decoder(ABC):
     @abstractmethod
     def explain(self, value: Column, parsed: Column) -> tuple[Column, Column]:
         """(reason code, human detail) of a rejected record (runs on rejected rows only)."""
+
+    def rows(self, parsed: Column) -> Column:
+        """An exploding decoder's rows of a record (an array of ``schema`` structs)."""
+        raise NotImplementedError(f"{type(self).__name__} gives one row per record")
 
     def unknown_keys(self, value: Column, parsed: Column | None = None) -> Column:
         """Top-level fields outside the schema; formats with a fixed schema have none."""

@@ -104,8 +104,6 @@ class BatchProcessor:
     ) -> None:
         self.source_columns = source_columns or SourceColumns()
         self.transforms = transforms or Transforms([])
-        # the record column table columns come from: the decoded one, or the transformed
-        self.record = "_t" if self.transforms else "_r"
         self.policy = policy
         self.rebuild = rebuild
         self.store_schema = store_schema
@@ -116,6 +114,14 @@ class BatchProcessor:
         self.schema = schema
         self.decoder, self.partitions = rebuild(schema)
         self.columns = self._columns(schema)
+
+    @property
+    def record(self) -> str:
+        """The column table rows come from: the decoded record (``_r``), one of an
+        exploding decoder's rows (``_x``), or either after the transforms (``_t``)."""
+        if self.transforms:
+            return "_t"
+        return "_x" if self.decoder.explodes else "_r"
 
     def _columns(self, schema: T.StructType) -> T.StructType:
         """The record's fields after the transforms (the table's payload columns)."""
@@ -138,8 +144,14 @@ class BatchProcessor:
         )
         base = base.withColumn("_extra", self.decoder.unknown_keys(F.col("value"), F.col("_r")))
         fail = self.decoder.failure(F.col("value"), F.col("_r"), F.col("_extra"))
+        record = "_r"
+        if self.decoder.explodes:  # a good record -> its rows; a rejected one stays one row
+            base = base.withColumn("_fail", fail).withColumn("_x", F.explode(
+                F.when(F.col("_fail").isNull(), self.decoder.rows(F.col("_r")))
+                .otherwise(F.array(F.lit(None).cast(self.decoder.schema)))))
+            fail, record = F.col("_fail"), "_x"
         if self.transforms:
-            base = self.transforms.apply(base, "_r", "_t")
+            base = self.transforms.apply(base, record, "_t")
             fail = F.coalesce(fail, F.when(F.col(FAILED_INDEX).isNotNull(),
                                            F.lit(TRANSFORM_FAILED)))
         if self.partitions.timestamp_column is not None:
