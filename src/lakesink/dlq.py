@@ -6,8 +6,9 @@ crashes is finished by the next one, never doubled:
 
 1. Replays have an app id of their own, created once and kept in
    ``.lakesink/<table>/dlq/replay.json``, and are numbered 0, 1, 2, …
-2. Replay *N* first writes its plan ``dlq/replay-<N>.json``: the rejected files it
-   takes (every file no earlier plan took), state ``planned``.
+2. Replay *N* first writes its plan ``dlq/replay-<N>.json``: the rejected units it
+   takes (every unit no earlier plan took), state ``planned``. A unit is a file of a
+   Parquet dead-letter table, or one batch (``<app id>:<batch id>``) of a Delta one.
 3. It runs the rows of those files through the batch function of the current config as
    batch *N* of the replay app id. The table writer's exactly-once keying (Parquet
    manifest, Delta ``txn``) turns a second run of *N* into a no-op.
@@ -25,8 +26,9 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from lakesink.tables.fs import FileInfo, HadoopFS, join
+from lakesink.tables.fs import HadoopFS, join
 from lakesink.tables.layout import TableLayout
+from lakesink.tables.rejected import dead_letter_layout
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -39,15 +41,33 @@ PLANNED, DONE = "planned", "done"
 
 
 class DeadLetters:
-    """The rejected files of one table and the replay plans over them."""
+    """The dead letters of one table, in units (files or batches), and the replay plans
+    over them."""
 
-    def __init__(self, fs: HadoopFS, layout: TableLayout) -> None:
+    def __init__(self, spark: SparkSession, fs: HadoopFS, layout: TableLayout,
+                 fmt: str = "parquet") -> None:
+        self.spark = spark
         self.fs = fs
         self.layout = layout
+        self.format = fmt
         self.folder = join(layout.meta, "dlq")
 
-    def files(self) -> list[FileInfo]:
-        return self.fs.list_files(self.layout.rejected, suffix=".parquet")
+    def _delta(self) -> DataFrame | None:
+        table = dead_letter_layout(self.layout).table
+        if not self.fs.exists(join(table, "_delta_log")):
+            return None
+        return self.spark.read.format("delta").load(table)
+
+    def units(self) -> list[str]:
+        if self.format == "delta":
+            from pyspark.sql import functions as F
+
+            df = self._delta()
+            if df is None:
+                return []
+            return sorted(r[0] for r in df.select(F.concat_ws(":", "app_id", "batch_id"))
+                          .distinct().collect())
+        return [f.relative for f in self.fs.list_files(self.layout.rejected, suffix=".parquet")]
 
     def plans(self) -> list[dict[str, Any]]:
         found = [self.fs.read_json(f.path)
@@ -58,9 +78,9 @@ class DeadLetters:
     def replayed(self) -> set[str]:
         return {name for p in self.plans() if p["state"] == DONE for name in p["files"]}
 
-    def pending(self) -> list[FileInfo]:
+    def pending(self) -> list[str]:
         taken = {name for p in self.plans() for name in p["files"]}
-        return [f for f in self.files() if f.relative not in taken]
+        return [u for u in self.units() if u not in taken]
 
     def replay_app_id(self) -> str:
         path = join(self.folder, "replay.json")
@@ -81,7 +101,7 @@ class DeadLetters:
         if not pending:
             return None
         plan = {"replay": plans[-1]["replay"] + 1 if plans else 0, "state": PLANNED,
-                "files": [f.relative for f in pending],
+                "files": pending,
                 "planned_at": dt.datetime.now(dt.UTC).isoformat()}
         self.save(plan)
         return plan
@@ -89,8 +109,14 @@ class DeadLetters:
     def save(self, plan: dict[str, Any]) -> None:
         self.fs.write_json(join(self.folder, f"replay-{plan['replay']:06d}.json"), plan)
 
-    def read(self, spark: SparkSession, names: list[str]) -> DataFrame:
-        return spark.read.parquet(*[join(self.layout.rejected, n) for n in names])
+    def read(self, names: list[str]) -> DataFrame:
+        if self.format == "delta":
+            from pyspark.sql import functions as F
+
+            df = self._delta()
+            assert df is not None
+            return df.where(F.concat_ws(":", "app_id", "batch_id").isin(*names))
+        return self.spark.read.parquet(*[join(self.layout.rejected, n) for n in names])
 
 
 def show(spark: SparkSession, cfg: LakesinkConfig, *, sample: int = 5) -> dict[str, Any]:
@@ -98,17 +124,17 @@ def show(spark: SparkSession, cfg: LakesinkConfig, *, sample: int = 5) -> dict[s
     from pyspark.sql import functions as F
 
     layout = TableLayout.of(cfg.table.base_path, cfg.table_name)
-    letters = DeadLetters(HadoopFS(spark, layout.base), layout)
+    letters = DeadLetters(spark, HadoopFS(spark, layout.base), layout, cfg.dlq.format)
     pending = letters.pending()
     replayed = letters.replayed()
     out: dict[str, Any] = {"table": layout.table, "pending_files": len(pending),
                            "replayed_files": len(replayed), "by_reason": {}, "sample": [],
                            "replayed_records": 0}
     if replayed:
-        out["replayed_records"] = letters.read(spark, sorted(replayed)).count()
+        out["replayed_records"] = letters.read(sorted(replayed)).count()
     if not pending:
         return out
-    df = letters.read(spark, [f.relative for f in pending])
+    df = letters.read(pending)
     out["by_reason"] = {r["reason"]: r["count"] for r in
                         df.groupBy("reason").count().orderBy(F.desc("count")).collect()}
     out["sample"] = [
@@ -127,12 +153,12 @@ def replay(spark: SparkSession, cfg: LakesinkConfig) -> dict[str, Any]:
     from lakesink.app import TableParts
 
     parts = TableParts.resolve(cfg, spark)
-    letters = DeadLetters(parts.fs, parts.layout)
+    letters = DeadLetters(spark, parts.fs, parts.layout, cfg.dlq.format)
     plan = letters.next_plan()
     if plan is None:
         return {"replayed_files": 0, "records": 0, "written": 0, "rejected": 0}
     processor = parts.processor(letters.replay_app_id())
-    rows = letters.read(spark, plan["files"]).select(
+    rows = letters.read(plan["files"]).select(
         "key", "value", "topic", "partition", "offset",
         F.col("kafka_timestamp").alias("timestamp"),
         F.lit(None).cast("int").alias("timestampType"))

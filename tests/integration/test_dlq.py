@@ -31,8 +31,10 @@ def _site_values(lake: Path, fmt: str) -> dict[int, Any]:
                            "union_by_name=true)").fetchall())
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "delta"])
-def test_fix_config_replay_rows_appear_once(spark, kafka_broker, topic, tmp_path, fmt) -> None:
+@pytest.mark.parametrize(("fmt", "dlq_format"),
+                         [("parquet", "parquet"), ("delta", "parquet"), ("delta", "delta")])
+def test_fix_config_replay_rows_appear_once(spark, kafka_broker, topic, tmp_path, fmt,
+                                            dlq_format) -> None:
     lake = tmp_path / "lake"
     good = json_events(range(30))
     with_site = json_events(range(30, 36), site="north")
@@ -40,6 +42,7 @@ def test_fix_config_replay_rows_appear_once(spark, kafka_broker, topic, tmp_path
     produce(kafka_broker.bootstrap_servers, topic, good + with_site + malformed)
     strict = config_dict(kafka_broker, topic, lake, format=fmt, schema_evolution="strict",
                          unknown_fields="reject")
+    strict["dlq"] = {"format": dlq_format}
     first = run_once(spark, strict)
     assert (first.written, first.rejected) == (30, 8)
 
@@ -50,6 +53,7 @@ def test_fix_config_replay_rows_appear_once(spark, kafka_broker, topic, tmp_path
 
     # the fix: new fields become columns
     fixed = config_dict(kafka_broker, topic, lake, format=fmt)
+    fixed["dlq"] = {"format": dlq_format}
     fixed_cfg = load_config(flags=_flatten(fixed), env={})
     result = dlq.replay(spark, fixed_cfg)
     assert (result["records"], result["written"], result["rejected"]) == (8, 6, 2)
@@ -81,6 +85,15 @@ def test_fix_config_replay_rows_appear_once(spark, kafka_broker, topic, tmp_path
     produce(kafka_broker.bootstrap_servers, topic, json_events(range(36, 40), site="south"))
     assert run_once(spark, fixed).written == 4
     assert sorted(read_ids(lake / "events", fmt)) == list(range(40))
+    if dlq_format == "delta":  # the dead-letter table, read by delta-rs
+        from deltalake import DeltaTable
+
+        letters = DeltaTable(str(lake / "_rejected" / "events")).to_pyarrow_table().to_pylist()
+        assert len(letters) == 8 + 2 + 2  # the first run, then each replay's re-rejections
+        assert {(r["stage"], r["reason"]) for r in letters} == {
+            ("schema", "unknown_field"), ("decode", "malformed_json"),
+            ("decode", "not_an_object")}
+        assert all(r["value"] is not None and r["offset"] is not None for r in letters)
 
 
 def test_dlq_show_cli(spark, kafka_broker, topic, tmp_path) -> None:

@@ -502,6 +502,13 @@ def _merged(base: BaseModel, overrides: dict[str, Any], model: type[BaseModel], 
         raise ValueError(f"{key}{'.' + loc if loc else ''}: {msg}") from None
 
 
+class DlqConfig(_Section):
+    format: Literal["parquet", "delta"] = Field(
+        default="parquet",
+        description="dead-letter tables (<base>/_rejected/<table>): parquet (a file per "
+        "batch) or delta (a Delta table, committed once per batch)")
+
+
 class LakesinkConfig(BaseSettings):
     """Everything ``lakesink run`` needs. Sections: source, decode, table, trigger, spark."""
 
@@ -522,6 +529,7 @@ class LakesinkConfig(BaseSettings):
         description="checkpoint folder; default <base_path>/.lakesink/<table>/checkpoint",
     )
     spark: SparkConfig = Field(default_factory=SparkConfig)
+    dlq: DlqConfig = Field(default_factory=DlqConfig)
     routes: list[RouteConfig] = Field(
         default_factory=list,
         description="topic -> table routes; each inherits `table` and `decode`",
