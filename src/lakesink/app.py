@@ -27,6 +27,7 @@ from lakesink.pipeline.batch import BatchProcessor, Rebuild, RunStats, SchemaSto
 from lakesink.pipeline.columns import PartitionSpec, SourceColumns
 from lakesink.pipeline.routing import Route, Router, TypeTables
 from lakesink.pipeline.transforms import Transforms, parse_transforms
+from lakesink.runtime import storage
 from lakesink.runtime.shutdown import StopRequest, await_query
 from lakesink.sources import kafka
 from lakesink.tables.fs import HadoopFS, to_uri
@@ -209,6 +210,7 @@ class Pipeline:
     @classmethod
     def build(cls, cfg: LakesinkConfig, spark: SparkSession) -> Pipeline:
         kafka.check_reachable(cfg.source.kafka)
+        storage.apply(spark, cfg)
         if cfg.routes:
             return cls._routed(cfg, spark)
         parts = TableParts.resolve(cfg, spark)

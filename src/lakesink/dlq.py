@@ -123,6 +123,9 @@ def show(spark: SparkSession, cfg: LakesinkConfig, *, sample: int = 5) -> dict[s
     """Pending dead letters by reason with a sample, and how many were replayed."""
     from pyspark.sql import functions as F
 
+    from lakesink.runtime import storage
+
+    storage.apply(spark, cfg)
     layout = TableLayout.of(cfg.table.base_path, cfg.table_name)
     letters = DeadLetters(spark, HadoopFS(spark, layout.base), layout, cfg.dlq.format)
     pending = letters.pending()
@@ -151,7 +154,9 @@ def replay(spark: SparkSession, cfg: LakesinkConfig) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     from lakesink.app import TableParts
+    from lakesink.runtime import storage
 
+    storage.apply(spark, cfg)
     parts = TableParts.resolve(cfg, spark)
     letters = DeadLetters(spark, parts.fs, parts.layout, cfg.dlq.format)
     plan = letters.next_plan()

