@@ -74,3 +74,50 @@ def test_s3_end_to_end_with_the_quix_settings(spark, kafka_broker, s3_server, to
     # a second run appends only what is new (the checkpoint is on S3 too)
     produce(kafka_broker.bootstrap_servers, topic, json_events(range(300, 350)))
     assert run_s3(spark, data, env).written == 50
+
+
+@pytest.mark.parametrize("where", ["s3", "local"])
+def test_write_once_is_conditional(spark, s3_server, tmp_path, where) -> None:
+    from lakesink.config.models import S3Storage
+    from lakesink.runtime.storage import s3a_options
+    from lakesink.tables.fs import HadoopFS
+
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in s3a_options(S3Storage(**_s3_keys(s3_server))).items():
+        conf.set(key, value)
+    root = f"s3a://lake/once-{next(_prefix)}" if where == "s3" else tmp_path.as_uri()
+    fs = HadoopFS(spark, root)
+    assert fs.write_once(f"{root}/m/1.json", "first") is True
+    assert fs.write_once(f"{root}/m/1.json", "second") is False
+    assert fs.read_text(f"{root}/m/1.json") == "first"
+
+
+def _s3_keys(server: Any) -> dict[str, Any]:  # noqa: ANN401
+    return {"endpoint": server.endpoint, "access_key_id": server.access_key,
+            "secret_access_key": server.secret_key}
+
+
+def test_a_second_writer_on_one_checkpoint_is_refused(spark, s3_server, monkeypatch) -> None:
+    """Another process commits the same batch while this one publishes it: the manifest's
+    conditional PUT fails and the batch stops with an error naming the cause, instead of
+    both commits counting."""
+    import json
+
+    from lakesink.errors import SinkError
+    from lakesink.tables import parquet
+    from lakesink.tables.layout import TableLayout
+
+    layout = TableLayout.of(f"s3a://lake/race-{next(_prefix)}", "events")
+    writer = parquet.ParquetTableWriter(spark, layout, app_id="a" * 32, partition_by=[])
+    writer.prepare()
+
+    def other_writer_commits(name: str, batch_id: int | None = None) -> None:
+        if name == "after_publish":
+            writer.fs.write_once(layout.manifest(writer.run, batch_id or 0),
+                                 json.dumps({"by": "the other writer"}))
+
+    monkeypatch.setattr(parquet, "fault_point", other_writer_commits)
+    with pytest.raises(SinkError, match="two lakesink processes share this checkpoint"):
+        writer.write_batch(0, spark.range(10).withColumnRenamed("id", "x"))
+    assert json.loads(writer.fs.read_text(layout.manifest(writer.run, 0)))["by"] == (
+        "the other writer")

@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+OBJECT_STORES = frozenset({"s3a", "s3", "gs", "abfs", "abfss", "wasb", "wasbs", "oss"})
+
+
 def to_uri(path: str) -> str:
     """Local paths become absolute ``file:`` URIs; URIs with a scheme pass unchanged."""
     from pathlib import Path
@@ -115,12 +118,25 @@ class HadoopFS:
         finally:
             stream.close()
 
+    @property
+    def object_store(self) -> bool:
+        """True for stores where one PUT makes a whole object appear (S3, GCS, Azure)."""
+        return str(self.fs.getScheme()) in OBJECT_STORES
+
     def write_text(self, path: str, text: str) -> None:
         """Write a small file so that readers see all of it or nothing.
 
-        The bytes go to a hidden temporary name beside it first, then are renamed into
-        place (atomic on local disk and HDFS; a single PUT on object stores).
+        On an object store that is one PUT. Elsewhere the bytes go to a hidden
+        temporary name beside it first, then are renamed into place (atomic on local
+        disk and HDFS).
         """
+        if self.object_store:
+            out = self.fs.create(self._p(path), True)
+            try:
+                out.write(bytearray(text.encode("utf-8")))
+            finally:
+                out.close()
+            return
         parent, _, name = path.rpartition("/")
         tmp = f"{parent}/.{name}.tmp"
         out = self.fs.create(self._p(tmp), True)
@@ -129,6 +145,33 @@ class HadoopFS:
         finally:
             out.close()
         self.replace(tmp, path)
+
+    def write_once(self, path: str, text: str) -> bool:
+        """Create ``path`` with ``text`` only if it does not exist; False if it did.
+
+        S3 (S3A): a conditional PUT (``If-None-Match: *``), which the store enforces
+        atomically. HDFS: ``create`` without overwrite, atomic in the NameNode. Local
+        disk: the same call, which checks first (one writer per table is the rule).
+        """
+        p = self._p(path)
+        try:
+            if str(self.fs.getScheme()) == "s3a":
+                out = (self.fs.createFile(p).overwrite(False)
+                       .must("fs.option.create.conditional.overwrite", True).build())
+            else:
+                if self.exists(path):
+                    return False
+                self.mkdirs(path.rpartition("/")[0])
+                out = self.fs.create(p, False)
+            try:
+                out.write(bytearray(text.encode("utf-8")))
+            finally:
+                out.close()
+        except Exception:
+            if self.exists(path):  # someone else created it first
+                return False
+            raise
+        return True
 
     def read_json(self, path: str) -> Any:
         text = self.read_text(path)

@@ -13,7 +13,10 @@ One batch ``b`` of run ``r`` (the checkpoint's app id) goes through:
    ``<table>/<c1=v1/…>/part-<b>-<r>-<n>.parquet``; a rename is atomic, so a reader never
    sees a partial file, and the names are derived from the batch, so a redo replaces
    rather than adds;
-6. **manifest** ``manifests/r/b.json`` is written last: the commit point.
+6. **manifest** ``manifests/r/b.json`` is written last, and only if it does not exist
+   (a conditional PUT on S3, ``create`` without overwrite elsewhere): the commit point.
+   Finding it already there means a second writer on the same checkpoint, which is
+   refused.
 
 Nothing depends on Spark's ``_spark_metadata``.
 """
@@ -21,6 +24,7 @@ Nothing depends on Spark's ``_spark_metadata``.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -111,7 +115,12 @@ class ParquetTableWriter(TableWriter):
             "committed_at": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
             **info,
         }
-        self.fs.write_json(self.layout.manifest(self.run, batch_id), manifest)
+        path = self.layout.manifest(self.run, batch_id)
+        if not self.fs.write_once(path, json.dumps(manifest, indent=1, sort_keys=True)):
+            raise SinkError(
+                f"batch {batch_id} of app {self.app_id} was committed by another writer while "
+                f"this one published it ({path}): two lakesink processes share this "
+                "checkpoint. Stop one of them; each table needs exactly one writer.")
         fault_point("after_manifest", batch_id)
         self.fs.delete(pending_path, recursive=False)
         self.fs.delete(staging)
