@@ -25,6 +25,7 @@ from lakesink.decode.schema import declared_schema
 from lakesink.errors import ConfigError, SourceError
 from lakesink.pipeline.batch import BatchProcessor, Rebuild, RunStats, SchemaStore
 from lakesink.pipeline.columns import PartitionSpec, SourceColumns
+from lakesink.pipeline.retry import RetryingBatch
 from lakesink.pipeline.routing import Route, Router, TypeTables
 from lakesink.pipeline.transforms import Transforms, parse_transforms
 from lakesink.runtime import storage
@@ -262,7 +263,11 @@ class Pipeline:
     def start(self, *, until_caught_up: bool | None = None) -> StreamingQuery:
         caught_up = self.cfg.trigger.until_caught_up if until_caught_up is None else until_caught_up
         stream = kafka.read_stream(self.spark, self.cfg.source.kafka, headers=self.headers)
-        writer = (stream.writeStream.foreachBatch(self.processor)
+        retry = self.cfg.retry
+        batch = RetryingBatch(self.processor, attempts=retry.batch_attempts,
+                              initial_backoff_s=retry.initial_backoff_s,
+                              max_backoff_s=retry.max_backoff_s)
+        writer = (stream.writeStream.foreachBatch(batch)
                   .option("checkpointLocation", self.checkpoint)
                   .queryName(f"lakesink_{self.name}"))
         if caught_up:
@@ -276,14 +281,35 @@ class Pipeline:
 
     def run(self, *, until_caught_up: bool | None = None, stop: StopRequest | None = None
             ) -> RunStats:
+        """Run until stopped (or caught up). A query that fails is restarted from its
+        checkpoint after a backoff — every batch is idempotent, so a restart replays
+        nothing twice — up to ``retry.restarts`` times in a row without progress."""
         stop = stop or StopRequest()
-        query = self.start(until_caught_up=until_caught_up)
-        try:
-            await_query(query, stop)
-        finally:
-            if query.isActive:
-                query.stop()
-        return self.stats
+        retry = self.cfg.retry
+        delay, failures = retry.initial_backoff_s, 0
+        while True:
+            done_before = self.stats.batches
+            query = None
+            try:
+                query = self.start(until_caught_up=until_caught_up)
+                await_query(query, stop)
+                return self.stats
+            except Exception as exc:
+                if stop.requested or isinstance(exc, ConfigError):
+                    raise
+                if self.stats.batches > done_before:  # progress: start counting afresh
+                    delay, failures = retry.initial_backoff_s, 0
+                failures += 1
+                if failures > retry.restarts:
+                    raise
+                logger.warning("query failed (%s); restarting from the checkpoint in %.0fs "
+                               "(%d of %d)", _first_line(exc), delay, failures, retry.restarts)
+                if stop.event.wait(delay):
+                    return self.stats
+                delay = min(delay * 2, retry.max_backoff_s)
+            finally:
+                if query is not None and query.isActive:
+                    query.stop()
 
 
 def _type_tables(cfg: LakesinkConfig, spark: SparkSession, index: int, app_id: str
@@ -294,6 +320,11 @@ def _type_tables(cfg: LakesinkConfig, spark: SparkSession, index: int, app_id: s
             parts = TableParts.resolve(cfg.route_config(index, table), spark, samples)
         return parts.processor(app_id)
     return make
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {(lines[0] if lines else '')[:300]}"
 
 
 @contextlib.contextmanager

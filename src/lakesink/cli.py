@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 
 from lakesink import __version__
 from lakesink.errors import ConfigError, LakesinkError
@@ -62,7 +63,7 @@ def _load(config: Path | None, sets: list[str] | None, flags: dict[str, Any]):  
 
 
 def _fail_config(exc: ConfigError) -> None:
-    err.print(f"[bold red]config error:[/] {exc}", highlight=False)
+    err.print(f"[bold red]config error:[/] {escape(str(exc))}", highlight=False)
     raise typer.Exit(2)
 
 
@@ -127,10 +128,10 @@ def run(
         _fail_config(exc)
         return
     except LakesinkError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(1) from None
     except Exception as exc:  # noqa: BLE001 - a failed query: say what, exit 1
-        err.print(f"[bold red]query failed:[/] {type(exc).__name__}: {str(exc)[:2000]}",
+        err.print(f"[bold red]query failed:[/] {type(exc).__name__}: {escape(str(exc)[:2000])}",
                   highlight=False)
         raise typer.Exit(1) from None
     err.print(f"[green]stopped[/] {json.dumps(stats.as_dict())}", highlight=False)
@@ -166,7 +167,7 @@ def validate(
         _fail_config(exc)
         return
     except LakesinkError as exc:
-        err.print(f"[bold red]check failed:[/] {exc}", highlight=False)
+        err.print(f"[bold red]check failed:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(1) from None
     for line in checks:
         err.print(f"[green]ok[/] {line}", highlight=False)
@@ -193,7 +194,7 @@ def demo(
     except ConfigError as exc:
         _fail_config(exc)
     except LakesinkError as exc:
-        err.print(f"[bold red]demo failed:[/] {exc}", highlight=False)
+        err.print(f"[bold red]demo failed:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(1) from None
 
 
@@ -289,7 +290,7 @@ def dlq_replay(
         _fail_config(exc)
         return
     except LakesinkError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(1) from None
     out.print(json.dumps(result), highlight=False, markup=False)
 

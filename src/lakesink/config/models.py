@@ -545,6 +545,19 @@ class StorageConfig(_Section):
     s3: S3Storage = Field(default_factory=S3Storage)
 
 
+class RetryConfig(_Section):
+    """Riding out a storage or broker that is briefly unavailable: a failed batch is
+    tried again, and a failed query (e.g. its checkpoint could not be written) is
+    restarted from its checkpoint, each with exponential backoff."""
+
+    batch_attempts: int = Field(default=3, ge=1, description="tries of a failed batch "
+                                "inside the running query")
+    restarts: int = Field(default=5, ge=0, description="query restarts in a row without "
+                          "a committed batch before the run stops (exit 1)")
+    initial_backoff_s: float = Field(default=2.0, ge=0, description="first wait; doubles")
+    max_backoff_s: float = Field(default=60.0, ge=0, description="longest wait")
+
+
 class DlqConfig(_Section):
     format: Literal["parquet", "delta"] = Field(
         default="parquet",
@@ -574,6 +587,7 @@ class LakesinkConfig(BaseSettings):
     spark: SparkConfig = Field(default_factory=SparkConfig)
     dlq: DlqConfig = Field(default_factory=DlqConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
+    retry: RetryConfig = Field(default_factory=RetryConfig)
     routes: list[RouteConfig] = Field(
         default_factory=list,
         description="topic -> table routes; each inherits `table` and `decode`",

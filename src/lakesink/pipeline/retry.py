@@ -1,0 +1,67 @@
+"""Retries of a whole batch, with exponential backoff, for transient failures (an S3
+server throttling or down for a while, a reset connection, a broker restart).
+
+Retrying a batch is safe because the batch function is idempotent per batch id (the
+table writers' contract, :mod:`lakesink.tables.base`): a retry skips what the failed
+attempt committed and cleans what it left unfinished. Configuration errors are not
+retried. When the attempts run out the error propagates, the query stops, and the
+batch is replayed on the next start — still exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from lakesink.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+logger = logging.getLogger(__name__)
+
+
+class RetryingBatch:
+    """``fn(df, batch_id)`` tried up to ``attempts`` times; ``stats`` passes through."""
+
+    def __init__(self, fn: Callable[[DataFrame, int], None], *, attempts: int,
+                 initial_backoff_s: float, max_backoff_s: float,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.fn = fn
+        self.attempts = attempts
+        self.initial_backoff_s = initial_backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.sleep = sleep
+        self.retries = 0
+
+    @property
+    def stats(self) -> Any:  # noqa: ANN401 - the wrapped function's RunStats
+        return self.fn.stats  # type: ignore[attr-defined]
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        delay = self.initial_backoff_s
+        for attempt in range(1, self.attempts + 1):
+            try:
+                self.fn(df, batch_id)
+                return
+            except ConfigError:
+                raise
+            except Exception as exc:
+                if attempt == self.attempts:
+                    logger.error("batch %d failed %d time(s), giving up: %s", batch_id,
+                                 attempt, _summary(exc))
+                    raise
+                self.retries += 1
+                logger.warning("batch %d failed (attempt %d of %d): %s; retrying in %.0fs",
+                               batch_id, attempt, self.attempts, _summary(exc), delay)
+                self.sleep(delay)
+                delay = min(delay * 2, self.max_backoff_s)
+
+
+def _summary(exc: BaseException) -> str:
+    """The first line of an error (a Java stack trace can be hundreds of lines)."""
+    text = str(exc).strip().splitlines()
+    first = next((line for line in text if line.strip()), repr(exc))
+    return f"{type(exc).__name__}: {first[:300]}"
