@@ -181,6 +181,10 @@ def demo(
     table_format: Annotated[
         str, typer.Option("--format", help="Table format: parquet or delta.")
     ] = "parquet",
+    storage: Annotated[
+        str, typer.Option("--storage", help="Where the lake is: local (the --lake folder) "
+                          "or s3 (a local S3 server, SeaweedFS, started for the demo).")
+    ] = "local",
 ) -> None:
     """Start a local broker, produce sample sensor events, ingest them, show the result."""
     _setup_logging("INFO")
@@ -189,8 +193,10 @@ def demo(
     try:
         if table_format not in ("parquet", "delta"):
             raise ConfigError("--format", f"must be parquet or delta (got {table_format!r})")
+        if storage not in ("local", "s3"):
+            raise ConfigError("--storage", f"must be local or s3 (got {storage!r})")
         run_demo(events=events, lake=lake, partitions=partitions, console=out,
-                 table_format=table_format)
+                 table_format=table_format, storage=storage)
     except ConfigError as exc:
         _fail_config(exc)
     except LakesinkError as exc:

@@ -1,11 +1,14 @@
 """``lakesink demo``: a local broker, sample sensor events, one ingest, a DuckDB summary.
 
 Everything it starts it stops. It owns the table ``sensors`` under the lake folder and
-clears it first, so every demo run starts from an empty table.
+clears it first, so every demo run starts from an empty table. With ``storage="s3"``
+the lake is in a local S3 server (SeaweedFS) started for the run, configured through
+the standard AWS variables as a user would.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import shutil
@@ -13,6 +16,7 @@ import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -69,16 +73,21 @@ def sensor_events(n: int, *, seed: int = 7, bad_every: int = 0) -> Iterator[tupl
 
 
 def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
-             table_format: str = "parquet") -> None:
+             table_format: str = "parquet", storage: str = "local") -> None:
     from lakesink.app import Pipeline
+    from lakesink.runtime.s3server import SeaweedS3
     from lakesink.runtime.spark import build_spark_session
 
     lake = lake.resolve()
     for folder in (lake / TOPIC, lake / ".lakesink" / TOPIC, lake / "_rejected" / TOPIC):
         shutil.rmtree(folder, ignore_errors=True)
     started = time.monotonic()
-    console.print(f"[bold]lakesink demo[/]: {events:,} sensor events -> {lake}/{TOPIC}")
-    with KafkaBroker() as broker:
+    s3 = SeaweedS3(bucket="lake") if storage == "s3" else None
+    where = "s3a://lake/demo" if s3 is not None else str(lake)
+    console.print(f"[bold]lakesink demo[/]: {events:,} sensor events -> {where}/{TOPIC}")
+    with KafkaBroker() as broker, (s3 or contextlib.nullcontext()):
+        if s3 is not None:
+            console.print(f"  s3          SeaweedFS on {s3.endpoint}, bucket 'lake'")
         console.print(f"  broker      KRaft on {broker.bootstrap_servers} "
                       f"({time.monotonic() - started:.1f}s)")
         broker.create_topic(TOPIC, partitions=partitions)
@@ -87,7 +96,7 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
                            sensor_events(events, bad_every=2000 if events >= 2000 else 0))
         console.print(f"  produced    {produced:,} records to '{TOPIC}' "
                       f"({partitions} partitions) in {time.monotonic() - t:.1f}s")
-        cfg = load_config(overrides=[], flags={
+        flags = {
             "source.kafka.bootstrap_servers": broker.bootstrap_servers,
             "source.kafka.topics": [TOPIC],
             "decode.schema": DEMO_SCHEMA,
@@ -96,7 +105,12 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
             "table.partition_by": ["location", "year", "month", "day"],
             "table.timestamp_column": "ts_ms",
             "trigger.until_caught_up": True,
-        }, env={})
+        }
+        env: dict[str, str] = {}
+        if s3 is not None:  # the lake's place and the client, as the AWS/Quix variables
+            del flags["table.base_path"]
+            env = {**s3.env(), "S3_BUCKET": "lake", "S3_PREFIX": "demo"}
+        cfg = load_config(overrides=[], flags=flags, env=env)
         t = time.monotonic()
         spark = build_spark_session(master=cfg.spark.master, driver_memory=cfg.spark.driver_memory)
         pipeline = Pipeline.build(cfg, spark)
@@ -105,8 +119,29 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
                       f"{stats.files} files in {stats.batches} batch(es) "
                       f"({time.monotonic() - t:.1f}s incl. Spark start)")
         spark.stop()
-    summarize(lake, console, table_format)
+        if s3 is not None:
+            summarize_s3(s3, console, table_format)
+    if s3 is None:
+        summarize(lake, console, table_format)
     console.print(f"[green]done[/] in {time.monotonic() - started:.1f}s; broker stopped.")
+
+
+def summarize_s3(s3: Any, console: Console, table_format: str) -> None:  # noqa: ANN401
+    """:func:`summarize` for the lake in the demo's S3 server (DuckDB httpfs, delta-rs)."""
+    con = s3.duckdb()
+    table = f"s3://lake/demo/{TOPIC}"
+    if table_format == "delta":
+        from deltalake import DeltaTable
+
+        delta = DeltaTable(table, storage_options=s3.delta_rs_options())
+        con.register("events", delta.to_pyarrow_dataset())
+        source, files = "events", len(delta.file_uris())
+    else:
+        source = f"read_parquet('{table}/**/*.parquet', hive_partitioning = true)"
+        files = con.execute(f"SELECT count(*) FROM glob('{table}/**/*.parquet')").fetchone()[0]
+    _print_summary(con, source, f"DuckDB over S3: {table}", files, console)
+    with contextlib.suppress(Exception):  # no dead letters: no files to read
+        _print_rejected(con, f"s3://lake/demo/_rejected/{TOPIC}/*.parquet", console)
 
 
 def summarize(lake: Path, console: Console, table_format: str = "parquet") -> None:
@@ -126,6 +161,13 @@ def summarize(lake: Path, console: Console, table_format: str = "parquet") -> No
         source = f"read_parquet('{glob}', hive_partitioning = true)"
         title = f"DuckDB: read_parquet('{TOPIC}/**/*.parquet', hive_partitioning=true)"
         files = len(list((lake / TOPIC).rglob("*.parquet")))
+    _print_summary(con, source, title, files, console)
+    if list((lake / "_rejected" / TOPIC).glob("*.parquet")):
+        _print_rejected(con, f"{lake}/_rejected/{TOPIC}/*.parquet", console)
+
+
+def _print_summary(con: Any, source: str, title: str, files: int,  # noqa: ANN401
+                   console: Console) -> None:
     query = f"""
         SELECT location, year, month, day, count(*) AS events,
                count(DISTINCT sensor_id) AS sensors, round(avg(value), 2) AS avg_value
@@ -143,10 +185,11 @@ def summarize(lake: Path, console: Console, table_format: str = "parquet") -> No
     total, distinct = con.execute(
         f"SELECT count(*), count(DISTINCT event_id) FROM {source}").fetchone()
     console.print(f"  rows {total:,}, distinct event ids {distinct:,}, files {files}")
-    rejected_glob = f"{lake}/_rejected/{TOPIC}/*.parquet"
-    if list((lake / "_rejected" / TOPIC).glob("*.parquet")):
-        reasons = con.execute(
-            f"SELECT reason, count(*), any_value(detail) FROM read_parquet('{rejected_glob}') "
-            "GROUP BY ALL ORDER BY 2 DESC").fetchall()
-        for reason, count, detail in reasons:
-            console.print(f"  rejected    {count:,} x {reason}: e.g. {detail}")
+
+
+def _print_rejected(con: Any, glob: str, console: Console) -> None:  # noqa: ANN401
+    reasons = con.execute(
+        f"SELECT reason, count(*), any_value(detail) FROM read_parquet('{glob}') "
+        "GROUP BY ALL ORDER BY 2 DESC").fetchall()
+    for reason, count, detail in reasons:
+        console.print(f"  rejected    {count:,} x {reason}: e.g. {detail}")

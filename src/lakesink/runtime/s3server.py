@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from lakesink.errors import ServiceError
 from lakesink.runtime.services import _port_open, free_port, tail
@@ -58,6 +59,26 @@ class SeaweedS3:
         """The standard AWS variables a client of this server needs."""
         return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
                 "AWS_ENDPOINT_URL": self.endpoint, "AWS_REGION": "us-east-1"}
+
+    def delta_rs_options(self) -> dict[str, str]:
+        """``storage_options`` for delta-rs (``deltalake``) against this server."""
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ALLOW_HTTP": "true",
+                "AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
+                "AWS_REGION": "us-east-1"}
+
+    def duckdb(self) -> Any:  # noqa: ANN401 - a duckdb connection
+        """A DuckDB connection that reads this server (httpfs from the
+        ``duckdb-ext-httpfs`` wheel: nothing is downloaded)."""
+        import duckdb
+        import duckdb_ext
+
+        ext = next(Path(list(duckdb_ext.__path__)[0]).rglob("httpfs.duckdb_extension"))
+        con = duckdb.connect()
+        con.execute(f"LOAD '{ext}'")
+        con.execute(f"""CREATE SECRET lakesink_s3 (TYPE s3, KEY_ID '{self.access_key}',
+            SECRET '{self.secret_key}', ENDPOINT '{self.endpoint.split("//")[1]}',
+            URL_STYLE 'path', USE_SSL false, REGION 'us-east-1')""")
+        return con
 
     def start(self) -> SeaweedS3:
         if not self.ports:

@@ -1,0 +1,76 @@
+"""Storage settings -> S3A options, the AWS/Quix variables, secrets never shown (no JVM)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lakesink.config import load_config, redacted_dict
+from lakesink.errors import ConfigError
+from lakesink.runtime.storage import describe, hadoop_options
+
+BASE = ["source.kafka.bootstrap_servers=a:1", "source.kafka.topics=t"]
+
+
+def test_quix_variables_set_the_lake_and_the_client() -> None:
+    env = {"S3_BUCKET": "my-bucket", "S3_PREFIX": "/data/lake/", "AWS_REGION": "eu-west-1",
+           "AWS_ENDPOINT_URL": "http://minio.local:9000", "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE",
+           "AWS_SECRET_ACCESS_KEY": "s3cr3t-value"}
+    cfg = load_config(overrides=BASE, env=env)
+    assert cfg.table.base_path == "s3a://my-bucket/data/lake"
+    opts = hadoop_options(cfg)
+    assert opts["fs.s3a.endpoint"] == "http://minio.local:9000"
+    assert opts["fs.s3a.endpoint.region"] == "eu-west-1"
+    assert opts["fs.s3a.path.style.access"] == "true"
+    assert opts["fs.s3a.connection.ssl.enabled"] == "false"
+    assert opts["fs.s3a.access.key"] == "AKIAEXAMPLE"
+    assert opts["fs.s3.impl"] == "org.apache.hadoop.fs.s3a.S3AFileSystem"
+    shown = json.dumps(redacted_dict(cfg)) + json.dumps(describe(opts))
+    assert "s3cr3t-value" not in shown and "AKIAEXAMPLE" not in shown
+
+
+def test_an_explicit_base_path_wins_over_s3_bucket() -> None:
+    cfg = load_config(overrides=[*BASE, "table.base_path=s3a://other/x"],
+                      env={"S3_BUCKET": "my-bucket"})
+    assert cfg.table.base_path == "s3a://other/x"
+
+
+def test_aws_without_keys_uses_the_default_chain() -> None:
+    cfg = load_config(overrides=BASE, env={})
+    opts = hadoop_options(cfg)
+    assert "fs.s3a.access.key" not in opts and "fs.s3a.aws.credentials.provider" not in opts
+    assert "fs.s3a.endpoint" not in opts and opts["fs.s3a.path.style.access"] == "false"
+
+
+def test_profile_and_https_endpoint_and_extra_options() -> None:
+    cfg = load_config(overrides=[*BASE, "storage.s3.endpoint=https://s3.example.com",
+                                 "storage.s3.path_style_access=false",
+                                 "storage.s3.options.multipart.size=64M"],
+                      env={"AWS_PROFILE": "prod"})
+    opts = hadoop_options(cfg)
+    assert opts["fs.s3a.connection.ssl.enabled"] == "true"
+    assert opts["fs.s3a.path.style.access"] == "false"
+    assert opts["fs.s3a.aws.credentials.provider"].endswith("ProfileAWSCredentialsProvider")
+    assert opts["fs.s3a.auth.profile.name"] == "prod"
+    assert opts["fs.s3a.multipart.size"] == "64M"
+
+
+def test_secret_keys_are_refused_on_the_command_line() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides=[*BASE, "storage.s3.secret_access_key=x",
+                               "storage.s3.access_key_id=y"], env={})
+    assert "storage.s3" in err.value.key
+
+
+def test_keys_come_in_pairs() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides=BASE, env={"LAKESINK_STORAGE__S3__ACCESS_KEY_ID": "only-one"})
+    assert err.value.key == "storage.s3"
+
+
+@pytest.mark.parametrize("endpoint", ["minio:9000", "ftp://x", "http://a/b"])
+def test_bad_endpoints_name_the_key(endpoint: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides=[*BASE, f"storage.s3.endpoint={endpoint}"], env={})
+    assert err.value.key == "storage.s3.endpoint"
