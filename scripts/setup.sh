@@ -49,13 +49,16 @@ fi
 # --- JVM jars ---------------------------------------------------------------------------
 stamp_jvm="jvm/.jars-installed"
 want_jvm="$(sha256sum jvm/pom.xml | cut -c1-16)"
-if [ "$(cat "$stamp_jvm" 2>/dev/null)" != "$want_jvm" ] || [ ! -d jvm/jars ] || [ ! -d jvm/kafka-jars ]; then
+if [ "$(cat "$stamp_jvm" 2>/dev/null)" != "$want_jvm" ] || [ ! -d jvm/jars ] || [ ! -d jvm/kafka-jars ] \
+    || [ ! -d jvm/hdfs-jars ]; then
   say "fetching JVM jars with Maven (jvm/pom.xml)"
-  rm -rf jvm/jars jvm/kafka-jars
+  rm -rf jvm/jars jvm/kafka-jars jvm/hdfs-jars
   mvn -q -B -f jvm/pom.xml -P connectors dependency:copy-dependencies \
       -DoutputDirectory="$ROOT/jvm/jars" -DincludeScope=runtime -DexcludeGroupIds=org.scala-lang
   mvn -q -B -f jvm/pom.xml -P kafka-broker dependency:copy-dependencies \
       -DoutputDirectory="$ROOT/jvm/kafka-jars" -DincludeScope=runtime
+  mvn -q -B -f jvm/pom.xml -P hdfs-test dependency:copy-dependencies \
+      -DoutputDirectory="$ROOT/jvm/hdfs-jars" -DincludeScope=runtime
   echo "$want_jvm" > "$stamp_jvm"
 fi
 say "ready: $(.venv/bin/python --version), java $(java -version 2>&1 | head -1 | cut -d'"' -f2), $(ls jvm/jars | wc -l) connector jars, $(ls jvm/kafka-jars | wc -l) broker jars"
