@@ -193,3 +193,46 @@ def test_kill_on_s3_then_restart(kafka_broker, s3_server, topic, tmp_path, fmt, 
           f"lost={N - len(set(ids))} duplicated={len(ids) - len(set(ids))}")
     assert sorted(ids) == list(range(N))
     assert rejected is not None and rejected[0] == len(BAD)
+
+
+HDFS_CASES = [("parquet", "mid_publish"), ("delta", "after_delta_commit")]
+
+
+@pytest.mark.hdfs
+@pytest.mark.parametrize(("fmt", "point"), HDFS_CASES, ids=[f"{f}-{p}" for f, p in HDFS_CASES])
+def test_kill_on_hdfs_then_restart(kafka_broker, hdfs, topic, tmp_path, fmt, point) -> None:
+    """Kill and restart with the lake (and the checkpoint) on HDFS."""
+    from tests.fixtures.services import HDFS_CLIENT_CONF
+    from tests.integration.test_hdfs import hdfs_parquet_ids
+
+    produce_events(kafka_broker, topic, range(N))
+    produce(kafka_broker.bootstrap_servers, topic, BAD)
+    base = f"{hdfs.uri}/chaos-{topic}"
+    data = config_dict(kafka_broker, topic, tmp_path, format=fmt)
+    data["table"]["base_path"] = base
+    data["source"]["kafka"]["max_offsets_per_trigger"] = 1000
+    data["spark"]["conf"] = HDFS_CLIENT_CONF
+    cfg = write_config(tmp_path / "c.yaml", data)
+    crashed = run_cli("run", "-c", str(cfg), "--until-caught-up",
+                      env={"LAKESINK_FAULT": point, "LAKESINK_FAULT_BATCH": "1"})
+    assert crashed.returncode == -9, f"did not crash at {point}: {crashed.stderr[-2000:]}"
+    recovered = run_cli("run", "-c", str(cfg), "--until-caught-up")
+    assert recovered.returncode == 0, recovered.stderr[-3000:]
+    table = f"{base}/events"
+    if fmt == "delta":
+        from deltalake import DeltaTable
+
+        ids = DeltaTable(table).to_pyarrow_table(columns=["id"]).column("id").to_pylist()
+    else:
+        ids = hdfs_parquet_ids(hdfs, table.split(hdfs.uri)[1], tmp_path / "fetched")
+    import duckdb
+
+    rejected_files = [hdfs.download(f, tmp_path / "rejected" / f.rsplit("/", 1)[1])
+                      for f in hdfs.list_files(f"/chaos-{topic}/_rejected/events")
+                      if f.endswith(".parquet")]
+    rejected = duckdb.sql(f"SELECT count(*) FROM read_parquet("
+                          f"{[str(p) for p in rejected_files]})").fetchone()[0]
+    print(f"crash-matrix backend=hdfs point={point} format={fmt} restarts=1 produced={N} "
+          f"lost={N - len(set(ids))} duplicated={len(ids) - len(set(ids))}")
+    assert sorted(ids) == list(range(N))
+    assert rejected == len(BAD), "rejected records lost or duplicated"
