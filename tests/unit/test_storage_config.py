@@ -74,3 +74,34 @@ def test_bad_endpoints_name_the_key(endpoint: str) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(overrides=[*BASE, f"storage.s3.endpoint={endpoint}"], env={})
     assert err.value.key == "storage.s3.endpoint"
+
+
+def test_gcs_settings_map_to_the_connector() -> None:
+    cfg = load_config(overrides=[*BASE, "storage.gcs.service_account_keyfile=/k.json",
+                                 "storage.gcs.endpoint=http://127.0.0.1:4443"],
+                      env={"GOOGLE_CLOUD_PROJECT": "proj"})
+    opts = hadoop_options(cfg)
+    assert opts["fs.gs.impl"] == "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem"
+    assert opts["fs.gs.project.id"] == "proj"
+    assert opts["fs.gs.auth.type"] == "SERVICE_ACCOUNT_JSON_KEYFILE"
+    assert opts["fs.gs.auth.service.account.json.keyfile"] == "/k.json"
+    assert opts["fs.gs.storage.root.url"] == "http://127.0.0.1:4443"
+
+
+@pytest.mark.parametrize("env, auth", [
+    ({"AZURE_STORAGE_ACCOUNT": "acct", "AZURE_STORAGE_KEY": "k3y-secret"}, None),
+    ({"AZURE_STORAGE_ACCOUNT": "acct", "AZURE_STORAGE_SAS_TOKEN": "sv=k3y-secret"}, "SAS"),
+    ({"AZURE_STORAGE_ACCOUNT": "acct", "AZURE_CLIENT_ID": "cid", "AZURE_TENANT_ID": "tid",
+      "AZURE_CLIENT_SECRET": "k3y-secret"}, "OAuth"),
+])
+def test_azure_credentials_map_per_account(env: dict[str, str], auth: str | None) -> None:
+    cfg = load_config(overrides=BASE, env=env)
+    opts = hadoop_options(cfg)
+    host = "acct.dfs.core.windows.net"
+    assert opts.get(f"fs.azure.account.auth.type.{host}") == auth
+    if auth == "OAuth":
+        assert opts[f"fs.azure.account.oauth2.client.endpoint.{host}"] == (
+            "https://login.microsoftonline.com/tid/oauth2/token")
+    assert "k3y-secret" in json.dumps(opts)
+    shown = json.dumps(describe(opts)) + json.dumps(redacted_dict(cfg))
+    assert "k3y-secret" not in shown

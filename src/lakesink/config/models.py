@@ -541,8 +541,42 @@ class S3Storage(_Section):
         return self
 
 
+class GcsStorage(_Section):
+    """Google Cloud Storage (``gs://``, the GCS connector). Unset: Application Default
+    Credentials (``GOOGLE_APPLICATION_CREDENTIALS``, the metadata server)."""
+
+    project_id: str | None = None
+    service_account_keyfile: str | None = Field(
+        default=None, description="path of a service account JSON key file")
+    endpoint: str | None = Field(default=None, description="root URL of the JSON API "
+                                 "(an emulator such as fake-gcs-server)")
+    options: dict[str, str] = Field(default_factory=dict,
+                                    description="any other connector option, fs.gs.<name>")
+
+    _strings = field_validator("options", mode="before")(_stringify_map)
+
+
+class AzureStorage(_Section):
+    """Azure Data Lake Storage Gen2 (``abfss://container@account.dfs.core.windows.net``,
+    hadoop-azure ABFS). Credentials: an account key, a SAS token, or a service principal
+    (client id/secret/tenant); unset values fall back to the ``AZURE_*`` variables."""
+
+    account: str | None = Field(default=None, description="storage account name")
+    account_key: SecretStr | None = None
+    sas_token: SecretStr | None = None
+    client_id: str | None = None
+    client_secret: SecretStr | None = None
+    tenant_id: str | None = None
+    options: dict[str, str] = Field(default_factory=dict,
+                                    description="any other ABFS option, fs.azure.<name>")
+
+    _strings = field_validator("options", mode="before")(_stringify_map)
+
+
 class StorageConfig(_Section):
     s3: S3Storage = Field(default_factory=S3Storage)
+    gcs: GcsStorage = Field(default_factory=GcsStorage)
+    azure: AzureStorage = Field(default_factory=AzureStorage)
 
 
 class RetryConfig(_Section):
@@ -620,6 +654,22 @@ class LakesinkConfig(BaseSettings):
             s3.secret_access_key = SecretStr(env["AWS_SECRET_ACCESS_KEY"])
             if env.get("AWS_SESSION_TOKEN"):
                 s3.session_token = SecretStr(env["AWS_SESSION_TOKEN"])
+        gcs, azure = self.storage.gcs, self.storage.azure
+        if gcs.project_id is None:
+            gcs.project_id = env.get("GOOGLE_CLOUD_PROJECT") or None
+        if azure.account is None:
+            azure.account = env.get("AZURE_STORAGE_ACCOUNT_NAME") or env.get(
+                "AZURE_STORAGE_ACCOUNT") or None
+        for key, var in (("account_key", "AZURE_STORAGE_ACCOUNT_KEY"),
+                         ("account_key", "AZURE_STORAGE_KEY"),
+                         ("sas_token", "AZURE_STORAGE_SAS_TOKEN"),
+                         ("client_secret", "AZURE_CLIENT_SECRET")):
+            if getattr(azure, key) is None and env.get(var):
+                setattr(azure, key, SecretStr(env[var]))
+        if azure.client_id is None:
+            azure.client_id = env.get("AZURE_CLIENT_ID") or None
+        if azure.tenant_id is None:
+            azure.tenant_id = env.get("AZURE_TENANT_ID") or None
         if "base_path" not in self.table.model_fields_set and env.get("S3_BUCKET"):
             prefix = env.get("S3_PREFIX", "").strip("/")
             self.table.base_path = f"s3a://{env['S3_BUCKET']}" + (f"/{prefix}" if prefix else "")

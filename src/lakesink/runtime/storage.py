@@ -1,7 +1,8 @@
 """Lake storage settings -> Hadoop FileSystem options, applied to a SparkSession.
 
-Only S3 needs settings today (``storage.s3``); local paths, ``hdfs://`` and any store
-whose Hadoop connector reads its own configuration need none. The options go into the
+``storage.s3`` (``s3a://``, ``s3://``), ``storage.gcs`` (``gs://``) and ``storage.azure``
+(``abfss://``); local paths and ``hdfs://`` (configured by the cluster's own
+``HADOOP_CONF_DIR``) need none. The options go into the
 session's Hadoop configuration, which Spark's readers and writers and Delta's log all
 use. Secret values are set there and nowhere else: never logged (``describe`` shows
 which keys are set, not their values).
@@ -10,17 +11,20 @@ which keys are set, not their values).
 from __future__ import annotations
 
 import logging
+import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from lakesink.config.models import LakesinkConfig, S3Storage
+    from lakesink.config.models import AzureStorage, GcsStorage, LakesinkConfig, S3Storage
 
 logger = logging.getLogger(__name__)
 
 S3A = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 _SECRET_KEYS = ("fs.s3a.access.key", "fs.s3a.secret.key", "fs.s3a.session.token")
+_SECRET_AZURE = re.compile(r"^fs\.azure\.(account\.key|sas\.fixed\.token|"
+                           r"account\.oauth2\.client\.secret)\.")
 
 
 def s3a_options(s3: S3Storage) -> dict[str, str]:
@@ -54,13 +58,56 @@ def s3a_options(s3: S3Storage) -> dict[str, str]:
     return opts
 
 
+def gcs_options(gcs: GcsStorage) -> dict[str, str]:
+    """Hadoop options for ``gs://`` (the GCS connector)."""
+    opts = {"fs.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem",
+            "fs.AbstractFileSystem.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFS"}
+    if gcs.project_id:
+        opts["fs.gs.project.id"] = gcs.project_id
+    if gcs.service_account_keyfile:
+        opts["fs.gs.auth.type"] = "SERVICE_ACCOUNT_JSON_KEYFILE"
+        opts["fs.gs.auth.service.account.json.keyfile"] = gcs.service_account_keyfile
+    if gcs.endpoint:
+        opts["fs.gs.storage.root.url"] = gcs.endpoint
+    for key, value in gcs.options.items():
+        opts[key if key.startswith("fs.gs.") else f"fs.gs.{key}"] = value
+    return opts
+
+
+def azure_options(azure: AzureStorage) -> dict[str, str]:
+    """Hadoop options for ``abfss://`` (hadoop-azure ABFS), scoped to the account."""
+    opts: dict[str, str] = {}
+    if azure.account:
+        host = f"{azure.account}.dfs.core.windows.net"
+        if azure.account_key:
+            opts[f"fs.azure.account.key.{host}"] = azure.account_key.get_secret_value()
+        elif azure.sas_token:
+            opts[f"fs.azure.account.auth.type.{host}"] = "SAS"
+            opts[f"fs.azure.sas.fixed.token.{host}"] = azure.sas_token.get_secret_value()
+        elif azure.client_id and azure.client_secret and azure.tenant_id:
+            opts[f"fs.azure.account.auth.type.{host}"] = "OAuth"
+            opts[f"fs.azure.account.oauth.provider.type.{host}"] = (
+                "org.apache.hadoop.fs.azurebfs.oauth2.ClientCredsTokenProvider")
+            opts[f"fs.azure.account.oauth2.client.id.{host}"] = azure.client_id
+            opts[f"fs.azure.account.oauth2.client.secret.{host}"] = (
+                azure.client_secret.get_secret_value())
+            opts[f"fs.azure.account.oauth2.client.endpoint.{host}"] = (
+                f"https://login.microsoftonline.com/{azure.tenant_id}/oauth2/token")
+    for key, value in azure.options.items():
+        opts[key if key.startswith("fs.azure.") else f"fs.azure.{key}"] = value
+    return opts
+
+
 def hadoop_options(cfg: LakesinkConfig) -> dict[str, str]:
-    return s3a_options(cfg.storage.s3)
+    storage = cfg.storage
+    return {**s3a_options(storage.s3), **gcs_options(storage.gcs),
+            **azure_options(storage.azure)}
 
 
 def describe(opts: dict[str, str]) -> dict[str, str]:
     """The options with every secret value replaced (for logs and ``validate``)."""
-    return {k: ("**********" if k in _SECRET_KEYS else v) for k, v in opts.items()}
+    return {k: ("**********" if k in _SECRET_KEYS or _SECRET_AZURE.search(k) else v)
+            for k, v in opts.items()}
 
 
 def apply(spark: SparkSession, cfg: LakesinkConfig) -> None:
