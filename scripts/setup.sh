@@ -61,4 +61,17 @@ if [ "$(cat "$stamp_jvm" 2>/dev/null)" != "$want_jvm" ] || [ ! -d jvm/jars ] || 
       -DoutputDirectory="$ROOT/jvm/hdfs-jars" -DincludeScope=runtime
   echo "$want_jvm" > "$stamp_jvm"
 fi
+# --- fake-gcs-server (the GCS emulator of the tests), built from the Go module proxy ----
+FAKE_GCS_VERSION="v1.56.1"
+if [ ! -x .tools/bin/fake-gcs-server ] || [ "$(cat .tools/fake-gcs.version 2>/dev/null)" != "$FAKE_GCS_VERSION" ]; then
+  if command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ]; then
+    say "building fake-gcs-server $FAKE_GCS_VERSION with go install"
+    mkdir -p .tools/bin
+    GOBIN="$ROOT/.tools/bin" "$(command -v go || echo /usr/local/go/bin/go)" install \
+        "github.com/fsouza/fake-gcs-server@$FAKE_GCS_VERSION"
+    echo "$FAKE_GCS_VERSION" > .tools/fake-gcs.version
+  else
+    say "no Go toolchain: the GCS emulator tests will be skipped"
+  fi
+fi
 say "ready: $(.venv/bin/python --version), java $(java -version 2>&1 | head -1 | cut -d'"' -f2), $(ls jvm/jars | wc -l) connector jars, $(ls jvm/kafka-jars | wc -l) broker jars"

@@ -58,10 +58,19 @@ def s3a_options(s3: S3Storage) -> dict[str, str]:
     return opts
 
 
+_GCS_SIZES = {"fs.gs.block.size": 64 << 20, "fs.gs.rewrite.max.chunk.size": 512 << 20,
+              "fs.gs.outputstream.buffer.size": 8 << 20,
+              "fs.gs.inputstream.inplace.seek.limit": 8 << 20,
+              "fs.gs.inputstream.min.range.request.size": 2 << 20}
+
+
 def gcs_options(gcs: GcsStorage) -> dict[str, str]:
     """Hadoop options for ``gs://`` (the GCS connector)."""
     opts = {"fs.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem",
-            "fs.AbstractFileSystem.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFS"}
+            "fs.AbstractFileSystem.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFS",
+            # Hadoop 3.5's core-default.xml sets these (for its own gs:// client) with
+            # unit suffixes, which the Google connector reads as plain numbers
+            **{k: str(v) for k, v in _GCS_SIZES.items()}}
     if gcs.project_id:
         opts["fs.gs.project.id"] = gcs.project_id
     if gcs.service_account_keyfile:
@@ -100,8 +109,13 @@ def azure_options(azure: AzureStorage) -> dict[str, str]:
 
 def hadoop_options(cfg: LakesinkConfig) -> dict[str, str]:
     storage = cfg.storage
-    return {**s3a_options(storage.s3), **gcs_options(storage.gcs),
+    opts = {**s3a_options(storage.s3), **gcs_options(storage.gcs),
             **azure_options(storage.azure)}
+    if cfg.table.base_path.startswith("gs://"):
+        # the GCS connector 3.1 implements vectored reads against Hadoop 3.4's API, which
+        # Hadoop 3.5 changed (NoSuchMethodError): let Parquet read ranges one by one
+        opts["parquet.hadoop.vectored.io.enabled"] = "false"
+    return opts
 
 
 def describe(opts: dict[str, str]) -> dict[str, str]:
