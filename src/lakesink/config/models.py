@@ -46,6 +46,17 @@ def _split_list(value: Any) -> Any:
 StrList = Annotated[list[str], NoDecode]
 
 
+def _regex(value: str | None) -> str | None:
+    """A regular expression that compiles (Python's dialect is close to Java's for the
+    patterns topic and type names use)."""
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+    return value
+
+
 def _stringify_map(value: Any) -> Any:
     """Map values may be YAML scalars (``8``, ``true``); Spark and Kafka want strings."""
     if not isinstance(value, dict):
@@ -418,15 +429,7 @@ class MessageTypeConfig(_Section):
                               "written; others are unrouted. Default: every type")
     table_prefix: str = Field(default="", description="table name = prefix + type")
 
-    @field_validator("allow")
-    @classmethod
-    def _pattern(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"not a regular expression: {exc}") from None
-        return value
+    _pattern = field_validator("allow")(_regex)
 
     @field_validator("field")
     @classmethod
@@ -460,15 +463,7 @@ class RouteConfig(_Section):
 
     _split = field_validator("topics", mode="before")(_split_list)
 
-    @field_validator("topic_pattern")
-    @classmethod
-    def _pattern(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"not a regular expression: {exc}") from None
-        return value
+    _pattern = field_validator("topic_pattern")(_regex)
 
     @model_validator(mode="after")
     def _one_subscription(self) -> RouteConfig:

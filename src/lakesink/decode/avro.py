@@ -30,15 +30,20 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakesink.decode.base import NULL_VALUE, Decoder
+from lakesink.decode.base import (
+    BAD_MAGIC_BYTE,
+    CONFLUENT_HEADER,
+    NULL_VALUE,
+    Decoder,
+    confluent_framed,
+    framing_detail,
+)
 from lakesink.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
 
-BAD_MAGIC_BYTE = "bad_magic_byte"
 MALFORMED_AVRO = "malformed_avro"
-CONFLUENT_HEADER = 5  # magic byte + 4-byte schema id
 
 
 def read_schema_file(path: str) -> str:
@@ -87,10 +92,7 @@ class AvroDecoder(Decoder):
 
     def _framed(self, value: Column) -> Column:
         """True when the Confluent header is present (always True for plain values)."""
-        if not self.confluent:
-            return F.lit(True)
-        return (F.length(value) >= CONFLUENT_HEADER) & (
-            F.substring(value, 1, 1) == F.unhex(F.lit("00")))
+        return confluent_framed(value) if self.confluent else F.lit(True)
 
     def _payload(self, value: Column) -> Column:
         if not self.confluent:
@@ -125,10 +127,7 @@ class AvroDecoder(Decoder):
         size = F.length(value).cast("string")
         detail = (
             F.when(value.isNull(), F.lit("the record has no value (tombstone)"))
-            .when(~self._framed(value), F.concat(
-                F.lit("expected the Confluent framing (magic byte 0 + 4-byte schema id), got "),
-                F.coalesce(F.hex(F.substring(value, 1, CONFLUENT_HEADER)), F.lit("")),
-                F.lit(" ("), size, F.lit(" bytes)")))
+            .when(~self._framed(value), framing_detail(value))
             .otherwise(F.concat(F.lit("the value cannot be read with the Avro schema ("),
                                 size, F.lit(" bytes)")))
         )

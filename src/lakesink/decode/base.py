@@ -26,6 +26,23 @@ if TYPE_CHECKING:
 
 #: the record has no value (a tombstone); every format rejects it
 NULL_VALUE = "null_value"
+#: ``wire: confluent`` and the value lacks the Confluent framing
+BAD_MAGIC_BYTE = "bad_magic_byte"
+CONFLUENT_HEADER = 5  # magic byte 0 + a 4-byte schema id
+
+
+def confluent_framed(value: Column) -> Column:
+    """True when ``value`` starts with the Confluent framing (magic byte 0, schema id)."""
+    return (F.length(value) >= CONFLUENT_HEADER) & (
+        F.substring(value, 1, 1) == F.unhex(F.lit("00")))
+
+
+def framing_detail(value: Column) -> Column:
+    """The dead-letter detail of a value without the Confluent framing."""
+    return F.concat(
+        F.lit("expected the Confluent framing (magic byte 0 + 4-byte schema id), got "),
+        F.coalesce(F.hex(F.substring(value, 1, CONFLUENT_HEADER)), F.lit("")),
+        F.lit(" ("), F.length(value).cast("string"), F.lit(" bytes)"))
 
 
 class Decoder(ABC):

@@ -44,13 +44,18 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakesink.decode.base import NULL_VALUE, Decoder
+from lakesink.decode.base import (
+    BAD_MAGIC_BYTE,
+    NULL_VALUE,
+    Decoder,
+    confluent_framed,
+    framing_detail,
+)
 from lakesink.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-BAD_MAGIC_BYTE = "bad_magic_byte"
 MALFORMED_PROTOBUF = "malformed_protobuf"
 ERROR_FIELD = "_lakesink_error"
 _KEY = "decode.protobuf"
@@ -275,9 +280,7 @@ class ProtobufDecoder(Decoder):
         return arrow_udf(decode, returns)(value)
 
     def _framed(self, value: Column) -> Column:
-        if not self.confluent:
-            return F.lit(True)
-        return (F.length(value) >= 5) & (F.substring(value, 1, 1) == F.unhex(F.lit("00")))
+        return confluent_framed(value) if self.confluent else F.lit(True)
 
     def failure(self, value: Column, parsed: Column, unknown: Column | None = None) -> Column:
         return (F.when(value.isNull(), F.lit(NULL_VALUE))
@@ -289,10 +292,7 @@ class ProtobufDecoder(Decoder):
         size = F.length(value).cast("string")
         detail = (
             F.when(value.isNull(), F.lit("the record has no value (tombstone)"))
-            .when(~self._framed(value), F.concat(
-                F.lit("expected the Confluent framing (magic byte 0 + 4-byte schema id), got "),
-                F.coalesce(F.hex(F.substring(value, 1, 5)), F.lit("")),
-                F.lit(" ("), size, F.lit(" bytes)")))
+            .when(~self._framed(value), framing_detail(value))
             .otherwise(F.concat(
                 F.lit(f"cannot read the value as {self.converter.message} ("), size,
                 F.lit(" bytes): "), F.coalesce(parsed[ERROR_FIELD], F.lit("?")))))

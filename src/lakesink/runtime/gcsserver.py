@@ -6,9 +6,7 @@ directory. It stands in for Google Cloud Storage, which cannot run here.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -19,7 +17,7 @@ from types import TracebackType
 
 from lakesink.errors import ServiceError
 from lakesink.runtime.jars import repo_root
-from lakesink.runtime.services import _port_open, free_port, tail
+from lakesink.runtime.services import port_open, free_port, stop_process, tail
 
 
 def fake_gcs_binary() -> Path:
@@ -58,7 +56,7 @@ class FakeGcs:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 break
-            if _port_open(self.port) and self.bucket in self.buckets():
+            if port_open(self.port) and self.bucket in self.buckets():
                 return self
             time.sleep(0.2)
         self.stop()
@@ -92,13 +90,7 @@ class FakeGcs:
 
     def stop(self) -> None:
         proc, self.process = self.process, None
-        if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+        stop_process(proc, grace_s=10)
         shutil.rmtree(self.work_dir / "store", ignore_errors=True)
 
     def __enter__(self) -> FakeGcs:

@@ -6,11 +6,9 @@ directory. ``stop(keep_data=True)`` + ``start()`` restarts it on the same ports 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -20,7 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from lakesink.errors import ServiceError
-from lakesink.runtime.services import _port_open, free_port, tail
+from lakesink.runtime.services import port_open, free_port, stop_process, tail
 
 # weed mini's listeners; each gets a free port (defaults would collide across runs)
 _PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
@@ -107,7 +105,7 @@ class SeaweedS3:
             if self.process.poll() is not None:
                 raise ServiceError(f"weed mini exited with {self.process.returncode}; log "
                                    f"{self.log_path}:\n{tail(self.log_path)}")
-            if _port_open(self.ports["s3.port"]):
+            if port_open(self.ports["s3.port"]):
                 try:  # the bucket exists and a signed request works
                     s3 = pafs.S3FileSystem(access_key=self.access_key,
                                            secret_key=self.secret_key, scheme="http",
@@ -125,15 +123,7 @@ class SeaweedS3:
 
     def stop(self, *, keep_data: bool = False) -> None:
         proc, self.process = self.process, None
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+        stop_process(proc)
         if self._own_dir and not keep_data:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from lakesink.errors import ServiceError
 from lakesink.runtime.jars import kafka_broker_classpath
@@ -34,10 +35,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _port_open(port: int) -> bool:
+def port_open(port: int) -> bool:
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
         s.settimeout(0.5)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def stop_process(proc: subprocess.Popen[Any] | None, *, grace_s: float = 20) -> None:
+    """Stop a service started in its own session: SIGTERM to its process group, then
+    SIGKILL after ``grace_s``."""
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
 
 
 def tail(path: Path, lines: int = 40) -> str:
@@ -158,7 +174,7 @@ class KafkaBroker:
                     f"kafka broker exited with {self.process.returncode}; log {self.log_path}:\n"
                     + tail(self.log_path)
                 )
-            if _port_open(self.port):
+            if port_open(self.port):
                 try:
                     md = AdminClient({"bootstrap.servers": self.bootstrap_servers}).list_topics(
                         timeout=5
@@ -177,15 +193,7 @@ class KafkaBroker:
     def stop(self, *, keep_data: bool = False) -> None:
         """Stop the broker by its pid (SIGTERM, then SIGKILL after 20 s)."""
         proc, self.process = self.process, None
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+        stop_process(proc)
         if self._own_dir and not keep_data:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
