@@ -67,9 +67,12 @@ if [ ! -x .tools/bin/fake-gcs-server ] || [ "$(cat .tools/fake-gcs.version 2>/de
   if command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ]; then
     say "building fake-gcs-server $FAKE_GCS_VERSION with go install"
     mkdir -p .tools/bin
-    GOBIN="$ROOT/.tools/bin" "$(command -v go || echo /usr/local/go/bin/go)" install \
-        "github.com/fsouza/fake-gcs-server@$FAKE_GCS_VERSION"
-    echo "$FAKE_GCS_VERSION" > .tools/fake-gcs.version
+    if GOBIN="$ROOT/.tools/bin" "$(command -v go || echo /usr/local/go/bin/go)" install \
+        "github.com/fsouza/fake-gcs-server@$FAKE_GCS_VERSION"; then
+      echo "$FAKE_GCS_VERSION" > .tools/fake-gcs.version
+    else
+      say "fake-gcs-server did not build: the GCS emulator tests will be skipped"
+    fi
   else
     say "no Go toolchain: the GCS emulator tests will be skipped"
   fi
