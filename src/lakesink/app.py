@@ -30,6 +30,7 @@ from lakesink.pipeline.routing import Route, Router, TypeTables
 from lakesink.pipeline.transforms import Transforms, parse_transforms
 from lakesink.runtime import storage
 from lakesink.runtime.shutdown import StopRequest, await_query
+from lakesink.silence.query import SilenceQuery, SilenceRunner
 from lakesink.sources import kafka
 from lakesink.tables.fs import HadoopFS, to_uri
 from lakesink.tables.identity import checkpoint_app_id
@@ -203,6 +204,7 @@ class Pipeline:
     checkpoint: str
     processor: BatchProcessor | Router
     headers: bool = False
+    silence: SilenceQuery | None = None
 
     @property
     def stats(self) -> RunStats:
@@ -213,13 +215,18 @@ class Pipeline:
         kafka.check_reachable(cfg.source.kafka)
         storage.apply(spark, cfg)
         if cfg.routes:
-            return cls._routed(cfg, spark)
-        parts = TableParts.resolve(cfg, spark)
-        checkpoint = (to_uri(cfg.checkpoint) if cfg.checkpoint
-                      else parts.layout.default_checkpoint)
-        app_id = checkpoint_app_id(parts.fs, checkpoint)
-        return cls(cfg, spark, parts.layout.name, parts.layout.table, checkpoint,
-                   parts.processor(app_id), headers=parts.transforms.uses_headers)
+            pipeline = cls._routed(cfg, spark)
+        else:
+            parts = TableParts.resolve(cfg, spark)
+            checkpoint = (to_uri(cfg.checkpoint) if cfg.checkpoint
+                          else parts.layout.default_checkpoint)
+            app_id = checkpoint_app_id(parts.fs, checkpoint)
+            pipeline = cls(cfg, spark, parts.layout.name, parts.layout.table, checkpoint,
+                           parts.processor(app_id), headers=parts.transforms.uses_headers)
+        if cfg.silence.enabled:
+            pipeline.silence = SilenceQuery.build(
+                cfg, spark, default_checkpoint=pipeline.checkpoint.rstrip("/") + "_silence")
+        return pipeline
 
     @classmethod
     def _routed(cls, cfg: LakesinkConfig, spark: SparkSession) -> Pipeline:
@@ -285,6 +292,27 @@ class Pipeline:
         checkpoint after a backoff — every batch is idempotent, so a restart replays
         nothing twice — up to ``retry.restarts`` times in a row without progress."""
         stop = stop or StopRequest()
+        caught_up = (self.cfg.trigger.until_caught_up if until_caught_up is None
+                     else until_caught_up)
+        beside = self._silence_beside(caught_up)
+        try:
+            return self._run(until_caught_up, stop)
+        finally:
+            if beside is not None:
+                beside.finish(wait=caught_up and not stop.requested)
+
+    def _silence_beside(self, caught_up: bool) -> SilenceRunner | None:
+        """The silence query on its own thread (event time only, when catching up:
+        wall-clock silence has no meaning for a run that ends when the topic does)."""
+        if self.silence is None:
+            return None
+        if caught_up and not self.silence.event_time:
+            logger.warning("silence detection (time: processing) runs only while streaming; "
+                           "not in this caught-up run")
+            return None
+        return self.silence.background(until_caught_up=caught_up)
+
+    def _run(self, until_caught_up: bool | None, stop: StopRequest) -> RunStats:
         retry = self.cfg.retry
         delay, failures = retry.initial_backoff_s, 0
         while True:
@@ -345,6 +373,25 @@ def preflight(cfg: LakesinkConfig) -> list[str]:
 
     Raises ConfigError (or LayoutError) on the first failure; returns what was checked.
     """
+    checks = _preflight_tables(cfg)
+    if cfg.silence.enabled:
+        checks.append(_preflight_silence(cfg))
+    return checks
+
+
+def _preflight_silence(cfg: LakesinkConfig) -> str:
+    from lakesink.silence.outputs import load_callback
+
+    s = cfg.silence
+    if s.callback:
+        load_callback(s.callback)
+    outputs = [f"{k} {getattr(s, k)}" for k in ("topic", "table", "callback")
+               if getattr(s, k)]
+    return (f"silence: a key silent {s.timeout_ms} ms ({s.time} time) fires to "
+            f"{', '.join(outputs)}; checked every {s.interval}")
+
+
+def _preflight_tables(cfg: LakesinkConfig) -> list[str]:
     if cfg.routes:
         done = []
         for i, route in enumerate(cfg.routes):
@@ -352,13 +399,13 @@ def preflight(cfg: LakesinkConfig) -> list[str]:
             if route.message_type is not None:  # tables come with the types
                 mt = route.message_type
                 with route_keys(i):
-                    checks = preflight(cfg.route_config(i, mt.table_prefix + "TYPE"))[:1]
+                    checks = _preflight_tables(cfg.route_config(i, mt.table_prefix + "TYPE"))[:1]
                 checks.append(f"one table per value of '{mt.field}' "
                               f"({mt.table_prefix}<type>, allowed: {mt.allow or 'any'}), "
                               "created on first sight")
             else:
                 with route_keys(i):
-                    checks = preflight(cfg.route_config(i))
+                    checks = _preflight_tables(cfg.route_config(i))
             done.extend(f"route {i} ({what}): {c}" for c in checks)
         done.append(f"unrouted records: {cfg.unrouted}")
         return done

@@ -134,7 +134,10 @@ def run(
         err.print(f"[bold red]query failed:[/] {type(exc).__name__}: {escape(str(exc)[:2000])}",
                   highlight=False)
         raise typer.Exit(1) from None
-    err.print(f"[green]stopped[/] {json.dumps(stats.as_dict())}", highlight=False)
+    summary = stats.as_dict()
+    if pipeline.silence is not None:
+        summary["silence"] = pipeline.silence.stats.as_dict()
+    err.print(f"[green]stopped[/] {json.dumps(summary)}", highlight=False)
 
 
 @app.command()

@@ -11,9 +11,13 @@ dict lookup. Points:
 * ``after_manifest``        — the manifest is written, Spark has not recorded the batch
 * ``after_delta_commit``    — the Delta commit is durable, Spark has not recorded the batch
 * ``after_schema_evolved``  — a batch evolved the schema and stored it, nothing written
+* ``silence_before_delivery`` — a silence batch has events, none delivered yet
+* ``silence_after_delivery``  — a silence batch's events are delivered (table, topic,
+  callback), Spark has not recorded the batch
 
-The first four are in the Parquet writer, the fifth in the Delta writer, the last in
-the batch function (both formats).
+The first four are in the Parquet writer, the fifth in the Delta writer, the sixth in
+the batch function (both formats), the last two in the silence query (the first batch
+with events, unless ``LAKESINK_FAULT_BATCH`` names one).
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ logger = logging.getLogger(__name__)
 PARQUET_POINTS = ("after_staging", "mid_publish", "after_publish", "after_manifest")
 DELTA_POINTS = ("after_delta_commit",)
 COMMON_POINTS = ("after_schema_evolved",)
-POINTS = PARQUET_POINTS + DELTA_POINTS + COMMON_POINTS
+SILENCE_POINTS = ("silence_before_delivery", "silence_after_delivery")
+POINTS = PARQUET_POINTS + DELTA_POINTS + COMMON_POINTS + SILENCE_POINTS
 
 
 def fault_point(name: str, batch_id: int | None = None) -> None:

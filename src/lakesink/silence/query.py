@@ -1,0 +1,259 @@
+"""The silence query: a second streaming query over the ingestion's source.
+
+    kafka (own checkpoint) ─► (kind, key, ts_ms) ─┐
+    heartbeat: one row per batch (processing time)┴─► groupBy(kind, key)
+        .transformWithStateInPandas(SilenceTracker, RocksDB state) ─► foreachBatch: outputs
+
+It shares the source settings and the Spark session with the ingestion query but
+nothing else: its own checkpoint (the tracker's state and its offsets), its own
+trigger, its own restarts. A failure here is logged and the query restarted; it never
+stops or slows ingestion beyond the CPU its batches take.
+
+The heartbeat is in the query from its first run (changing sources would invalidate
+the checkpoint), so after a restart with idle input the timers still fire.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lakesink.config.models import LakesinkConfig, SilenceConfig
+from lakesink.errors import ConfigError
+from lakesink.faults import fault_point
+from lakesink.runtime.shutdown import StopRequest, await_query
+from lakesink.silence.outputs import Callback, Outputs, load_callback
+from lakesink.silence.tracker import HEARTBEAT, NULL_KEY, OUTPUT_SCHEMA, RECORD, SilenceTracker
+from lakesink.sources import kafka
+from lakesink.tables.fs import HadoopFS, to_uri
+from lakesink.tables.identity import checkpoint_app_id
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from lakesink.tables.base import TableWriter
+
+logger = logging.getLogger(__name__)
+
+#: Spark settings the tracker needs (transformWithState runs on RocksDB only)
+SESSION_CONF = {
+    "spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    # event time: the batch after the last data advances the watermark and fires timers
+    "spark.sql.streaming.noDataMicroBatches.enabled": "true",
+}
+
+
+@dataclass
+class SilenceStats:
+    """Totals of this process's silence query (``tracked``: keys in state now)."""
+
+    batches: int = 0
+    tracked: int = 0
+    fired: int = 0
+    swept: int = 0
+    null_keys: int = 0
+    callback_failures: int = 0
+    callback_timeouts: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class SilenceQuery:
+    def __init__(self, cfg: LakesinkConfig, spark: SparkSession, checkpoint: str,
+                 outputs: Outputs) -> None:
+        self.cfg = cfg
+        self.settings: SilenceConfig = cfg.silence
+        self.spark = spark
+        self.checkpoint = checkpoint
+        self.outputs = outputs
+        self.stats = SilenceStats()
+        self.query: StreamingQuery | None = None
+
+    @classmethod
+    def build(cls, cfg: LakesinkConfig, spark: SparkSession, default_checkpoint: str
+              ) -> SilenceQuery:
+        """Everything that can refuse (callback import, table layout) runs here."""
+        s = cfg.silence
+        callback = (Callback(load_callback(s.callback), s.callback_timeout_s)
+                    if s.callback else None)
+        for key, value in SESSION_CONF.items():
+            spark.conf.set(key, value)
+        checkpoint = to_uri(s.checkpoint or default_checkpoint)
+        fs = HadoopFS(spark, to_uri(cfg.table.base_path))
+        app_id = checkpoint_app_id(fs, checkpoint)
+        table = _table_writer(cfg, spark, app_id) if s.table else None
+        options = {k: v for k, v in kafka.client_options(cfg.source.kafka).items()
+                   if k != "group.id"}
+        outputs = Outputs(spark, fs, checkpoint, table=table, topic=s.topic,
+                          kafka_options=options, callback=callback)
+        query = cls(cfg, spark, checkpoint, outputs)
+        query.check_expressions()
+        return query
+
+    def check_expressions(self) -> None:
+        """The key and time expressions resolve over the Kafka columns (else exit 2)."""
+        from pyspark.errors import AnalysisException, ParseException
+        from pyspark.sql import functions as F
+
+        src = kafka.read_stream(self.spark, self.cfg.source.kafka, headers=True)
+        s = self.settings
+        checks = [("silence.key", s.key, "binary")]
+        if self.event_time:
+            checks.append(("silence.event_time", s.event_time, "timestamp"))
+        for key, expr, to in checks:
+            if expr is None:
+                continue
+            try:
+                src.select(F.expr(expr).cast(to)).schema  # noqa: B018 - analysis only
+            except (AnalysisException, ParseException) as exc:
+                raise ConfigError(key, f"{expr!r} does not resolve over the Kafka columns "
+                                  f"(key, value, topic, partition, offset, timestamp, "
+                                  f"headers) as {to}: {str(exc).splitlines()[0][:300]}"
+                                  ) from None
+
+    @property
+    def event_time(self) -> bool:
+        return self.settings.time == "event"
+
+    def frame(self) -> DataFrame:
+        """The tracker's output stream (events, sweeps, null-key counts)."""
+        from pyspark.sql import functions as F
+
+        s = self.settings
+        uses_headers = "headers" in (s.key or "") + (s.event_time or "")
+        src = kafka.read_stream(self.spark, self.cfg.source.kafka, headers=uses_headers)
+        key = F.expr(s.key).cast("binary") if s.key else F.col("key")
+        ts = F.expr(s.event_time).cast("timestamp") if self.event_time else F.col(
+            "timestamp")
+        rows = src.select(key.alias("key"), ts.alias("event_ts"))
+        missing = F.col("key").isNull() | F.col("event_ts").isNull()
+        rows = rows.select(
+            F.when(missing, F.lit(NULL_KEY)).otherwise(F.lit(RECORD)).alias("kind"),
+            F.when(missing, F.lit(b"")).otherwise(F.col("key")).alias("key"),
+            F.coalesce(F.unix_millis(F.col("event_ts")), F.lit(0)).alias("ts_ms"),
+            F.col("event_ts"))
+        if self.event_time:
+            rows = rows.withWatermark("event_ts", s.watermark_delay).drop("event_ts")
+        else:
+            beat = (self.spark.readStream.format("rate-micro-batch")
+                    .option("rowsPerBatch", 1).load()
+                    .select(F.lit(HEARTBEAT).alias("kind"), F.lit(b"").alias("key"),
+                            F.lit(0).cast("long").alias("ts_ms")))
+            rows = rows.drop("event_ts").unionByName(beat)
+        tracker = SilenceTracker(s.timeout_ms or 0, s.ttl_factor, self.event_time)
+        return rows.groupBy("kind", "key").transformWithStateInPandas(
+            tracker, OUTPUT_SCHEMA, "Append",
+            "EventTime" if self.event_time else "ProcessingTime")
+
+    def start(self, *, until_caught_up: bool) -> StreamingQuery:
+        writer = (self.frame().writeStream.foreachBatch(self._batch)
+                  .option("checkpointLocation", self.checkpoint)
+                  .queryName("lakesink_silence"))
+        if until_caught_up:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=self.settings.interval)
+        self.query = writer.start()
+        logger.info("silence query started: timeout %d ms, %s time, check every %s "
+                    "(checkpoint %s)", self.settings.timeout_ms, self.settings.time,
+                    self.settings.interval, self.checkpoint)
+        return self.query
+
+    def _batch(self, df: DataFrame, batch_id: int) -> None:
+        rows = df.collect()  # one row per silent key or sweep: small
+        events = [r for r in rows if r.event == "stream_timeout"]
+        for r in rows:
+            if r.event == "swept":
+                logger.warning("stream %r: silent for %d ms (at least %g × the timeout); "
+                               "its state is dropped without an event", r.stream,
+                               r.silent_ms, self.settings.ttl_factor)
+            elif r.event == "stream_timeout":
+                logger.info("stream %r timed out (silent for %d ms)", r.stream, r.silent_ms)
+        if events:
+            fault_point("silence_before_delivery", batch_id)
+        self.outputs.deliver(batch_id, events)
+        if events:
+            fault_point("silence_after_delivery", batch_id)
+        st = self.stats
+        st.batches += 1
+        st.fired += len(events)
+        st.swept += sum(r.event == "swept" for r in rows)
+        st.null_keys += sum(r.records for r in rows if r.event == "null_key")
+        st.tracked = self._tracked()
+        if self.outputs.callback is not None:
+            st.callback_failures = self.outputs.callback.failures
+            st.callback_timeouts = self.outputs.callback.timeouts
+
+    def _tracked(self) -> int:
+        """Keys in state after the previous batch (the state store's row count)."""
+        progress = self.query.lastProgress if self.query is not None else None
+        operators = (progress or {}).get("stateOperators") or []
+        return int(operators[0].get("numRowsTotal", 0)) if operators else self.stats.tracked
+
+    def run(self, stop: StopRequest, *, until_caught_up: bool) -> None:
+        """Run until ``stop`` (or caught up); restart after a failure, with backoff,
+        until stopped. Never raises: silence detection must not end ingestion."""
+        retry = self.cfg.retry
+        delay = retry.initial_backoff_s
+        while not stop.requested:
+            query = None
+            try:
+                query = self.start(until_caught_up=until_caught_up)
+                await_query(query, stop)
+                if until_caught_up:
+                    return
+            except Exception as exc:
+                logger.error("silence query failed (%s); restarting from its checkpoint "
+                             "in %.0fs", str(exc).splitlines()[0][:300] if str(exc) else
+                             type(exc).__name__, delay)
+                if stop.event.wait(delay):
+                    return
+                delay = min(delay * 2, retry.max_backoff_s)
+            finally:
+                if query is not None and query.isActive:
+                    query.stop()
+
+    def background(self, *, until_caught_up: bool) -> SilenceRunner:
+        return SilenceRunner(self, until_caught_up)
+
+
+class SilenceRunner:
+    """The silence query on a thread beside the ingestion query."""
+
+    def __init__(self, query: SilenceQuery, until_caught_up: bool) -> None:
+        self.stop = StopRequest()
+        self.until_caught_up = until_caught_up
+        self.thread = threading.Thread(
+            target=query.run, args=(self.stop,), kwargs={"until_caught_up": until_caught_up},
+            name="lakesink-silence", daemon=True)
+        self.thread.start()
+
+    def finish(self, *, wait: bool) -> None:
+        """``wait``: let a caught-up run finish its last batches; else stop now."""
+        if not wait:
+            self.stop.event.set()
+        self.thread.join()
+
+
+def _table_writer(cfg: LakesinkConfig, spark: SparkSession, app_id: str) -> TableWriter:
+    from lakesink.tables.delta import DeltaTableWriter
+    from lakesink.tables.layout import TableLayout
+    from lakesink.tables.parquet import ParquetTableWriter
+
+    assert cfg.silence.table is not None
+    layout = TableLayout.of(cfg.table.base_path, cfg.silence.table)
+    common: dict[str, Any] = {"app_id": app_id, "partition_by": [],
+                              "compression": cfg.table.compression, "files_per_partition": 1}
+    writer: TableWriter
+    if cfg.table.format == "delta":
+        writer = DeltaTableWriter(spark, layout, **common, checkpoint_interval=None,
+                                  merge_schema=False, type_widening=False)
+    else:
+        writer = ParquetTableWriter(spark, layout, **common)
+    writer.prepare()
+    return writer

@@ -1,0 +1,201 @@
+"""Per-key silence detection with the real broker: the stateful query beside ingestion.
+
+Processing time: keys a and b publish, a stops -> exactly one event for a (to a Kafka
+topic, a table and a callback), b keeps publishing and never fires; the run is stopped
+while a is silent and restarted with idle input -> the pending events still fire, once;
+a publishes again -> re-armed, fires again. Event time: a replay of historical records
+fires on record times, and state older than ttl_factor x timeout is swept.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lakesink.app import Pipeline
+from lakesink.config.loader import load_config
+from lakesink.runtime.services import produce
+from lakesink.runtime.shutdown import StopRequest
+from tests.fixtures.services import config_dict
+from tests.integration.test_ingest import _flatten, run_once
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
+
+TIMEOUT_MS = 6000
+#: calls of the test callback (it runs in this process, on the driver)
+CALLS: list[tuple[bytes, dict[str, Any]]] = []
+
+
+def on_silence(key: bytes, event: dict[str, Any]) -> None:
+    CALLS.append((key, event))
+
+
+def hanging_callback(key: bytes) -> None:
+    if key == b"hang":
+        time.sleep(3600)
+    raise RuntimeError(f"callback failure for {key!r}")
+
+
+def _event(key: str, i: int, ts_ms: int | None = None) -> tuple[bytes, bytes]:
+    ts_ms = ts_ms if ts_ms is not None else int(time.time() * 1000)
+    return key.encode(), json.dumps({"id": i, "location": key, "ts_ms": ts_ms,
+                                     "value": 0.5}).encode()
+
+
+def _consume(broker, topic: str) -> list[tuple[bytes, dict[str, Any], int]]:  # noqa: ANN001
+    """Every record of ``topic``: (key, value, broker timestamp)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers,
+                         "group.id": f"check-{time.time()}", "enable.auto.commit": False})
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        out = []
+        while len(out) < high:
+            msg = consumer.poll(5)
+            if msg is None:
+                break
+            if msg.error() is None:
+                out.append((msg.key(), json.loads(msg.value()), msg.timestamp()[1]))
+        return out
+    finally:
+        consumer.close()
+
+
+class Streaming:
+    """``lakesink run`` in streaming mode on a thread (in this process's Spark)."""
+
+    def __init__(self, spark, data: dict[str, Any]) -> None:  # noqa: ANN001
+        self.pipeline = Pipeline.build(load_config(flags=_flatten(data), env={}), spark)
+        self.stop = StopRequest()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.pipeline.run(until_caught_up=False, stop=self.stop)
+        except BaseException as exc:  # noqa: BLE001 - reported by close()
+            self.error = exc
+
+    def close(self) -> None:
+        self.stop.event.set()
+        self.thread.join(120)
+        assert not self.thread.is_alive()
+        assert self.error is None, self.error
+
+
+def _wait_for(what: str, check, timeout_s: float = 90) -> Any:  # noqa: ANN001, ANN401
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_silent_key_fires_once_survives_restart_and_rearms(spark, kafka_broker, topic,
+                                                          tmp_path) -> None:
+    import duckdb
+
+    events_topic = f"{topic}-silence"
+    kafka_broker.create_topic(events_topic, partitions=1)
+    data = config_dict(kafka_broker, topic, tmp_path / "lake", partition_by=[])
+    data["source"]["kafka"]["starting_offsets"] = "earliest"
+    data["silence"] = {"timeout_ms": TIMEOUT_MS, "trigger_interval": "1 second",
+                       "topic": events_topic, "table": "silence_events",
+                       "callback": f"{__name__}:on_silence"}
+    CALLS.clear()
+    produce(kafka_broker.bootstrap_servers, topic, [(None, _event("nobody", 0)[1])])
+    run = Streaming(spark, data)
+    _wait_for("the silence query's first batch", lambda: run.pipeline.silence.stats.batches)
+    # both keys publish for 4 s; then only b, for as long again as the timeout and more
+    i, last_a = 1, 0.0
+    started = time.monotonic()
+    while time.monotonic() - started < 4:
+        produce(kafka_broker.bootstrap_servers, topic, [_event("a", i), _event("b", i + 1)])
+        last_a = time.time()
+        i += 2
+        time.sleep(0.5)
+    # b goes on until a's event is out, and a little longer
+    events: list[Any] = []
+    while not events and time.monotonic() - started < 90:
+        produce(kafka_broker.bootstrap_servers, topic, [_event("b", i)])
+        i += 1
+        time.sleep(0.5)
+        events = _consume(kafka_broker, events_topic)
+    for _ in range(4):
+        produce(kafka_broker.bootstrap_servers, topic, [_event("b", i)])
+        i += 1
+        time.sleep(0.5)
+    events = _consume(kafka_broker, events_topic)
+    stats, calls = dict(run.pipeline.silence.stats.as_dict()), list(CALLS)
+    run.close()  # b stops now: its silence fires before the stop or after the restart
+    assert [(k, v["stream"], v["event"]) for k, v, _ in events] == [
+        (b"a", "a", "stream_timeout")], events
+    latency_ms = events[0][1]["ts_ms"] - last_a * 1000
+    print(f"\nsilence event for a: {latency_ms:.0f} ms after its last record "
+          f"(timeout {TIMEOUT_MS} ms, trigger 1 s)")
+    assert latency_ms >= TIMEOUT_MS  # never early
+    assert stats["fired"] == 1 and stats["null_keys"] == 1 and stats["tracked"] == 1, stats
+    assert [(k, e["stream"]) for k, e in calls] == [(b"a", "a")]
+
+    # restart with idle input: b's pending silence fires, once, by the checkpointed state
+    run = Streaming(spark, data)
+    _wait_for("b's event after the restart", lambda: len(_consume(kafka_broker,
+                                                                  events_topic)) >= 2)
+    # a publishes again: re-armed, fires again after its next silence
+    produce(kafka_broker.bootstrap_servers, topic, [_event("a", i)])
+    _wait_for("a's second event", lambda: len(_consume(kafka_broker, events_topic)) >= 3)
+    time.sleep(3 * TIMEOUT_MS / 1000)  # nothing more may come
+    run.close()
+    events = _consume(kafka_broker, events_topic)
+    assert [v["stream"] for _, v, _ in events] == ["a", "b", "a"], events
+    assert [(k, e["stream"]) for k, e in CALLS] == [(b"a", "a"), (b"b", "b"), (b"a", "a")]
+    con = duckdb.connect()
+    rows = con.sql("SELECT stream, key, event, ts_ms FROM read_parquet("
+                   f"'{tmp_path}/lake/silence_events/*.parquet') ORDER BY ts_ms").fetchall()
+    assert [(s, bytes(k), e, t) for s, k, e, t in rows] == [
+        (v["stream"], k, v["event"], v["ts_ms"]) for k, v, _ in events]
+
+
+def test_event_time_replay_fires_on_record_times_and_sweeps_old_state(
+        spark, kafka_broker, tmp_path) -> None:
+    """One partition of historical records, in time order, replayed in batches of 5:
+    a stops at 10 s (fires), c pauses 5..30 s (fires) and stops at 40 s, b stops at
+    40 s, then e jumps the clock to 200 s: b and c are silent for 160 s, more than
+    3 x the timeout, so they are swept, not fired."""
+    from deltalake import DeltaTable
+
+    topic = f"silence-replay-{int(time.time())}"
+    kafka_broker.create_topic(topic, partitions=1)
+    t0 = 1_795_000_000_000
+    records, i = [], 0
+    for s in range(41):
+        keys = ["b"] + (["a"] if s <= 10 else []) + (["c"] if s <= 5 or s >= 30 else [])
+        for key in keys:
+            records.append(_event(key, i, t0 + s * 1000))
+            i += 1
+    records.append(_event("e", i, t0 + 200_000))
+    produce(kafka_broker.bootstrap_servers, topic, records)
+    data = config_dict(kafka_broker, topic, tmp_path / "lake", partition_by=[],
+                       format="delta")
+    data["source"]["kafka"].update(starting_offsets="earliest", max_offsets_per_trigger=5)
+    data["silence"] = {
+        "timeout_ms": 5000, "time": "event", "table": "silences",
+        "event_time": ("timestamp_millis(cast(get_json_object(cast(value AS string), '$.ts_ms') "
+                       "AS bigint))")}
+    run_once(spark, data)
+    rows = sorted(DeltaTable(str(tmp_path / "lake" / "silences")).to_pyarrow_table(
+        columns=["stream", "event", "last_seen_ms", "silent_ms"]).to_pylist(),
+        key=lambda r: r["last_seen_ms"])
+    assert [(r["stream"], r["last_seen_ms"] - t0) for r in rows] == [
+        ("c", 5000), ("a", 10_000)], rows
+    assert all(5000 <= r["silent_ms"] < 15_000 for r in rows)
