@@ -22,7 +22,7 @@ from lakesink.config.loader import load_config
 from lakesink.runtime.services import produce
 from lakesink.runtime.shutdown import StopRequest
 from tests.fixtures.services import config_dict
-from tests.integration.test_ingest import _flatten, run_once
+from tests.integration.test_ingest import _flatten
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
 
@@ -166,6 +166,31 @@ def test_silent_key_fires_once_survives_restart_and_rearms(spark, kafka_broker, 
         (v["stream"], k, v["event"], v["ts_ms"]) for k, v, _ in events]
 
 
+T0 = 1_795_000_000_000
+#: the replay's silences: (stream, last seen - T0) of each event
+REPLAY_EVENTS = [("c", 5000), ("a", 10_000)]
+REPLAY_SILENCE = {
+    "timeout_ms": 5000, "time": "event",
+    "event_time": "timestamp_millis(cast(get_json_object(cast(value AS string), '$.ts_ms') "
+                  "AS bigint))"}
+
+
+def replay_topic(broker) -> tuple[str, int]:  # noqa: ANN001
+    """A one-partition topic of historical records, in time order (see the test below);
+    returns it and its number of records."""
+    topic = f"silence-replay-{time.time_ns()}"
+    broker.create_topic(topic, partitions=1)
+    records, i = [], 0
+    for s in range(41):
+        keys = ["b"] + (["a"] if s <= 10 else []) + (["c"] if s <= 5 or s >= 30 else [])
+        for key in keys:
+            records.append(_event(key, i, T0 + s * 1000))
+            i += 1
+    records.append(_event("e", i, T0 + 200_000))
+    produce(broker.bootstrap_servers, topic, records)
+    return topic, len(records)
+
+
 def test_event_time_replay_fires_on_record_times_and_sweeps_old_state(
         spark, kafka_broker, tmp_path) -> None:
     """One partition of historical records, in time order, replayed in batches of 5:
@@ -174,28 +199,17 @@ def test_event_time_replay_fires_on_record_times_and_sweeps_old_state(
     3 x the timeout, so they are swept, not fired."""
     from deltalake import DeltaTable
 
-    topic = f"silence-replay-{int(time.time())}"
-    kafka_broker.create_topic(topic, partitions=1)
-    t0 = 1_795_000_000_000
-    records, i = [], 0
-    for s in range(41):
-        keys = ["b"] + (["a"] if s <= 10 else []) + (["c"] if s <= 5 or s >= 30 else [])
-        for key in keys:
-            records.append(_event(key, i, t0 + s * 1000))
-            i += 1
-    records.append(_event("e", i, t0 + 200_000))
-    produce(kafka_broker.bootstrap_servers, topic, records)
+    topic, _ = replay_topic(kafka_broker)
     data = config_dict(kafka_broker, topic, tmp_path / "lake", partition_by=[],
                        format="delta")
     data["source"]["kafka"].update(starting_offsets="earliest", max_offsets_per_trigger=5)
-    data["silence"] = {
-        "timeout_ms": 5000, "time": "event", "table": "silences",
-        "event_time": ("timestamp_millis(cast(get_json_object(cast(value AS string), '$.ts_ms') "
-                       "AS bigint))")}
-    run_once(spark, data)
+    data["silence"] = {"table": "silences", **REPLAY_SILENCE}
+    pipeline = Pipeline.build(load_config(flags=_flatten(data), env={}), spark)
+    pipeline.run(until_caught_up=True)
+    stats = pipeline.silence.stats
+    assert (stats.fired, stats.swept, stats.tracked) == (2, 2, 1), stats  # e stays tracked
     rows = sorted(DeltaTable(str(tmp_path / "lake" / "silences")).to_pyarrow_table(
         columns=["stream", "event", "last_seen_ms", "silent_ms"]).to_pylist(),
         key=lambda r: r["last_seen_ms"])
-    assert [(r["stream"], r["last_seen_ms"] - t0) for r in rows] == [
-        ("c", 5000), ("a", 10_000)], rows
+    assert [(r["stream"], r["last_seen_ms"] - T0) for r in rows] == REPLAY_EVENTS, rows
     assert all(5000 <= r["silent_ms"] < 15_000 for r in rows)

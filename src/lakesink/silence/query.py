@@ -217,6 +217,7 @@ class SilenceQuery:
             finally:
                 if query is not None and query.isActive:
                     query.stop()
+                self.stats.tracked = self._tracked()  # the last batch's count
 
     def background(self, *, until_caught_up: bool) -> SilenceRunner:
         return SilenceRunner(self, until_caught_up)
