@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,7 +35,8 @@ def on_silence(key: bytes, event: dict[str, Any]) -> None:
 
 
 def hanging_callback(key: bytes) -> None:
-    if key == b"hang":
+    """Hangs for a, raises for every other key."""
+    if key == b"a":
         time.sleep(3600)
     raise RuntimeError(f"callback failure for {key!r}")
 
@@ -199,15 +199,18 @@ def test_event_time_replay_fires_on_record_times_and_sweeps_old_state(
     3 x the timeout, so they are swept, not fired."""
     from deltalake import DeltaTable
 
-    topic, _ = replay_topic(kafka_broker)
+    topic, produced = replay_topic(kafka_broker)
     data = config_dict(kafka_broker, topic, tmp_path / "lake", partition_by=[],
                        format="delta")
     data["source"]["kafka"].update(starting_offsets="earliest", max_offsets_per_trigger=5)
-    data["silence"] = {"table": "silences", **REPLAY_SILENCE}
+    data["silence"] = {"table": "silences", "callback": f"{__name__}:hanging_callback",
+                       "callback_timeout_s": 2, **REPLAY_SILENCE}
     pipeline = Pipeline.build(load_config(flags=_flatten(data), env={}), spark)
-    pipeline.run(until_caught_up=True)
-    stats = pipeline.silence.stats
-    assert (stats.fired, stats.swept, stats.tracked) == (2, 2, 1), stats  # e stays tracked
+    stats = pipeline.run(until_caught_up=True)
+    assert stats.written == produced  # a hung and a raising callback stalled nothing
+    silence = pipeline.silence.stats
+    assert (silence.fired, silence.swept, silence.tracked) == (2, 2, 1), silence  # e tracked
+    assert (silence.callback_failures, silence.callback_timeouts) == (1, 1), silence
     rows = sorted(DeltaTable(str(tmp_path / "lake" / "silences")).to_pyarrow_table(
         columns=["stream", "event", "last_seen_ms", "silent_ms"]).to_pylist(),
         key=lambda r: r["last_seen_ms"])

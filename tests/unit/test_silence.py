@@ -1,0 +1,111 @@
+"""Silence detection without Spark: the verdict, the config rules (Quix's), the callback
+in bounded time, the event's Kafka value."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import namedtuple
+from typing import Any
+
+import pytest
+
+from lakesink.config import load_config
+from lakesink.errors import ConfigError
+from lakesink.silence.outputs import Callback, event_value, load_callback
+from lakesink.silence.tracker import stream_text, verdict
+
+BASE = {"source": {"kafka": {"bootstrap_servers": "b:9092", "topics": ["events"]}}}
+Event = namedtuple("Event", "key stream event ts_ms last_seen_ms silent_ms")
+
+
+def silence(**values: Any) -> Any:  # noqa: ANN401
+    cfg = load_config(flags={f"silence.{k}": v for k, v in values.items()},
+                      env={"LAKESINK_SOURCE__KAFKA__BOOTSTRAP_SERVERS": "b:9092",
+                           "LAKESINK_SOURCE__KAFKA__TOPICS": "events"})
+    return cfg.silence
+
+
+@pytest.mark.parametrize(("now", "expected"), [
+    (1000 + 4999, "wait"), (1000 + 5000, "fire"), (1000 + 14_999, "fire"),
+    (1000 + 15_000, "sweep"), (1000 + 10**9, "sweep"), (1000, "wait")])
+def test_verdict(now: int, expected: str) -> None:
+    assert verdict(now, 1000, 5000, 3.0) == expected
+
+
+def test_off_by_default_and_on_with_a_timeout_and_an_output() -> None:
+    assert not silence().enabled
+    on = silence(timeout_ms=60_000, topic="alerts")
+    assert on.enabled and on.time == "processing" and on.ttl_factor == 3
+    assert on.interval == "12000 milliseconds"  # timeout / 5
+    assert silence(timeout_ms=500, table="t").interval == "1000 milliseconds"  # at least 1 s
+    assert silence(timeout_ms=10**7, table="t").interval == "30000 milliseconds"  # at most 30
+    assert silence(timeout_ms=500, table="t", trigger_interval="2 seconds").interval == \
+        "2 seconds"
+
+
+@pytest.mark.parametrize(("values", "key", "words"), [
+    ({"timeout_ms": 5000}, "silence.timeout_ms", "no output"),
+    ({"topic": "alerts"}, "silence.timeout_ms", "required when silence.topic"),
+    ({"callback": "m:f"}, "silence.timeout_ms", "required when silence.callback"),
+    ({"timeout_ms": 0, "topic": "x"}, "silence.timeout_ms", "greater than 0"),
+    ({"timeout_ms": -5, "topic": "x"}, "silence.timeout_ms", "greater than 0"),
+    ({"timeout_ms": True, "topic": "x"}, "silence.timeout_ms", "not a boolean"),
+    ({"timeout_ms": 5000, "callback": "no_colon"}, "silence.callback", "module:function"),
+    ({"timeout_ms": 5000, "table": "bad/name"}, "silence.table", "not a table name"),
+    ({"timeout_ms": 5000, "topic": "x", "ttl_factor": 1}, "silence.ttl_factor", "greater"),
+    ({"timeout_ms": 5000, "topic": "x", "time": "wall"}, "silence.time", "processing"),
+])
+def test_config_errors_name_the_key(values: dict[str, Any], key: str, words: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        silence(**values)
+    assert err.value.key == key
+    assert words in err.value.message
+
+
+def test_callback_must_be_importable() -> None:
+    assert load_callback("json:dumps") is json.dumps
+    for spec in ("no_such_module_xyz:f", "json:no_such_function"):
+        with pytest.raises(ConfigError) as err:
+            load_callback(spec)
+        assert err.value.key == "silence.callback"
+
+
+def test_event_value_is_the_quix_shape() -> None:
+    e = Event(b"\xffa", stream_text(b"\xffa"), "stream_timeout", 1234, 1000, 234)
+    assert json.loads(event_value(e)) == {"ts_ms": 1234, "stream": "\ufffda",
+                                          "event": "stream_timeout"}
+
+
+def test_callback_gets_the_key_and_optionally_the_event() -> None:
+    one: list[Any] = []
+    two: list[Any] = []
+    e = Event(b"k", "k", "stream_timeout", 10, 1, 9)
+    Callback(lambda key: one.append(key), timeout_s=5)([e])
+    Callback(lambda key, event: two.append((key, event)), timeout_s=5)([e])
+    assert one == [b"k"]
+    assert two == [(b"k", {"ts_ms": 10, "stream": "k", "event": "stream_timeout",
+                           "silent_ms": 9})]
+
+
+def test_a_raising_or_hanging_callback_is_logged_and_bounded(caplog) -> None:  # noqa: ANN001
+    release = threading.Event()
+    seen: list[bytes] = []
+
+    def fn(key: bytes) -> None:
+        seen.append(key)
+        if key == b"hang":
+            release.wait(60)
+        if key == b"boom":
+            raise RuntimeError("callback bug")
+
+    callback = Callback(fn, timeout_s=1.0)
+    events = [Event(k, k.decode(), "stream_timeout", 1, 0, 1) for k in (b"hang", b"boom", b"ok")]
+    callback(events)  # returns while the hung call still runs: bounded by timeout_s
+    hung_alive = [t.is_alive() for t in callback.hung]
+    release.set()
+    assert hung_alive == [True]
+    assert sorted(seen) == [b"boom", b"hang", b"ok"]
+    assert (callback.failures, callback.timeouts) == (1, 1)
+    assert "callback raised for stream 'boom'" in caplog.text
+    assert "did not return within 1s" in caplog.text
