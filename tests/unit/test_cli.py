@@ -77,3 +77,20 @@ def test_unreachable_broker_is_a_clear_error(tmp_path: Path) -> None:
                                  "--set", "source.kafka.connect_timeout_s=1"])
     assert result.exit_code == 1
     assert "no Kafka broker reachable at 127.0.0.1:1" in result.output
+
+
+def test_silence_config_errors_exit_2_before_spark(tmp_path: Path) -> None:
+    cfg = str(write(tmp_path, GOOD))
+    result = runner.invoke(app, ["run", "-c", cfg, "--set", "silence.topic=alerts"])
+    assert result.exit_code == 2
+    assert "silence.timeout_ms" in result.output
+    result = runner.invoke(app, ["run", "-c", cfg, "--set", "silence.timeout_ms=5000",
+                                 "--set", "silence.callback=no_such_module_q:f"])
+    assert result.exit_code == 2
+    assert "silence.callback" in result.output and "cannot load" in result.output
+    result = runner.invoke(app, ["validate", "-c", cfg, "--offline",
+                                 "--set", "silence.timeout_ms=5000",
+                                 "--set", "silence.callback=json:dumps"])
+    assert result.exit_code == 0, result.output
+    assert "silence: a key silent 5000 ms (processing time) fires to callback json:dumps" \
+        in result.output
