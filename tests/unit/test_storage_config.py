@@ -86,6 +86,16 @@ def test_gcs_settings_map_to_the_connector() -> None:
     assert opts["fs.gs.auth.type"] == "SERVICE_ACCOUNT_JSON_KEYFILE"
     assert opts["fs.gs.auth.service.account.json.keyfile"] == "/k.json"
     assert opts["fs.gs.storage.root.url"] == "http://127.0.0.1:4443"
+    assert "parquet.hadoop.vectored.io.enabled" not in opts  # the lake is local
+
+
+@pytest.mark.parametrize("where", [
+    ["table.base_path=gs://b/lake"],
+    ['routes=[{"topics": ["t"], "table": {"base_path": "gs://b/lake"}}]'],
+])
+def test_parquet_vectored_reads_are_off_when_any_table_is_on_gcs(where: list[str]) -> None:
+    cfg = load_config(overrides=[*BASE, *where], env={})
+    assert hadoop_options(cfg)["parquet.hadoop.vectored.io.enabled"] == "false"
 
 
 @pytest.mark.parametrize("env, auth", [

@@ -111,7 +111,9 @@ def hadoop_options(cfg: LakesinkConfig) -> dict[str, str]:
     storage = cfg.storage
     opts = {**s3a_options(storage.s3), **gcs_options(storage.gcs),
             **azure_options(storage.azure)}
-    if cfg.table.base_path.startswith("gs://"):
+    paths = [cfg.table.base_path, cfg.checkpoint or ""]
+    paths += [cfg.route_config(i, "_").table.base_path for i in range(len(cfg.routes))]
+    if any(p.startswith("gs://") for p in paths):
         # the GCS connector 3.1 implements vectored reads against Hadoop 3.4's API, which
         # Hadoop 3.5 changed (NoSuchMethodError): let Parquet read ranges one by one
         opts["parquet.hadoop.vectored.io.enabled"] = "false"
