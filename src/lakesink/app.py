@@ -152,7 +152,9 @@ class TableParts:
         policy = evolution_policy(cfg)
         transforms = Transforms(parse_transforms(table.transforms))
 
-        def rebuild(current: T.StructType) -> tuple[Decoder, PartitionSpec]:
+        def rebuild(current: T.StructType) -> tuple[Decoder, PartitionSpec, T.StructType]:
+            """The decoder, the partition spec and the payload columns (the record's
+            fields after the transforms) of a schema."""
             columns = transforms.output_schema(spark, current) if transforms else current
             spec = PartitionSpec.build(
                 columns=table.partition_by, schema=columns,
@@ -161,12 +163,13 @@ class TableParts:
                 null_value=table.null_partition_value,
             )
             decoder = fixed or json_decoder(current, reject_unknown=policy.rejects_unknown)
-            return decoder, spec
+            return decoder, spec, columns
 
-        rebuild(schema)  # partition and timestamp columns resolve before data moves
+        # partition and timestamp columns resolve before data moves
+        _, _, columns = rebuild(schema)
         source_columns = SourceColumns(table.key_column, table.key_format,
                                        table.metadata_column)
-        source_columns.check(transforms.output_schema(spark, schema) if transforms else schema)
+        source_columns.check(columns)
         return cls(cfg, spark, layout, fs, schema, policy, rebuild, source_columns, transforms)
 
     def processor(self, app_id: str) -> BatchProcessor:

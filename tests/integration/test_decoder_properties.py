@@ -201,7 +201,7 @@ def test_every_input_is_one_row_or_one_dead_letter(spark, fmt, tmp_path_factory)
         schema=decoder.schema,
         policy=EvolutionPolicy(mode="add_columns" if fmt == "json" else "strict",
                                unknown_fields="drop", type_widening=False),
-        rebuild=lambda _schema: (decoder, spec), store_schema=lambda *a: None,
+        rebuild=lambda schema: (decoder, spec, schema), store_schema=lambda *a: None,
         writer=None, rejected=None, app_id="prop")  # type: ignore[arg-type]
     allowed = {*decoder.reasons, INVALID_TIMESTAMP}
 

@@ -65,8 +65,8 @@ SCHEMA_REASONS = ("schema_mismatch", "missing_required", "unknown_field", INVALI
 
 # (schema, changes, batch id) -> None: store an evolved schema durably
 SchemaStore = Callable[[T.StructType, list[str], int], None]
-# schema -> (decoder, partitions) for that schema
-Rebuild = Callable[[T.StructType], tuple[Decoder, PartitionSpec]]
+# schema -> (decoder, partitions, payload columns after the transforms) for that schema
+Rebuild = Callable[[T.StructType], tuple[Decoder, PartitionSpec, T.StructType]]
 
 
 @dataclass
@@ -112,8 +112,7 @@ class BatchProcessor:
         self.app_id = app_id
         self.stats = RunStats()
         self.schema = schema
-        self.decoder, self.partitions = rebuild(schema)
-        self.columns = self._columns(schema)
+        self.decoder, self.partitions, self.columns = rebuild(schema)
 
     @property
     def record(self) -> str:
@@ -122,12 +121,6 @@ class BatchProcessor:
         if self.transforms:
             return "_t"
         return "_x" if self.decoder.explodes else "_r"
-
-    def _columns(self, schema: T.StructType) -> T.StructType:
-        """The record's fields after the transforms (the table's payload columns)."""
-        if not self.transforms:
-            return schema
-        return self.transforms.output_schema(self.writer.spark, schema)
 
     # -- decoding ------------------------------------------------------------------------
 
@@ -253,8 +246,7 @@ class BatchProcessor:
         fault_point("after_schema_evolved", batch_id)
         logger.warning("batch %d: table schema evolved: %s", batch_id, "; ".join(changes))
         self.schema = schema
-        self.decoder, self.partitions = self.rebuild(schema)
-        self.columns = self._columns(schema)
+        self.decoder, self.partitions, self.columns = self.rebuild(schema)
         self.stats.schema_changes += len(changes)
         return True
 
