@@ -15,6 +15,7 @@ from lakesink.faults import COMMON_POINTS, DELTA_POINTS, PARQUET_POINTS
 from lakesink.runtime.services import produce
 from tests.fixtures.services import (
     config_dict,
+    kill_then_restart,
     produce_events,
     read_ids,
     run_cli,
@@ -45,12 +46,7 @@ def crash_then_recover(kafka_broker, topic: str, tmp_path: Path, fmt: str, point
     data = config_dict(kafka_broker, topic, lake, format=fmt)
     data["source"]["kafka"]["max_offsets_per_trigger"] = 1000
     cfg = write_config(tmp_path / "c.yaml", data)
-    crashed = run_cli("run", "-c", str(cfg), "--until-caught-up",
-                      env={"LAKESINK_FAULT": point, "LAKESINK_FAULT_BATCH": "1"})
-    assert crashed.returncode == -9, f"did not crash at {point}: {crashed.stderr[-2000:]}"
-    assert f"fault injection: killing the process group at {point}" in crashed.stderr
-    recovered = run_cli("run", "-c", str(cfg), "--until-caught-up")
-    assert recovered.returncode == 0, recovered.stderr[-3000:]
+    kill_then_restart(cfg, point)
     import duckdb
 
     rejected = duckdb.sql(f"SELECT count(*) FROM read_parquet('{lake}/_rejected/events/*.parquet')"
@@ -137,11 +133,7 @@ def test_routed_crash_between_tables_then_restart(kafka_broker, topic, tmp_path,
     data["routes"] = [{"topics": [names["a"]], "table": {"name": "a"}},
                       {"topics": [names["b"]], "table": {"name": "b", "format": "delta"}}]
     cfg = write_config(tmp_path / "c.yaml", data)
-    crashed = run_cli("run", "-c", str(cfg), "--until-caught-up",
-                      env={"LAKESINK_FAULT": point, "LAKESINK_FAULT_BATCH": "1"})
-    assert crashed.returncode == -9, f"did not crash at {point}: {crashed.stderr[-2000:]}"
-    recovered = run_cli("run", "-c", str(cfg), "--until-caught-up")
-    assert recovered.returncode == 0, recovered.stderr[-3000:]
+    kill_then_restart(cfg, point)
     a, b = read_ids(lake / "a", "parquet"), read_ids(lake / "b", "delta")
     unrouted = duckdb.sql(f"SELECT value FROM read_parquet('{lake}/_rejected/_unrouted/*.parquet')"
                           ).fetchall()
@@ -173,12 +165,8 @@ def test_kill_on_s3_then_restart(kafka_broker, s3_server, topic, tmp_path, fmt, 
     data["source"]["kafka"]["max_offsets_per_trigger"] = 1000
     cfg = write_config(tmp_path / "c.yaml", data)
     env = {**s3_server.env(), "S3_BUCKET": s3_server.bucket, "S3_PREFIX": prefix}
-    crashed = run_cli("run", "-c", str(cfg), "--until-caught-up",
-                      env={**env, "LAKESINK_FAULT": point, "LAKESINK_FAULT_BATCH": "1"})
-    assert crashed.returncode == -9, f"did not crash at {point}: {crashed.stderr[-2000:]}"
-    recovered = run_cli("run", "-c", str(cfg), "--until-caught-up", env=env)
-    assert recovered.returncode == 0, recovered.stderr[-3000:]
-    assert s3_server.secret_key not in crashed.stderr + recovered.stderr
+    logs = kill_then_restart(cfg, point, env=env)
+    assert s3_server.secret_key not in logs
     table = f"s3://lake/{prefix}/events"
     duck = duckdb_s3(s3_server)
     if fmt == "delta":
@@ -213,11 +201,7 @@ def test_kill_on_hdfs_then_restart(kafka_broker, hdfs, topic, tmp_path, fmt, poi
     data["source"]["kafka"]["max_offsets_per_trigger"] = 1000
     data["spark"]["conf"] = HDFS_CLIENT_CONF
     cfg = write_config(tmp_path / "c.yaml", data)
-    crashed = run_cli("run", "-c", str(cfg), "--until-caught-up",
-                      env={"LAKESINK_FAULT": point, "LAKESINK_FAULT_BATCH": "1"})
-    assert crashed.returncode == -9, f"did not crash at {point}: {crashed.stderr[-2000:]}"
-    recovered = run_cli("run", "-c", str(cfg), "--until-caught-up")
-    assert recovered.returncode == 0, recovered.stderr[-3000:]
+    kill_then_restart(cfg, point)
     table = f"{base}/events"
     if fmt == "delta":
         from deltalake import DeltaTable

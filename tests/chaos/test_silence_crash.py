@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from lakesink.faults import SILENCE_POINTS
-from tests.fixtures.services import config_dict, run_cli, write_config
+from tests.fixtures.services import config_dict, kill_then_restart, write_config
 from tests.integration.test_silence import (REPLAY_EVENTS, REPLAY_SILENCE, T0, _consume,
                                             replay_topic)
 
@@ -26,12 +26,7 @@ def test_silence_killed_around_delivery_then_restarted(kafka_broker, tmp_path, p
     data["source"]["kafka"].update(starting_offsets="earliest", max_offsets_per_trigger=5)
     data["silence"] = {"table": "silences", "topic": events_topic, **REPLAY_SILENCE}
     cfg = write_config(tmp_path / "c.yaml", data)
-    crashed = run_cli("run", "-c", str(cfg), "--until-caught-up",
-                      env={"LAKESINK_FAULT": point})
-    assert crashed.returncode == -9, f"did not crash at {point}: {crashed.stderr[-2000:]}"
-    assert f"fault injection: killing the process group at {point}" in crashed.stderr
-    recovered = run_cli("run", "-c", str(cfg), "--until-caught-up")
-    assert recovered.returncode == 0, recovered.stderr[-3000:]
+    kill_then_restart(cfg, point, batch=None)  # the first silence batch with events
     con = duckdb.connect()
     table = con.sql("SELECT stream, last_seen_ms FROM read_parquet("
                     f"'{lake}/silences/*.parquet') ORDER BY last_seen_ms").fetchall()
