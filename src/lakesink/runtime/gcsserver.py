@@ -13,11 +13,10 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 
 from lakesink.errors import ServiceError
 from lakesink.runtime.jars import repo_root
-from lakesink.runtime.services import port_open, free_port, stop_process, tail
+from lakesink.runtime.services import LocalService, free_port, port_open, stop_process, tail
 
 
 def fake_gcs_binary() -> Path:
@@ -27,7 +26,7 @@ def fake_gcs_binary() -> Path:
     return path
 
 
-class FakeGcs:
+class FakeGcs(LocalService):
     """``with FakeGcs(bucket="lake") as gcs: ... gcs.endpoint ...``"""
 
     def __init__(self, *, bucket: str = "lake", start_timeout_s: float = 30.0) -> None:
@@ -88,14 +87,9 @@ class FakeGcs:
         to.write_bytes(self._get(f"/storage/v1/b/{self.bucket}/o/{quoted}?alt=media"))
         return to
 
-    def stop(self) -> None:
+    def stop(self, *, keep_data: bool = False) -> None:
         proc, self.process = self.process, None
         stop_process(proc, grace_s=10)
-        shutil.rmtree(self.work_dir / "store", ignore_errors=True)
+        if not keep_data:
+            shutil.rmtree(self.work_dir / "store", ignore_errors=True)
 
-    def __enter__(self) -> FakeGcs:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()

@@ -15,11 +15,10 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 
 from lakesink.errors import ServiceError
 from lakesink.runtime.jars import repo_root
-from lakesink.runtime.services import free_port, tail
+from lakesink.runtime.services import LocalService, free_port, tail
 
 
 def hdfs_jars() -> Path:
@@ -29,7 +28,7 @@ def hdfs_jars() -> Path:
     return folder
 
 
-class MiniHdfs:
+class MiniHdfs(LocalService):
     """``with MiniHdfs() as hdfs: ... hdfs.uri ('hdfs://127.0.0.1:port') ...``"""
 
     def __init__(self, *, start_timeout_s: float = 120.0) -> None:
@@ -87,7 +86,7 @@ class MiniHdfs:
         to.write_bytes(urllib.request.urlopen(url, timeout=60).read())
         return to
 
-    def stop(self) -> None:
+    def stop(self, *, keep_data: bool = False) -> None:
         proc, self.process = self.process, None
         if proc is not None and proc.poll() is None:
             try:
@@ -99,11 +98,6 @@ class MiniHdfs:
                 proc.wait(timeout=10)
         if getattr(self, "_log", None) is not None:
             self._log.close()
-        shutil.rmtree(self.work_dir / "data", ignore_errors=True)
+        if not keep_data:
+            shutil.rmtree(self.work_dir / "data", ignore_errors=True)
 
-    def __enter__(self) -> MiniHdfs:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()

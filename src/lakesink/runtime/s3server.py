@@ -14,11 +14,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from lakesink.errors import ServiceError
-from lakesink.runtime.services import port_open, free_port, stop_process, tail
+from lakesink.runtime.services import LocalService, free_port, port_open, stop_process, tail
 
 # weed mini's listeners; each gets a free port (defaults would collide across runs)
 _PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
@@ -34,7 +33,7 @@ def weed_binary() -> str:
     return found
 
 
-class SeaweedS3:
+class SeaweedS3(LocalService):
     """``with SeaweedS3() as s3: ... s3.endpoint, s3.access_key, s3.secret_key ...``"""
 
     def __init__(self, *, bucket: str = "lake", work_dir: str | Path | None = None,
@@ -127,9 +126,3 @@ class SeaweedS3:
         if self._own_dir and not keep_data:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
-    def __enter__(self) -> SeaweedS3:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop(keep_data=exc is not None)

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from lakesink.errors import ServiceError
 from lakesink.runtime.jars import kafka_broker_classpath
@@ -63,7 +63,26 @@ def tail(path: Path, lines: int = 40) -> str:
         return "<no log>"
 
 
-class KafkaBroker:
+class LocalService:
+    """A server the project starts on 127.0.0.1 for the demo, tests and benchmark:
+    ``start()`` returns it ready, ``stop()`` ends it; as a context manager, its data is
+    kept when the block raised (for a look at the logs)."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self, *, keep_data: bool = False) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop(keep_data=exc is not None)
+
+
+class KafkaBroker(LocalService):
     """A single-node Kafka broker in KRaft mode (broker + controller), run from the jars.
 
     Usage::
@@ -196,15 +215,6 @@ class KafkaBroker:
         stop_process(proc)
         if self._own_dir and not keep_data:
             shutil.rmtree(self.work_dir, ignore_errors=True)
-
-    def __enter__(self) -> KafkaBroker:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop(keep_data=exc is not None)
 
     # -- helpers for demo, tests and benchmark ------------------------------------------
 
