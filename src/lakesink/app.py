@@ -185,7 +185,8 @@ class TableParts:
             writer = DeltaTableWriter(spark, layout, **common,
                                       checkpoint_interval=table.delta_checkpoint_interval,
                                       merge_schema=table.schema_evolution == "add_columns",
-                                      type_widening=table.widening)
+                                      type_widening=table.widening,
+                                      lease_s=storage.writer_lease_s(self.cfg))
         else:
             writer = ParquetTableWriter(spark, layout, **common)
         writer.prepare()
@@ -303,6 +304,7 @@ class Pipeline:
         finally:
             if beside is not None:
                 beside.finish(wait=caught_up and not stop.requested)
+            self.processor.close()
 
     def _silence_beside(self, caught_up: bool) -> SilenceRunner | None:
         """The silence query on its own thread (event time only, when catching up:

@@ -168,7 +168,10 @@ def replay(spark: SparkSession, cfg: LakesinkConfig) -> dict[str, Any]:
         F.col("kafka_timestamp").alias("timestamp"),
         F.lit(None).cast("int").alias("timestampType"))
     logger.info("dead-letter replay %d: %d file(s)", plan["replay"], len(plan["files"]))
-    processor(rows, plan["replay"])
+    try:
+        processor(rows, plan["replay"])
+    finally:
+        processor.close()
     stats = processor.stats
     plan.update(state=DONE, done_at=dt.datetime.now(dt.UTC).isoformat(),
                 records=stats.records, written=stats.written, rejected=stats.rejected,

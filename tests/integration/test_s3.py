@@ -121,3 +121,67 @@ def test_a_second_writer_on_one_checkpoint_is_refused(spark, s3_server, monkeypa
         writer.write_batch(0, spark.range(10).withColumnRenamed("id", "x"))
     assert json.loads(writer.fs.read_text(layout.manifest(writer.run, 0)))["by"] == (
         "the other writer")
+
+
+def test_a_second_delta_writer_on_s3_is_refused(spark, kafka_broker, s3_server, topic,
+                                                tmp_path) -> None:
+    """Delta on S3 with the single-driver log store: a writer lease refuses a second
+    writer (another checkpoint on the same table) while the first holds the table, and
+    takes over a lease whose holder is gone."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from lakesink.tables.fs import HadoopFS
+    from lakesink.tables.lease import SecondWriterError
+
+    prefix = f"lease-{next(_prefix)}"
+    produce(kafka_broker.bootstrap_servers, topic, json_events(range(50)))
+    data = config_dict(kafka_broker, topic, tmp_path / "unused", format="delta")
+    data["table"].pop("base_path")
+    env = _env(s3_server, prefix)
+    first = Pipeline.build(load_config(flags=_flatten(data), env=env), spark)
+    other = {**data, "checkpoint": f"s3a://lake/{prefix}/other-checkpoint"}
+    with pytest.raises(SecondWriterError) as refused:
+        Pipeline.build(load_config(flags=_flatten(other), env=env), spark)
+    assert f"pid {os.getpid()}" in str(refused.value)
+    assert "another lakesink" in str(refused.value)
+    assert first.run(until_caught_up=True).written == 50  # the holder goes on, and releases
+    lease = f"s3a://lake/{prefix}/.lakesink/events/writer.json"
+    fs = HadoopFS(spark, f"s3a://lake/{prefix}")
+    assert not fs.exists(lease)
+
+    # a lease left by a crashed process on this host is taken over at once
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = {"writer": "x", "app_id": "old", "host": socket.gethostname(), "pid": dead.pid,
+             "renewed": time.time(), "ttl_s": 600}
+    fs.write_text(lease, json.dumps(stale))
+    second = Pipeline.build(load_config(flags=_flatten(other), env=env), spark)
+    assert fs.read_json(lease)["pid"] == os.getpid()
+    second.processor.close()
+    # a fresh lease of another machine is respected
+    fs.write_text(lease, json.dumps({**stale, "host": "elsewhere", "pid": 1}))
+    with pytest.raises(SecondWriterError, match="host elsewhere"):
+        Pipeline.build(load_config(flags=_flatten(other), env=env), spark)
+
+
+def test_dynamodb_log_store_needs_its_jar(spark, kafka_broker, s3_server, topic,
+                                          tmp_path) -> None:
+    from lakesink.errors import ConfigError
+    from lakesink.runtime import storage
+
+    data = config_dict(kafka_broker, topic, tmp_path / "unused", format="delta")
+    data["table"].pop("base_path")
+    data["storage"] = {"s3": {"delta_log_store": "dynamodb", "dynamodb_table": "locks"}}
+    cfg = load_config(flags=_flatten(data), env=_env(s3_server, f"ddb-{next(_prefix)}"))
+    conf = storage.spark_conf(cfg)
+    assert conf["spark.delta.logStore.s3a.impl"] == "io.delta.storage.S3DynamoDBLogStore"
+    assert conf["spark.io.delta.storage.S3DynamoDBLogStore.ddb.tableName"] == "locks"
+    assert storage.writer_lease_s(cfg) == 0  # several writers: no lease
+    with pytest.raises(ConfigError) as err:
+        Pipeline.build(cfg, spark)
+    assert err.value.key == "storage.s3.delta_log_store"

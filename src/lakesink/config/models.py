@@ -298,6 +298,9 @@ class TableConfig(_Section):
         "timestamp and timestamp_type (like the Danube sink's include_*_metadata)",
     )
 
+    writer_lease_s: float = Field(
+        default=60.0, ge=0, description="Delta on S3 with the single-driver log store: the "
+        "TTL of the lease that refuses a second writer (0: off)")
     transforms: list[str] = Field(
         default_factory=list,
         description="ordered 'name: expression' list; Spark SQL over the record's fields "
@@ -516,6 +519,14 @@ class S3Storage(_Section):
     session_token: SecretStr | None = None
     profile: str | None = Field(default=None, description="an AWS profile "
                                 "(~/.aws/credentials) to take credentials from")
+    delta_log_store: Literal["single_driver", "dynamodb"] = Field(
+        default="single_driver", description="Delta's log store for S3: single_driver (one "
+        "writer per table, enforced by a writer lease) or dynamodb (several writers; needs "
+        "the delta-storage-s3-dynamodb jar and a DynamoDB table)")
+    dynamodb_table: str = Field(default="delta_log", description="delta_log_store: dynamodb "
+                                "— the DynamoDB table (created if missing)")
+    dynamodb_region: str | None = Field(default=None, description="its region; default: "
+                                        "storage.s3.region")
     options: dict[str, str] = Field(default_factory=dict,
                                     description="any other S3A option, fs.s3a.<name> -> value")
 

@@ -293,6 +293,9 @@ class BatchProcessor:
 
     # -- one batch -----------------------------------------------------------------------
 
+    def close(self) -> None:
+        self.writer.close()
+
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         if self.writer.is_committed(batch_id):

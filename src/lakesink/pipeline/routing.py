@@ -178,6 +178,11 @@ class Router:
         total.rejected += self.unrouted_records
         return total
 
+    def close(self) -> None:
+        for route in self.routes:
+            for processor in route.processors():
+                processor.close()
+
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         route = F.coalesce(*[F.when(r.matches(), F.lit(i)) for i, r in enumerate(self.routes)])

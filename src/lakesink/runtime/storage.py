@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from lakesink.config.models import AzureStorage, GcsStorage, LakesinkConfig, S3Storage
+from lakesink.config.models import AzureStorage, GcsStorage, LakesinkConfig, S3Storage
+from lakesink.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +121,54 @@ def hadoop_options(cfg: LakesinkConfig) -> dict[str, str]:
     return opts
 
 
+def on_s3(path: str) -> bool:
+    return path.startswith(("s3a://", "s3://"))
+
+
+def writer_lease_s(cfg: LakesinkConfig) -> float:
+    """The TTL of the writer lease a Delta table needs (0: none): on S3 with the
+    single-driver log store, which is only safe with one writer."""
+    if cfg.storage.s3.delta_log_store != "single_driver" or not on_s3(cfg.table.base_path):
+        return 0.0
+    return cfg.table.writer_lease_s
+
+
+#: Delta's multi-writer log store for S3 (jar: io.delta:delta-storage-s3-dynamodb)
+DYNAMODB_LOG_STORE = "io.delta.storage.S3DynamoDBLogStore"
+
+
+def spark_conf(cfg: LakesinkConfig) -> dict[str, str]:
+    """Spark settings the storage sections imply (set before the session starts)."""
+    s3 = cfg.storage.s3
+    if s3.delta_log_store != "dynamodb":
+        return {}
+    prefix = "spark.io.delta.storage.S3DynamoDBLogStore"
+    conf = {"spark.delta.logStore.s3a.impl": DYNAMODB_LOG_STORE,
+            "spark.delta.logStore.s3.impl": DYNAMODB_LOG_STORE,
+            f"{prefix}.ddb.tableName": s3.dynamodb_table}
+    region = s3.dynamodb_region or s3.region
+    if region:
+        conf[f"{prefix}.ddb.region"] = region
+    return conf
+
+
+def check_log_store(spark: SparkSession, cfg: LakesinkConfig) -> None:
+    """The DynamoDB log store's class must be on the classpath (it is not in Delta's
+    own jars); a ConfigError (exit 2) before any data moves, else."""
+    if cfg.storage.s3.delta_log_store != "dynamodb":
+        return
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    try:
+        jvm.org.apache.spark.util.Utils.classForName(DYNAMODB_LOG_STORE, False, False)
+    except Exception:
+        raise ConfigError(
+            "storage.s3.delta_log_store",
+            f"dynamodb needs {DYNAMODB_LOG_STORE}, which is not on the classpath",
+            fix="add the jar, e.g. spark.conf: {spark.jars.packages: "
+            "io.delta:delta-storage-s3-dynamodb:4.4.0}") from None
+
+
 def describe(opts: dict[str, str]) -> dict[str, str]:
     """The options with every secret value replaced (for logs and ``validate``)."""
     return {k: ("**********" if k in _SECRET_KEYS or _SECRET_AZURE.search(k) else v)
@@ -128,6 +177,7 @@ def describe(opts: dict[str, str]) -> dict[str, str]:
 
 def apply(spark: SparkSession, cfg: LakesinkConfig) -> None:
     """Set the storage options on the session's Hadoop configuration."""
+    check_log_store(spark, cfg)
     opts = hadoop_options(cfg)
     conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
     for key, value in opts.items():

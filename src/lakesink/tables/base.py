@@ -121,6 +121,9 @@ class TableWriter(ABC):
             "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         })
 
+    def close(self) -> None:  # noqa: B027 - optional hook; most writers hold nothing
+        """Release what the writer holds (a writer lease); the writer is done."""
+
     @abstractmethod
     def write_batch(
         self, batch_id: int, df: DataFrame, *, commit_info: CommitInfo | None = None,

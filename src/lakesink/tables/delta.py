@@ -25,6 +25,7 @@ from lakesink.faults import fault_point
 from lakesink.tables.base import BatchResult, CommitInfo, TableWriter, compare_layout
 from lakesink.tables.fs import join
 from lakesink.tables.layout import TableLayout
+from lakesink.tables.lease import WriterLease
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -37,8 +38,13 @@ class DeltaTableWriter(TableWriter):
 
     def __init__(self, spark: SparkSession, layout: TableLayout, *,
                  checkpoint_interval: int | None = None, merge_schema: bool = True,
-                 type_widening: bool = False, **kwargs: Any) -> None:
+                 type_widening: bool = False, lease_s: float = 0, **kwargs: Any) -> None:
+        """``lease_s`` > 0: hold a writer lease with that TTL (Delta on S3 with the
+        single-driver log store; see :mod:`lakesink.tables.lease`)."""
         super().__init__(spark, layout, **kwargs)
+        self.lease = (WriterLease(self.fs, join(layout.meta, "writer.json"),
+                                  app_id=self.app_id, ttl_s=lease_s, table=layout.table)
+                      if lease_s > 0 else None)
         self.checkpoint_interval = checkpoint_interval
         self.merge_schema = merge_schema
         self.type_widening = type_widening
@@ -85,6 +91,12 @@ class DeltaTableWriter(TableWriter):
                 self.spark.sql(f"ALTER TABLE delta.`{self.layout.table}` SET TBLPROPERTIES "
                                "('delta.enableTypeWidening' = 'true')")
         super().prepare()
+        if self.lease is not None:
+            self.lease.acquire()
+
+    def close(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
 
     def write_batch(
         self, batch_id: int, df: DataFrame, *, commit_info: CommitInfo | None = None,
