@@ -1,8 +1,8 @@
 """Per-key silence detection with the real broker: the stateful query beside ingestion.
 
 Processing time: keys a and b publish, a stops -> exactly one event for a (to a Kafka
-topic, a table and a callback), b keeps publishing and never fires; the run is stopped
-while a is silent and restarted with idle input -> the pending events still fire, once;
+topic, a table and a callback), b keeps publishing and never fires; then b stops and so
+does lakesink, while b is silent; restarted with idle input -> b's event still fires, once;
 a publishes again -> re-armed, fires again. Event time: a replay of historical records
 fires on record times, and state older than ttl_factor x timeout is swept.
 """
@@ -25,7 +25,7 @@ from tests.integration.test_ingest import _flatten
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
 
-TIMEOUT_MS = 6000
+TIMEOUT_MS = 10_000
 #: calls of the test callback (it runs in this process, on the driver)
 CALLS: list[tuple[bytes, dict[str, Any]]] = []
 
@@ -48,21 +48,26 @@ def _event(key: str, i: int, ts_ms: int | None = None) -> tuple[bytes, bytes]:
 
 
 def _consume(broker, topic: str) -> list[tuple[bytes, dict[str, Any], int]]:  # noqa: ANN001
-    """Every record of ``topic``: (key, value, broker timestamp)."""
+    """Every record of ``topic`` (partition by partition): (key, value, Kafka timestamp)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers,
                          "group.id": f"check-{time.time()}", "enable.auto.commit": False})
     try:
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-        consumer.assign([TopicPartition(topic, 0, 0)])
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         out = []
-        while len(out) < high:
-            msg = consumer.poll(5)
-            if msg is None:
-                break
-            if msg.error() is None:
-                out.append((msg.key(), json.loads(msg.value()), msg.timestamp()[1]))
+        for p in sorted(partitions):
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            consumer.assign([TopicPartition(topic, p, 0)])
+            got = 0
+            while got < high:
+                msg = consumer.poll(5)
+                if msg is None:
+                    break
+                if msg.error() is None:
+                    got += 1
+                    value = json.loads(msg.value()) if msg.value() else None
+                    out.append((msg.key(), value, msg.timestamp()[1]))
         return out
     finally:
         consumer.close()
@@ -117,11 +122,10 @@ def test_silent_key_fires_once_survives_restart_and_rearms(spark, kafka_broker, 
     run = Streaming(spark, data)
     _wait_for("the silence query's first batch", lambda: run.pipeline.silence.stats.batches)
     # both keys publish for 4 s; then only b, for as long again as the timeout and more
-    i, last_a = 1, 0.0
+    i = 1
     started = time.monotonic()
     while time.monotonic() - started < 4:
         produce(kafka_broker.bootstrap_servers, topic, [_event("a", i), _event("b", i + 1)])
-        last_a = time.time()
         i += 2
         time.sleep(0.5)
     # b goes on until a's event is out, and a little longer
@@ -137,20 +141,24 @@ def test_silent_key_fires_once_survives_restart_and_rearms(spark, kafka_broker, 
         time.sleep(0.5)
     events = _consume(kafka_broker, events_topic)
     stats, calls = dict(run.pipeline.silence.stats.as_dict()), list(CALLS)
-    run.close()  # b stops now: its silence fires before the stop or after the restart
+    run.close()  # b stops now: it is silent while lakesink is down (stopping takes ~3 s)
     assert [(k, v["stream"], v["event"]) for k, v, _ in events] == [
         (b"a", "a", "stream_timeout")], events
-    latency_ms = events[0][1]["ts_ms"] - last_a * 1000
-    print(f"\nsilence event for a: {latency_ms:.0f} ms after its last record "
+    last_a = max(ts for k, _, ts in _consume(kafka_broker, topic) if k == b"a")
+    latency_ms = events[0][1]["ts_ms"] - last_a
+    print(f"\nsilence event for a: {latency_ms} ms after its last record's Kafka timestamp "
           f"(timeout {TIMEOUT_MS} ms, trigger 1 s)")
     assert latency_ms >= TIMEOUT_MS  # never early
     assert stats["fired"] == 1 and stats["null_keys"] == 1 and stats["tracked"] == 1, stats
     assert [(k, e["stream"]) for k, e in calls] == [(b"a", "a")]
 
     # restart with idle input: b's pending silence fires, once, by the checkpointed state
+    restarted_ms = time.time() * 1000
     run = Streaming(spark, data)
-    _wait_for("b's event after the restart", lambda: len(_consume(kafka_broker,
-                                                                  events_topic)) >= 2)
+    second = _wait_for("b's event after the restart",
+                       lambda: _consume(kafka_broker, events_topic)[1:])
+    assert [(k, v["stream"]) for k, v, _ in second] == [(b"b", "b")]
+    assert second[0][1]["ts_ms"] > restarted_ms  # fired by the restarted query
     # a publishes again: re-armed, fires again after its next silence
     produce(kafka_broker.bootstrap_servers, topic, [_event("a", i)])
     _wait_for("a's second event", lambda: len(_consume(kafka_broker, events_topic)) >= 3)
