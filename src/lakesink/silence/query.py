@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lakesink.config.models import LakesinkConfig, SilenceConfig
+from lakesink.config.models import KafkaSource, LakesinkConfig, SilenceConfig
 from lakesink.errors import ConfigError
 from lakesink.faults import fault_point
 from lakesink.runtime.shutdown import StopRequest, await_query
@@ -100,7 +100,7 @@ class SilenceQuery:
         from pyspark.errors import AnalysisException, ParseException
         from pyspark.sql import functions as F
 
-        src = kafka.read_stream(self.spark, self.cfg.source.kafka, headers=True)
+        src = kafka.read_stream(self.spark, self.source, headers=True)
         s = self.settings
         checks = [("silence.key", s.key, "binary")]
         if self.event_time:
@@ -120,13 +120,22 @@ class SilenceQuery:
     def event_time(self) -> bool:
         return self.settings.time == "event"
 
+    @property
+    def source(self) -> KafkaSource:
+        """The ingestion's source settings; a consumer group of its own, if one is set
+        (Spark warns that queries sharing a group id interfere)."""
+        kcfg = self.cfg.source.kafka
+        if kcfg.group_id:
+            kcfg = kcfg.model_copy(update={"group_id": f"{kcfg.group_id}-silence"})
+        return kcfg
+
     def frame(self) -> DataFrame:
         """The tracker's output stream (events, sweeps, null-key counts)."""
         from pyspark.sql import functions as F
 
         s = self.settings
         uses_headers = "headers" in (s.key or "") + (s.event_time or "")
-        src = kafka.read_stream(self.spark, self.cfg.source.kafka, headers=uses_headers)
+        src = kafka.read_stream(self.spark, self.source, headers=uses_headers)
         key = F.expr(s.key).cast("binary") if s.key else F.col("key")
         ts = F.expr(s.event_time).cast("timestamp") if self.event_time else F.col(
             "timestamp")
