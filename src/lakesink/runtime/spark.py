@@ -73,15 +73,24 @@ def build_spark_session(
     if master:
         builder = builder.master(master)
     settings: dict[str, str] = dict(DEFAULTS)
-    if master is not None and master.startswith("local"):
+    local = master is not None and master.startswith("local")
+    if local:
         # Embedded mode talks to itself only: bind to loopback, never to the LAN.
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"
     if driver_memory:
         settings["spark.driver.memory"] = driver_memory
     settings.update({k: str(v) for k, v in (conf or {}).items()})
-    user_jars = settings.pop("spark.jars", "")
-    settings["spark.jars"] = ",".join(j for j in [*jars, *user_jars.split(",")] if j)
+    user_jars = [j for j in settings.pop("spark.jars", "").split(",") if j]
+    if local:
+        # One JVM: the connector jars go on its class path where they lie. Through
+        # spark.jars, Spark would copy every one (700 MB with the AWS bundle) into a
+        # temp folder per session, which a killed process leaves behind.
+        extra = [p for p in settings.get("spark.driver.extraClassPath", "").split(":") if p]
+        settings["spark.driver.extraClassPath"] = ":".join([*jars, *extra])
+        jars = []
+    if jars or user_jars:
+        settings["spark.jars"] = ",".join([*jars, *user_jars])
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
