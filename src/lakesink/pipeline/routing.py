@@ -180,7 +180,7 @@ class Router:
 
     def close(self) -> None:
         for route in self.routes:
-            for processor in route.processors():
+            for processor in route.processors:
                 processor.close()
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
