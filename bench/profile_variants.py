@@ -12,7 +12,10 @@ process is a JVM warm-up, so repeat ``full`` and compare the later runs):
 * ``noextra`` — without unknown-key detection;
 * ``noshuffle`` — without the repartition by partition columns;
 * ``simplets`` — ``timestamp_millis`` instead of per-value epoch-unit detection;
-* ``none`` — all three switched off.
+* ``nosort`` — concurrent output writers (``spark.sql.maxConcurrentOutputFileWriters``)
+  instead of sorting each task's rows by partition before the write;
+* ``noguard`` — Delta without the schema-change guard in the write;
+* ``none`` — unknown keys, shuffle and epoch units switched off.
 
 Also prints the cost of single decode expressions on a cached batch (``--micro``).
 These are profiles for deciding what to optimize, not benchmark results; those come
@@ -34,8 +37,24 @@ from bench.common import LAKESINK_SCHEMA, PARTITION_BY, SPARK_DDL, events  # noq
 from lakesink.runtime.services import KafkaBroker, produce  # noqa: E402
 
 
-def _report(label: str, query, started: float) -> None:  # noqa: ANN001
-    print(f"{label}: {time.perf_counter() - started:.1f} s", flush=True)
+def _cpu_s(spark) -> float:  # noqa: ANN001, ARG001
+    """CPU seconds (user + system) Spark's JVM, this process's java child, used so far:
+    steadier than wall time on a shared VM."""
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and "java" in stat.read_text():
+            return (int(fields[11]) + int(fields[12])) / tick
+    return float("nan")
+
+
+def _report(label: str, query, started: float, cpu: float) -> None:  # noqa: ANN001
+    print(f"{label}: {time.perf_counter() - started:.1f} s, JVM CPU {cpu:.1f} s", flush=True)
     for p in query.recentProgress:
         if p["numInputRows"]:
             print(f"    {p['numInputRows']} rows, addBatch {p['durationMs'].get('addBatch')} ms",
@@ -80,6 +99,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=250_000)
     ap.add_argument("--variants", default="hand,full,full,noextra,noshuffle,simplets,none")
     ap.add_argument("--micro", type=int, default=0, help="records for the expression costs")
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Spark conf for every variant (repeatable)")
+    ap.add_argument("--format", default="parquet", choices=["parquet", "delta"],
+                    help="lakesink's table format")
+    ap.add_argument("--jfr", help="record a Java Flight Recorder profile to this file")
     args = ap.parse_args()
 
     from pyspark.sql import functions as F
@@ -92,21 +116,33 @@ def main() -> None:
     from lakesink.tables.base import TableWriter
 
     work = Path(tempfile.mkdtemp(prefix="lakesink-variants-"))
-    spark = build_spark_session(master="local[*]", log_level="ERROR")
+    conf = dict(c.split("=", 1) for c in args.conf)
+    if args.jfr:
+        conf["spark.driver.extraJavaOptions"] = (
+            f"-XX:StartFlightRecording=filename={args.jfr},settings=profile")
+    spark = build_spark_session(master="local[*]", log_level="ERROR", conf=conf)
     if args.micro:
         micro(spark, args.micro)
     variants = [v for v in args.variants.split(",") if v]
     if not variants:
         spark.stop()
         return
+    from lakesink.pipeline.batch import BatchProcessor
+
     original = (json_mod.JsonDecoder.unknown_keys, TableWriter.shuffled,
-                columns_mod.PartitionSpec.timestamp)
+                columns_mod.PartitionSpec.timestamp, BatchProcessor._guard)
     with KafkaBroker() as broker:
         broker.create_topic("p", partitions=4)
         produce(broker.bootstrap_servers, "p", events(args.events))
         for n, variant in enumerate(variants):
             off = {"noextra": {"extra"}, "noshuffle": {"shuffle"}, "simplets": {"ts"},
+                   "noguard": {"guard"},
                    "none": {"extra", "shuffle", "ts"}}.get(variant, set())
+            BatchProcessor._guard = (lambda self: None) if "guard" in off else original[3]
+            if variant == "nosort":  # concurrent writers: no sort before the write
+                spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", "32")
+            else:
+                spark.conf.unset("spark.sql.maxConcurrentOutputFileWriters")
             json_mod.JsonDecoder.unknown_keys = (
                 (lambda self, v, p=None: F.array().cast("array<string>"))
                 if "extra" in off else original[0])
@@ -114,7 +150,7 @@ def main() -> None:
             columns_mod.PartitionSpec.timestamp = (
                 (lambda self, r, k: (F.timestamp_millis(r["ts_ms"]), F.lit(False)))
                 if "ts" in off else original[2])
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), _cpu_s(spark)
             if variant == "hand":
                 raw = (spark.readStream.format("kafka")
                        .option("kafka.bootstrap.servers", broker.bootstrap_servers)
@@ -134,10 +170,11 @@ def main() -> None:
                     "source.kafka.topics": ["p"],
                     "source.kafka.max_offsets_per_trigger": args.batch,
                     "decode.schema": LAKESINK_SCHEMA, "table.base_path": str(work / f"l{n}"),
-                    "table.partition_by": PARTITION_BY, "table.timestamp_column": "ts_ms"})
+                    "table.partition_by": PARTITION_BY, "table.timestamp_column": "ts_ms",
+                    "table.format": args.format})
                 query = Pipeline.build(cfg, spark).start(until_caught_up=True)
             query.awaitTermination()
-            _report(variant, query, started)
+            _report(variant, query, started, _cpu_s(spark) - cpu)
     spark.stop()
     shutil.rmtree(work, ignore_errors=True)
 

@@ -228,8 +228,12 @@ class Pipeline:
             pipeline = cls(cfg, spark, parts.layout.name, parts.layout.table, checkpoint,
                            parts.processor(app_id), headers=parts.transforms.uses_headers)
         if cfg.silence.enabled:
-            pipeline.silence = SilenceQuery.build(
-                cfg, spark, default_checkpoint=pipeline.checkpoint.rstrip("/") + "_silence")
+            try:
+                pipeline.silence = SilenceQuery.build(
+                    cfg, spark, default_checkpoint=pipeline.checkpoint.rstrip("/") + "_silence")
+            except BaseException:
+                pipeline.processor.close()  # a refused start holds no writer lease
+                raise
         return pipeline
 
     @classmethod
@@ -242,23 +246,30 @@ class Pipeline:
         app_id = checkpoint_app_id(fs, checkpoint)
         static = {cfg.route_config(i).table_name for i, r in enumerate(cfg.routes)
                   if r.message_type is None}
-        routes, targets = [], []
-        for i, r in enumerate(cfg.routes):
-            route = Route(list(r.topics), r.topic_pattern)
-            if r.message_type is not None:
-                route.types = TypeTables(
-                    field=r.message_type.field, allow=r.message_type.allow,
-                    prefix=r.message_type.table_prefix, factory=_type_tables(cfg, spark, i,
-                                                                             app_id),
-                    reserved=static | {UNROUTED_TABLE}, key=f"routes.{i}.message_type",
-                    sample_size=cfg.route_config(i, "_").decode.infer_sample_size)
-                targets.append(f"{r.message_type.table_prefix}<{r.message_type.field}>")
-            else:
-                with route_keys(i):
-                    parts = TableParts.resolve(cfg.route_config(i), spark)
-                route.processor = parts.processor(app_id)
-                targets.append(parts.layout.table)
-            routes.append(route)
+        routes: list[Route] = []
+        targets = []
+        try:
+            for i, r in enumerate(cfg.routes):
+                route = Route(list(r.topics), r.topic_pattern)
+                if r.message_type is not None:
+                    mt = r.message_type
+                    route.types = TypeTables(
+                        field=mt.field, allow=mt.allow, prefix=mt.table_prefix,
+                        factory=_type_tables(cfg, spark, i, app_id),
+                        reserved=static | {UNROUTED_TABLE}, key=f"routes.{i}.message_type",
+                        sample_size=cfg.route_config(i, "_").decode.infer_sample_size)
+                    targets.append(f"{mt.table_prefix}<{mt.field}>")
+                else:
+                    with route_keys(i):
+                        parts = TableParts.resolve(cfg.route_config(i), spark)
+                    route.processor = parts.processor(app_id)
+                    targets.append(parts.layout.table)
+                routes.append(route)
+        except BaseException:
+            for built in routes:  # a refused start holds no writer lease
+                for processor in built.processors:
+                    processor.close()
+            raise
         unrouted = (None if cfg.unrouted == "drop" else RejectedWriter(
             fs, TableLayout.of(cfg.table.base_path, UNROUTED_TABLE), app_id=app_id,
             fmt=cfg.dlq.format, spark=spark))
@@ -271,8 +282,12 @@ class Pipeline:
         return cls(cfg, spark, "routes", ", ".join(targets), checkpoint, router,
                    headers=headers)
 
+    def _caught_up(self, until_caught_up: bool | None) -> bool:
+        """The flag if given, else the configuration's ``trigger.until_caught_up``."""
+        return self.cfg.trigger.until_caught_up if until_caught_up is None else until_caught_up
+
     def start(self, *, until_caught_up: bool | None = None) -> StreamingQuery:
-        caught_up = self.cfg.trigger.until_caught_up if until_caught_up is None else until_caught_up
+        caught_up = self._caught_up(until_caught_up)
         stream = kafka.read_stream(self.spark, self.cfg.source.kafka, headers=self.headers)
         retry = self.cfg.retry
         batch = RetryingBatch(self.processor, attempts=retry.batch_attempts,
@@ -296,14 +311,15 @@ class Pipeline:
         checkpoint after a backoff — every batch is idempotent, so a restart replays
         nothing twice — up to ``retry.restarts`` times in a row without progress."""
         stop = stop or StopRequest()
-        caught_up = (self.cfg.trigger.until_caught_up if until_caught_up is None
-                     else until_caught_up)
+        caught_up = self._caught_up(until_caught_up)
         beside = self._silence_beside(caught_up)
         try:
-            return self._run(until_caught_up, stop)
+            return self._run(caught_up, stop)
         finally:
             if beside is not None:
                 beside.finish(wait=caught_up and not stop.requested)
+            if self.silence is not None:
+                self.silence.close()
             self.processor.close()
 
     def _silence_beside(self, caught_up: bool) -> SilenceRunner | None:
@@ -317,7 +333,7 @@ class Pipeline:
             return None
         return self.silence.background(until_caught_up=caught_up)
 
-    def _run(self, until_caught_up: bool | None, stop: StopRequest) -> RunStats:
+    def _run(self, until_caught_up: bool, stop: StopRequest) -> RunStats:
         retry = self.cfg.retry
         delay, failures = retry.initial_backoff_s, 0
         while True:

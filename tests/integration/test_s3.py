@@ -135,6 +135,7 @@ def test_a_second_delta_writer_on_s3_is_refused(spark, kafka_broker, s3_server, 
     import sys
     import time
 
+    from lakesink.errors import ConfigError
     from lakesink.tables.fs import HadoopFS
     from lakesink.tables.lease import SecondWriterError
 
@@ -163,6 +164,14 @@ def test_a_second_delta_writer_on_s3_is_refused(spark, kafka_broker, s3_server, 
     second = Pipeline.build(load_config(flags=_flatten(other), env=env), spark)
     assert fs.read_json(lease)["pid"] == os.getpid()
     second.processor.close()
+    assert not fs.exists(lease)
+    # a start refused after the table's lease was taken (a silence key that does not
+    # resolve) releases it, and the silence table's own lease too
+    bad = {**other, "silence": {"timeout_ms": 10_000, "table": "silent", "key": "no_such"}}
+    with pytest.raises(ConfigError, match="silence.key"):
+        Pipeline.build(load_config(flags=_flatten(bad), env=env), spark)
+    assert not fs.exists(lease)
+    assert not fs.exists(f"s3a://lake/{prefix}/.lakesink/silent/writer.json")
     # a fresh lease of another machine is respected
     fs.write_text(lease, json.dumps({**stale, "host": "elsewhere", "pid": 1}))
     with pytest.raises(SecondWriterError, match="host elsewhere"):

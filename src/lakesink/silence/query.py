@@ -92,7 +92,11 @@ class SilenceQuery:
         outputs = Outputs(spark, fs, checkpoint, table=table, topic=s.topic,
                           kafka_options=options, callback=callback)
         query = cls(cfg, spark, checkpoint, outputs)
-        query.check_expressions()
+        try:
+            query.check_expressions()
+        except BaseException:
+            query.close()  # a refused start holds no writer lease
+            raise
         return query
 
     def check_expressions(self) -> None:
@@ -207,6 +211,17 @@ class SilenceQuery:
     def run(self, stop: StopRequest, *, until_caught_up: bool) -> None:
         """Run until ``stop`` (or caught up); restart after a failure, with backoff,
         until stopped. Never raises: silence detection must not end ingestion."""
+        try:
+            self._run(stop, until_caught_up=until_caught_up)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Release the silence table's writer lease (if it holds one)."""
+        if self.outputs.table is not None:
+            self.outputs.table.close()
+
+    def _run(self, stop: StopRequest, *, until_caught_up: bool) -> None:
         retry = self.cfg.retry
         delay = retry.initial_backoff_s
         while not stop.requested:
@@ -251,6 +266,7 @@ class SilenceRunner:
 
 
 def _table_writer(cfg: LakesinkConfig, spark: SparkSession, app_id: str) -> TableWriter:
+    from lakesink.runtime import storage
     from lakesink.tables.delta import DeltaTableWriter
     from lakesink.tables.layout import TableLayout
     from lakesink.tables.parquet import ParquetTableWriter
@@ -262,7 +278,8 @@ def _table_writer(cfg: LakesinkConfig, spark: SparkSession, app_id: str) -> Tabl
     writer: TableWriter
     if cfg.table.format == "delta":
         writer = DeltaTableWriter(spark, layout, **common, checkpoint_interval=None,
-                                  merge_schema=False, type_widening=False)
+                                  merge_schema=False, type_widening=False,
+                                  lease_s=storage.writer_lease_s(cfg))
     else:
         writer = ParquetTableWriter(spark, layout, **common)
     writer.prepare()
