@@ -32,9 +32,6 @@ DEFAULTS: dict[str, str] = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
     "spark.sql.streaming.minBatchesToRetain": "100",
-    # a task keeps up to 8 partition folders' files open instead of sorting its rows by
-    # partition first (more folders: Spark sorts the rest); measured in docs/benchmark.md
-    "spark.sql.maxConcurrentOutputFileWriters": "8",
     # Delta Lake (the jars come from jvm/pom.xml)
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
