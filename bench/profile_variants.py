@@ -14,6 +14,9 @@ process is a JVM warm-up, so repeat ``full`` and compare the later runs):
 * ``simplets`` — ``timestamp_millis`` instead of per-value epoch-unit detection;
 * ``nosort`` — concurrent output writers (``spark.sql.maxConcurrentOutputFileWriters``)
   instead of sorting each task's rows by partition before the write;
+* ``nocoalesce`` — AQE does not coalesce the shuffle's partitions before the write;
+* ``alldict`` — Parquet tries dictionary encoding on every column in every batch
+  (lakesink's writer learns from its first batch which columns abandon it);
 * ``noguard`` — Delta without the schema-change guard in the write;
 * ``none`` — unknown keys, shuffle and epoch units switched off.
 
@@ -128,9 +131,11 @@ def main() -> None:
         spark.stop()
         return
     from lakesink.pipeline.batch import BatchProcessor
+    from lakesink.tables.parquet import ParquetTableWriter
 
     original = (json_mod.JsonDecoder.unknown_keys, TableWriter.shuffled,
-                columns_mod.PartitionSpec.timestamp, BatchProcessor._guard)
+                columns_mod.PartitionSpec.timestamp, BatchProcessor._guard,
+                ParquetTableWriter._learn_dictionaries)
     with KafkaBroker() as broker:
         broker.create_topic("p", partitions=4)
         produce(broker.bootstrap_servers, "p", events(args.events))
@@ -139,10 +144,17 @@ def main() -> None:
                    "noguard": {"guard"},
                    "none": {"extra", "shuffle", "ts"}}.get(variant, set())
             BatchProcessor._guard = (lambda self: None) if "guard" in off else original[3]
-            if variant == "nosort":  # concurrent writers: no sort before the write
-                spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", "32")
-            else:
-                spark.conf.unset("spark.sql.maxConcurrentOutputFileWriters")
+            ParquetTableWriter._learn_dictionaries = (
+                (lambda self, moves: None) if variant == "alldict" else original[4])
+            session = {"nosort": {"spark.sql.maxConcurrentOutputFileWriters": "32"},
+                       "nocoalesce": {"spark.sql.adaptive.coalescePartitions.enabled": "false"},
+                       }.get(variant, {})
+            for key in ("spark.sql.maxConcurrentOutputFileWriters",
+                        "spark.sql.adaptive.coalescePartitions.enabled"):
+                if key in session:
+                    spark.conf.set(key, session[key])
+                elif key not in conf:
+                    spark.conf.unset(key)
             json_mod.JsonDecoder.unknown_keys = (
                 (lambda self, v, p=None: F.array().cast("array<string>"))
                 if "extra" in off else original[0])

@@ -383,3 +383,48 @@ def test_arrow_ipc_format_to_delta(spark, kafka_broker, topic, tmp_path) -> None
     assert len(rows) == len(expected) + 2
     reasons = sorted(r[0] for r in rejected(lake))
     assert reasons == ["malformed_arrow", "malformed_arrow", "schema_mismatch"]
+
+
+def test_parquet_dictionary_encoding_learned_from_the_first_batch(spark, tmp_path) -> None:
+    """Columns whose dictionary Parquet abandoned in a batch (too many distinct values)
+    are written without a dictionary attempt from the next batch on; columns that kept
+    theirs keep it, and every row reads back (pyarrow footers, DuckDB)."""
+    import duckdb
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    from lakesink.tables.layout import TableLayout
+    from lakesink.tables.parquet import ParquetTableWriter
+
+    layout = TableLayout.of(str(tmp_path / "lake"), "events")
+    writer = ParquetTableWriter(spark, layout, app_id="d" * 32, partition_by=["kind"])
+    writer.prepare()
+
+    def batch(start: int) -> Any:  # noqa: ANN401
+        return (spark.range(start, start + 60_000, numPartitions=1)
+                .select(F.col("id"), (F.col("id") * 7919 % 1_000_003).alias("spread"),
+                        (F.col("id") % 3).cast("string").alias("kind"),
+                        (F.col("id") % 5).alias("level")))
+
+    assert "parquet.enable.dictionary#id" not in writer.write_options()
+    writer.write_batch(0, batch(0))
+    assert {"id", "spread"} <= writer.no_dictionary
+    assert "level" not in writer.no_dictionary
+    options = writer.write_options()
+    assert options["parquet.enable.dictionary#id"] == "false"
+    assert "parquet.enable.dictionary#level" not in options
+
+    writer.write_batch(1, batch(60_000))
+    second = sorted((tmp_path / "lake" / "events").rglob("part-0000000001-*.parquet"))
+    assert second
+    for path in second:
+        columns = pq.ParquetFile(path).metadata.row_group(0)
+        kept = {columns.column(i).path_in_schema: columns.column(i).has_dictionary_page
+                for i in range(columns.num_columns)}
+        assert kept == {"id": False, "spread": False, "level": True}
+    con = duckdb.connect()
+    rows = con.execute(
+        "SELECT count(*), count(DISTINCT id), sum(level) FROM read_parquet(?, "
+        "hive_partitioning = true)", [str(tmp_path / "lake" / "events" / "**" / "*.parquet")]
+    ).fetchone()
+    assert rows == (120_000, 120_000, sum(i % 5 for i in range(120_000)))

@@ -81,6 +81,23 @@ class HadoopFS:
                 return
         raise OSError(f"could not move {src} to {dst}")
 
+    def parquet_dictionary_columns(self, path: str) -> dict[str, bool]:
+        """Column path -> whether the Parquet file at ``path`` kept a dictionary page
+        for it in every row group (read from the footer only)."""
+        hadoop = self._jvm.org.apache.parquet.hadoop
+        reader = hadoop.ParquetFileReader.open(
+            hadoop.util.HadoopInputFile.fromPath(self._p(path), self._conf))
+        try:
+            blocks = list(reader.getFooter().getBlocks())
+        finally:
+            reader.close()
+        kept: dict[str, bool] = {}
+        for block in blocks:
+            for column in block.getColumns():
+                name = column.getPath().toDotString()
+                kept[name] = kept.get(name, True) and bool(column.hasDictionaryPage())
+        return kept
+
     def list_files(self, path: str, *, suffix: str = "") -> list[FileInfo]:
         """Every file below ``path`` (recursive), skipping hidden and ``_``-prefixed files
         and folders, sorted by relative path."""

@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# a file this big has seen enough values for Parquet's dictionary verdict to mean something
+LEARN_FROM_BYTES = 128 * 1024
+
 
 class ParquetTableWriter(TableWriter):
     format = "parquet"
@@ -49,6 +52,36 @@ class ParquetTableWriter(TableWriter):
     def __init__(self, spark: SparkSession, layout: TableLayout, **kwargs: Any) -> None:
         super().__init__(spark, layout, **kwargs)
         self.run = run_tag(self.app_id)
+        # columns whose dictionary encoding Parquet abandoned in an earlier batch
+        self.no_dictionary: set[str] = set()
+
+    def write_options(self) -> dict[str, str]:
+        """Spark's options plus, for columns Parquet gave up dictionary-encoding in an
+        earlier batch of this run (too many distinct values), no dictionary attempt: the
+        attempt (hashing every value until the dictionary overflows) is wasted work."""
+        opts = super().write_options()
+        for column in sorted(self.no_dictionary):
+            opts[f"parquet.enable.dictionary#{column}"] = "false"
+        return opts
+
+    def _learn_dictionaries(self, moves: list[tuple[str, str, int]]) -> None:
+        """Read the footer of the batch's largest file: a column without a dictionary
+        page there had its dictionary abandoned. Never fails the batch."""
+        if not moves:
+            return
+        _, rel, size = max(moves, key=lambda m: m[2])
+        if size < LEARN_FROM_BYTES:
+            return
+        try:
+            kept = self.fs.parquet_dictionary_columns(join(self.layout.table, rel))
+        except Exception as exc:  # noqa: BLE001 - an optimization only
+            logger.debug("could not read the footer of %s: %s", rel, exc)
+            return
+        dropped = {c for c, has in kept.items() if not has} - self.no_dictionary
+        if dropped:
+            logger.info("Parquet dictionary encoding off for high-cardinality column(s): %s",
+                        ", ".join(sorted(dropped)))
+            self.no_dictionary |= dropped
 
     # -- one batch -----------------------------------------------------------------------
 
@@ -126,5 +159,6 @@ class ParquetTableWriter(TableWriter):
         self.fs.delete(staging)
         size = sum(s for _, _, s in moves)
         self.measured(int(info.get("written", 0)), size)
+        self._learn_dictionaries(moves)
         return BatchResult(batch_id, files=len(moves), bytes=size, info=info)
 
