@@ -266,9 +266,7 @@ class Pipeline:
                     targets.append(parts.layout.table)
                 routes.append(route)
         except BaseException:
-            for built in routes:  # a refused start holds no writer lease
-                for processor in built.processors:
-                    processor.close()
+            Router(routes, None, app_id=app_id).close()  # a refused start holds no lease
             raise
         unrouted = (None if cfg.unrouted == "drop" else RejectedWriter(
             fs, TableLayout.of(cfg.table.base_path, UNROUTED_TABLE), app_id=app_id,

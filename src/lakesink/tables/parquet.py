@@ -43,6 +43,9 @@ logger = logging.getLogger(__name__)
 
 # a file this big has seen enough values for Parquet's dictionary verdict to mean something
 LEARN_FROM_BYTES = 128 * 1024
+# after a verdict, footers are read again only every this many batches (one footer read
+# is a couple of small GETs on an object store)
+RELEARN_EVERY = 100
 
 
 class ParquetTableWriter(TableWriter):
@@ -54,6 +57,7 @@ class ParquetTableWriter(TableWriter):
         self.run = run_tag(self.app_id)
         # columns whose dictionary encoding Parquet abandoned in an earlier batch
         self.no_dictionary: set[str] = set()
+        self._verdict_at: int | None = None  # the batch whose footer gave the last verdict
 
     def write_options(self) -> dict[str, str]:
         """Spark's options plus, for columns Parquet gave up dictionary-encoding in an
@@ -64,10 +68,13 @@ class ParquetTableWriter(TableWriter):
             opts[f"parquet.enable.dictionary#{column}"] = "false"
         return opts
 
-    def _learn_dictionaries(self, moves: list[tuple[str, str, int]]) -> None:
+    def _learn_dictionaries(self, batch_id: int, moves: list[tuple[str, str, int]]) -> None:
         """Read the footer of the batch's largest file: a column without a dictionary
-        page there had its dictionary abandoned. Never fails the batch."""
-        if not moves:
+        page there had its dictionary abandoned. Until the first verdict (a footer of a
+        file big enough) every batch is read, then every ``RELEARN_EVERY`` batches.
+        Never fails the batch."""
+        if not moves or (self._verdict_at is not None
+                         and batch_id - self._verdict_at < RELEARN_EVERY):
             return
         _, rel, size = max(moves, key=lambda m: m[2])
         if size < LEARN_FROM_BYTES:
@@ -77,6 +84,7 @@ class ParquetTableWriter(TableWriter):
         except Exception as exc:  # noqa: BLE001 - an optimization only
             logger.debug("could not read the footer of %s: %s", rel, exc)
             return
+        self._verdict_at = batch_id
         dropped = {c for c, has in kept.items() if not has} - self.no_dictionary
         if dropped:
             logger.info("Parquet dictionary encoding off for high-cardinality column(s): %s",
@@ -159,6 +167,6 @@ class ParquetTableWriter(TableWriter):
         self.fs.delete(staging)
         size = sum(s for _, _, s in moves)
         self.measured(int(info.get("written", 0)), size)
-        self._learn_dictionaries(moves)
+        self._learn_dictionaries(batch_id, moves)
         return BatchResult(batch_id, files=len(moves), bytes=size, info=info)
 
