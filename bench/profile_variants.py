@@ -145,7 +145,7 @@ def main() -> None:
                    "none": {"extra", "shuffle", "ts"}}.get(variant, set())
             BatchProcessor._guard = (lambda self: None) if "guard" in off else original[3]
             ParquetTableWriter._learn_dictionaries = (
-                (lambda self, moves: None) if variant == "alldict" else original[4])
+                (lambda self, *_: None) if variant == "alldict" else original[4])
             session = {"nosort": {"spark.sql.maxConcurrentOutputFileWriters": "32"},
                        "nocoalesce": {"spark.sql.adaptive.coalescePartitions.enabled": "false"},
                        }.get(variant, {})

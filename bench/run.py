@@ -221,6 +221,8 @@ def median_run(rows: list[dict[str, object]]) -> dict[str, object]:
     row = dict(ordered[(len(ordered) - 1) // 2])
     if len(rows) > 1:
         row["runs_seconds"] = [r["seconds"] for r in rows]
+        row["runs_peak_rss_mib"] = [r["peak_rss_mib"] for r in rows]
+        row["runs_peak_rss_by_process_mib"] = [r.get("peak_rss_by_process_mib") for r in rows]
         row["valid"] = all(r.get("valid") for r in rows)
     return row
 
@@ -232,7 +234,9 @@ def throughput(case: Case, topic: str, n: int, ndjson: Path, value_bytes: float,
     run = Running(case, case.command(topic, stream=False, count=n, ndjson=ndjson))
     rc, seconds, peak = run.wait(timeout)
     row: dict[str, object] = {"case": case.name, "rc": rc, "seconds": round(seconds, 1),
-                              "peak_rss_mib": round(peak / 2**20)}
+                              "peak_rss_mib": round(peak / 2**20),
+                              "peak_rss_by_process_mib": {
+                                  k: round(v / 2**20) for k, v in run.rss.breakdown.items()}}
     if rc != 0:
         row.update(valid=False, error="\n".join(run.tail))
         return row

@@ -11,6 +11,7 @@ say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
+command -v javac >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
 if ((${#need_apt[@]})); then
   say "installing ${need_apt[*]} with apt-get"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
@@ -60,6 +61,18 @@ if [ "$(cat "$stamp_jvm" 2>/dev/null)" != "$want_jvm" ] || [ ! -d jvm/jars ] || 
   mvn -q -B -f jvm/pom.xml -P hdfs-test dependency:copy-dependencies \
       -DoutputDirectory="$ROOT/jvm/hdfs-jars" -DincludeScope=runtime
   echo "$want_jvm" > "$stamp_jvm"
+fi
+# --- lakesink's own Java functions (jvm/udf), compiled against pyspark's jars ------------
+stamp_udf="jvm/.udf-installed"
+want_udf="$( (cat jvm/udf/dev/lakesink/udf/*.java; echo "$want_jvm") | sha256sum | cut -c1-16)"
+if [ "$(cat "$stamp_udf" 2>/dev/null)" != "$want_udf" ] || [ ! -f jvm/jars/lakesink-udf.jar ]; then
+  say "compiling lakesink's Java functions (jvm/udf)"
+  spark_jars="$(.venv/bin/python -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
+  rm -rf jvm/udf/classes
+  javac --release 17 -nowarn -cp "$spark_jars/*" -d jvm/udf/classes jvm/udf/dev/lakesink/udf/*.java
+  jar cf jvm/jars/lakesink-udf.jar -C jvm/udf/classes .
+  rm -rf jvm/udf/classes
+  echo "$want_udf" > "$stamp_udf"
 fi
 # --- fake-gcs-server (the GCS emulator of the tests), built from the Go module proxy ----
 FAKE_GCS_VERSION="v1.56.1"

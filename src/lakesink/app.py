@@ -162,7 +162,8 @@ class TableParts:
                 timestamp_fallback=table.timestamp_fallback,
                 null_value=table.null_partition_value,
             )
-            decoder = fixed or json_decoder(current, reject_unknown=policy.rejects_unknown)
+            decoder = fixed or json_decoder(current, reject_unknown=policy.rejects_unknown,
+                                              spark=spark)
             return decoder, spec, columns
 
         # partition and timestamp columns resolve before data moves

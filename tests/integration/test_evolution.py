@@ -226,15 +226,22 @@ def test_target_file_size_splits_a_partition_folder(spark, kafka_broker, topic, 
     assert sorted(read_ids(lake / "events", fmt)) == list(range(n))
 
 
-def test_unknown_key_guard_matches_the_exact_parse(spark) -> None:
-    """The colon-count guard that skips the second JSON parse never hides a key."""
+@pytest.mark.parametrize("count_colons", [True, False], ids=["java-counter", "split"])
+def test_unknown_key_guard_matches_the_exact_parse(spark, count_colons: bool) -> None:
+    """The colon-count guard that skips the second JSON parse never hides a key, with
+    lakesink's Java colon counter (which the session must have) and with ``split``."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from lakesink.decode.json import JsonDecoder
+    from lakesink.decode import json_decoder
+    from lakesink.decode.json import COUNT_COLONS, JsonDecoder
+    from lakesink.runtime.spark import has_function
 
+    assert has_function(spark, COUNT_COLONS)  # scripts/setup.sh built jvm/udf
+    assert json_decoder(T.StructType([]), reject_unknown=False, spark=spark).count_colons
     decoder = JsonDecoder(T.StructType([T.StructField("location", T.StringType()),
-                                        T.StructField("n", T.LongType())]))
+                                        T.StructField("n", T.LongType())]),
+                          count_colons=count_colons)
     values = [
         '{"location":"a","n":1}',             # known fields only: guard skips the parse
         '{"location" : "a" , "n" :1 }',       # whitespace around colons
@@ -247,6 +254,7 @@ def test_unknown_key_guard_matches_the_exact_parse(spark) -> None:
         '{"x":{"y":1}}',                      # nested object under an unknown key
         '{"location":"a","location":"b"}',    # duplicate key
         '{"location":"a","n":1,"x:y":{}}',    # a key containing a colon
+        '{"location":"ä:ö","n":1,"é":2}',     # multi-byte characters around colons
         "not json", "[1,2]", "", "{}",
     ]
     df = spark.createDataFrame([(v.encode(),) for v in values] + [(None,)], "value binary")

@@ -47,10 +47,15 @@ def fixed_decoder(spark: SparkSession | None, cfg: DecodeConfig) -> Decoder | No
     return None
 
 
-def json_decoder(schema: T.StructType, *, reject_unknown: bool) -> Decoder:
-    from lakesink.decode.json import JsonDecoder
+def json_decoder(schema: T.StructType, *, reject_unknown: bool,
+                 spark: SparkSession | None = None) -> Decoder:
+    """The JSON decoder; with ``spark``, it uses lakesink's Java colon counter when the
+    session has it (:data:`lakesink.runtime.spark.JVM_FUNCTIONS`)."""
+    from lakesink.decode.json import COUNT_COLONS, JsonDecoder
+    from lakesink.runtime.spark import has_function
 
-    return JsonDecoder(schema, reject_unknown=reject_unknown)
+    return JsonDecoder(schema, reject_unknown=reject_unknown,
+                       count_colons=has_function(spark, COUNT_COLONS))
 
 
 __all__ = ["Decoder", "fixed_decoder", "json_decoder"]

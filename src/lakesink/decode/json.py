@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CORRUPT = "_lakesink_corrupt"
+#: lakesink's Java colon counter (``jvm/udf``), when the session registered it
+COUNT_COLONS = "lakesink_count_colons"
 
 # Reason codes written to the rejected area (and NULL_VALUE, common to every format).
 MALFORMED_JSON = "malformed_json"
@@ -43,11 +45,15 @@ class JsonDecoder(Decoder):
     reasons = (NULL_VALUE, "malformed_json", "not_an_object", "schema_mismatch",
                "missing_required", "unknown_field")
 
-    def __init__(self, schema: T.StructType, *, reject_unknown: bool = False) -> None:
+    def __init__(self, schema: T.StructType, *, reject_unknown: bool = False,
+                 count_colons: bool = False) -> None:
+        """``count_colons``: the session has :data:`COUNT_COLONS` (see
+        :meth:`unknown_keys`)."""
         if CORRUPT in schema.fieldNames():
             raise ValueError(f"{CORRUPT} is reserved")
         super().__init__(schema)
         self.reject_unknown = reject_unknown
+        self.count_colons = count_colons
         self.required = [f.name for f in schema.fields if not f.nullable]
         self.floats = [f.name for f in schema.fields if isinstance(f.dataType, T.FloatType)]
         self._parse_schema = T.StructType(
@@ -71,15 +77,21 @@ class JsonDecoder(Decoder):
         filled. Records with no more colons than filled fields get an empty array without
         parsing; the rest (unknown keys, nulls, nested objects, colons inside strings)
         are parsed exactly. The guard only skips records that cannot have an unknown key.
+
+        The colons are counted by lakesink's Java function :data:`COUNT_COLONS` (a byte
+        loop) when the session has it, else by Spark's ``split``, which builds a string
+        per piece (measured in docs/benchmark.md).
         """
         known = F.array(*[F.lit(n) for n in self.fields]) if self.fields else F.array()
         text = value.cast("string")
         keys = F.array_except(F.json_object_keys(text), known.cast("array<string>"))
         if parsed is None or not self.fields:
             return keys
-        # split on one plain character takes Java's fast path: far cheaper than a parse
-        # (or than replace/regexp_count, measured in docs/benchmark.md)
-        colons = F.size(F.split(text, ":", -1)) - F.lit(1)
+        if self.count_colons:
+            colons = F.call_function(COUNT_COLONS, value.cast("binary"))
+        else:  # split on one plain character takes Java's fast path: cheaper than a
+            # parse, or than replace/regexp_count
+            colons = F.size(F.split(text, ":", -1)) - F.lit(1)
         filled = functools.reduce(operator.add, [
             F.when(parsed[name].isNotNull(), F.lit(1)).otherwise(F.lit(0))
             for name in self.fields])

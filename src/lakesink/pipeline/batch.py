@@ -111,8 +111,21 @@ class BatchProcessor:
         self.rejected = rejected
         self.app_id = app_id
         self.stats = RunStats()
+        self._use(schema)
+
+    def _use(self, schema: T.StructType) -> None:
+        """Decode with ``schema`` from now on (at start and after an evolution)."""
         self.schema = schema
-        self.decoder, self.partitions, self.columns = rebuild(schema)
+        self.decoder, self.partitions, self.columns = self.rebuild(schema)
+        # Column expressions built once per schema and reused by every batch: they name
+        # columns, so they do not depend on the batch's DataFrame, and building them
+        # anew (hundreds of py4j calls) cost ~0.6 s of driver time per batch
+        self._exprs: dict[Any, Any] = {}
+
+    def _memo(self, key: Any, build: Callable[[], Any]) -> Any:  # noqa: ANN401
+        if key not in self._exprs:
+            self._exprs[key] = build()
+        return self._exprs[key]
 
     @property
     def record(self) -> str:
@@ -129,29 +142,43 @@ class BatchProcessor:
         transforms), its UTC timestamp ``_ts`` (when a timestamp column is configured),
         the unknown keys ``_extra`` (every policy needs them: to add, report or reject)
         and the rejection marker ``_fail``."""
-        headers = ["headers"] if "headers" in df.columns else []
-        base = df.select(
+        plan = self._memo(("marked", "headers" in df.columns),
+                          lambda: self._marked_plan("headers" in df.columns))
+        base = df.select(*plan.select).withColumn("_extra", plan.extra)
+        if plan.explode is not None:
+            base = base.withColumn("_fail", plan.decode_fail).withColumn("_x", plan.explode)
+        if self.transforms:  # resolved against the batch's record type
+            base = self.transforms.apply(base, "_x" if plan.explode is not None else "_r",
+                                         "_t")
+        if plan.ts is not None:
+            base = base.withColumn("_ts", plan.ts)
+        return base.withColumn("_fail", plan.fail)
+
+    def _marked_plan(self, headers: bool) -> _MarkedPlan:
+        """The expressions of :meth:`_marked`, built once per schema."""
+        select = [
             "key", "value", "topic", "partition", "offset",
-            F.col("timestamp").alias("kafka_timestamp"), "timestampType", *headers,
+            F.col("timestamp").alias("kafka_timestamp"), "timestampType",
+            *(["headers"] if headers else []),
             self.decoder.parse(F.col("value")).alias("_r"),
-        )
-        base = base.withColumn("_extra", self.decoder.unknown_keys(F.col("value"), F.col("_r")))
+        ]
+        extra = self.decoder.unknown_keys(F.col("value"), F.col("_r"))
         fail = self.decoder.failure(F.col("value"), F.col("_r"), F.col("_extra"))
-        record = "_r"
+        decode_fail = explode = None
         if self.decoder.explodes:  # a good record -> its rows; a rejected one stays one row
-            base = base.withColumn("_fail", fail).withColumn("_x", F.explode(
+            decode_fail = fail
+            explode = F.explode(
                 F.when(F.col("_fail").isNull(), self.decoder.rows(F.col("_r")))
-                .otherwise(F.array(F.lit(None).cast(self.decoder.schema)))))
-            fail, record = F.col("_fail"), "_x"
+                .otherwise(F.array(F.lit(None).cast(self.decoder.schema))))
+            fail = F.col("_fail")
         if self.transforms:
-            base = self.transforms.apply(base, record, "_t")
             fail = F.coalesce(fail, F.when(F.col(FAILED_INDEX).isNotNull(),
                                            F.lit(TRANSFORM_FAILED)))
+        ts = None
         if self.partitions.timestamp_column is not None:
             ts, invalid = self.partitions.timestamp(F.col(self.record), F.col("kafka_timestamp"))
-            base = base.withColumn("_ts", ts)
             fail = F.coalesce(fail, F.when(invalid, F.lit(INVALID_TIMESTAMP)))
-        return base.withColumn("_fail", fail)
+        return _MarkedPlan(select, extra, decode_fail, explode, ts, fail)
 
     def _widenable(self) -> list[T.StructField]:
         if not self.policy.type_widening:
@@ -160,6 +187,9 @@ class BatchProcessor:
 
     def _aggregates(self, marked: DataFrame) -> list[Column]:
         """Records, rejected, records with unknown fields, widening candidates."""
+        return self._memo("aggregates", self._aggregates_plan)
+
+    def _aggregates_plan(self) -> list[Column]:
         aggs = [F.count(F.lit(1)).alias("records"), F.count(F.col("_fail")).alias("rejected")]
         if self.policy.watches_unknown:
             aggs.append(F.count_if((F.size("_extra") > 0) & F.col("_fail").isNull())
@@ -245,8 +275,7 @@ class BatchProcessor:
         self.store_schema(schema, changes, batch_id)
         fault_point("after_schema_evolved", batch_id)
         logger.warning("batch %d: table schema evolved: %s", batch_id, "; ".join(changes))
-        self.schema = schema
-        self.decoder, self.partitions, self.columns = self.rebuild(schema)
+        self._use(schema)
         self.stats.schema_changes += len(changes)
         return True
 
@@ -355,14 +384,17 @@ class BatchProcessor:
     def _good(self, marked: DataFrame, *, guarded: bool = False) -> DataFrame:
         """The good rows as table columns. ``guarded``: a row that would change the
         schema fails the job (see :meth:`_write_guarded`)."""
-        ts = F.col("_ts") if "_ts" in marked.columns else None
+        keep, columns = self._memo(("good", guarded), lambda: self._good_plan(guarded))
+        return marked.where(keep).select(*columns)
+
+    def _good_plan(self, guarded: bool) -> tuple[Column, list[Column]]:
+        ts = F.col("_ts") if self.partitions.timestamp_column is not None else None
         keep = F.col("_fail").isNull()
         guard = self._guard() if guarded else None
         if guard is not None:
             keep = F.when(guard, F.raise_error(F.lit(GUARD_MESSAGE))).otherwise(keep)
-        return marked.where(keep).select(
-            *self.partitions.output_columns(F.col(self.record), self.columns, ts),
-            *self.source_columns.columns())
+        return keep, [*self.partitions.output_columns(F.col(self.record), self.columns, ts),
+                      *self.source_columns.columns()]
 
     def _write_guarded(self, df: DataFrame, batch_id: int) -> tuple[Any, ...]:
         """Tables whose write is the commit (Delta), in one pass: the write counts (an
@@ -458,6 +490,18 @@ class BatchProcessor:
         self.stats.seconds += time.monotonic() - started
         logger.info("batch %d: skipped (already committed) in %.2fs", batch_id,
                     time.monotonic() - started)
+
+
+@dataclass(frozen=True)
+class _MarkedPlan:
+    """Columns of :meth:`BatchProcessor._marked`, in the order they are added."""
+
+    select: list[Any]  # raw columns and the parsed record _r
+    extra: Column  # _extra
+    decode_fail: Column | None  # _fail before the explode (exploding decoders)
+    explode: Column | None  # _x (exploding decoders)
+    ts: Column | None  # _ts (with a timestamp column)
+    fail: Column  # the final _fail
 
 
 class _EvolveFirst(Exception):

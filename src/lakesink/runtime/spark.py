@@ -42,6 +42,34 @@ DEFAULTS: dict[str, str] = {
 }
 
 
+#: lakesink's own Java functions (``jvm/udf``, compiled by ``scripts/setup.sh`` into
+#: ``jvm/jars/lakesink-udf.jar``): SQL name -> (class, return type). Each has a Spark
+#: expression fallback where it is used, so a session without the jar still works.
+JVM_FUNCTIONS: dict[str, tuple[str, str]] = {
+    "lakesink_count_colons": ("dev.lakesink.udf.CountColons", "int"),
+}
+
+
+def register_jvm_functions(spark: SparkSession) -> list[str]:
+    """Register :data:`JVM_FUNCTIONS` whose class is on the classpath; returns their
+    names. A missing class is logged and skipped."""
+    registered = []
+    for name, (cls, returns) in JVM_FUNCTIONS.items():
+        try:
+            spark.udf.registerJavaFunction(name, cls, returns)
+        except Exception as exc:  # noqa: BLE001 - py4j wraps ClassNotFoundException
+            logger.info("%s not registered (%s): the slower Spark expression is used",
+                        name, str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
+            continue
+        registered.append(name)
+    return registered
+
+
+def has_function(spark: SparkSession | None, name: str) -> bool:
+    """Whether ``name`` is a function of the session (e.g. one of :data:`JVM_FUNCTIONS`)."""
+    return spark is not None and bool(spark.catalog.functionExists(name))
+
+
 def build_spark_session(
     *,
     master: str | None = "local[*]",
@@ -95,5 +123,6 @@ def build_spark_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
+    register_jvm_functions(spark)
     logger.info("spark %s started (master=%s)", spark.version, spark.sparkContext.master)
     return spark
