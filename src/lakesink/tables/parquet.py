@@ -43,6 +43,8 @@ logger = logging.getLogger(__name__)
 
 # a file this big has seen enough values for Parquet's dictionary verdict to mean something
 LEARN_FROM_BYTES = 128 * 1024
+# Hadoop options of the staging write (a DataFrameWriter option goes into the job's conf)
+STAGING_COMMITTER = {"mapreduce.fileoutputcommitter.marksuccessfuljobs": "false"}
 # after a verdict, footers are read again only every this many batches (one footer read
 # is a couple of small GETs on an object store)
 RELEARN_EVERY = 100
@@ -64,6 +66,10 @@ class ParquetTableWriter(TableWriter):
         earlier batch of this run (too many distinct values), no dictionary attempt: the
         attempt (hashing every value until the dictionary overflows) is wasted work."""
         opts = super().write_options()
+        # the staging folder is private and published by this writer: no _SUCCESS marker
+        # (Hadoop's committer algorithm stays 1: its job commit takes only the committed
+        # task attempts, which keeps a re-run task's leftovers out of the staged files)
+        opts.update(STAGING_COMMITTER)
         for column in sorted(self.no_dictionary):
             opts[f"parquet.enable.dictionary#{column}"] = "false"
         return opts
