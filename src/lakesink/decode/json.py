@@ -78,8 +78,8 @@ class JsonDecoder(Decoder):
         parsing; the rest (unknown keys, nulls, nested objects, colons inside strings)
         are parsed exactly. The guard only skips records that cannot have an unknown key.
 
-        The colons are counted by lakesink's Java function :data:`COUNT_COLONS` (a byte
-        loop) when the session has it, else by Spark's ``split``, which builds a string
+        The colons are counted by lakesink's Java function :data:`COUNT_COLONS` (eight
+        bytes at a time) when the session has it, else by Spark's ``split``, which builds a string
         per piece (measured in docs/benchmark.md).
         """
         known = F.array(*[F.lit(n) for n in self.fields]) if self.fields else F.array()
