@@ -461,15 +461,12 @@ def _preflight_tables(cfg: LakesinkConfig) -> list[str]:
 
 def _check_local_layout(cfg: LakesinkConfig, layout: TableLayout) -> str:
     """Partition check for local tables without Spark (other stores: checked at start)."""
-    from pathlib import Path
-    from urllib.parse import unquote, urlparse
-
     from lakesink.tables.base import compare_layout
+    from lakesink.tables.fs import local_path
 
-    uri = urlparse(layout.layout_file)
-    if uri.scheme != "file":
+    if not layout.layout_file.startswith("file:"):
         return "table layout: checked at start (remote store)"
-    record = Path(unquote(uri.path))
+    record = local_path(layout.layout_file)
     if not record.exists():
         return "table layout: new table"
     existing = json.loads(record.read_text())

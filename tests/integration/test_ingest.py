@@ -165,6 +165,25 @@ def test_nasty_partition_values_stay_in_their_folder(spark, kafka_broker, topic,
     assert got == {v if v else null_read for v in values}
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+def test_base_path_with_space_percent_and_accent(spark, kafka_broker, topic, tmp_path,
+                                                 fmt) -> None:
+    """The table lands in the folder the user named: Hadoop reads a ``file:`` URI
+    literally (``%20`` stays ``%20``), so lakesink must not percent-encode local paths,
+    nor decode them when it lists the staged files it publishes."""
+    n = 500
+    produce_events(kafka_broker, topic, range(n))
+    lake = tmp_path / "my lake 50% é"
+    stats = run_once(spark, {**config_dict(kafka_broker, topic, lake), "table": {
+        **config_dict(kafka_broker, topic, lake)["table"], "format": fmt}})
+    table = lake / "events"
+    assert stats.written == n
+    assert sorted(duckdb_ids(table)) == list(range(n)), "rows lost or duplicated"
+    # nothing written under an encoded twin of the path
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my lake 50% é"]
+    assert (lake / ".lakesink").is_dir()  # checkpoint and bookkeeping beside the table
+
+
 def test_spark_timestamp_rules_match_reference(spark) -> None:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T

@@ -115,3 +115,21 @@ def test_azure_credentials_map_per_account(env: dict[str, str], auth: str | None
     assert "k3y-secret" in json.dumps(opts)
     shown = json.dumps(describe(opts)) + json.dumps(redacted_dict(cfg))
     assert "k3y-secret" not in shown
+
+
+def test_local_uris_are_taken_literally_like_hadoop(tmp_path) -> None:  # noqa: ANN001
+    """Hadoop reads ``file:///a%20b`` as the folder ``a%20b``: lakesink's URIs and its
+    own listing must spell and read local paths the same way (no percent-coding)."""
+    from pathlib import Path
+
+    from lakesink.tables.fs import local_path, to_uri
+
+    folder = tmp_path / "my lake 50% é"
+    uri = to_uri(str(folder))
+    assert uri == f"file://{folder.resolve()}"
+    assert local_path(uri) == folder.resolve()
+    assert local_path("file:/a%20b/c") == Path("/a%20b/c")
+    assert local_path("file:///a%20b/c") == Path("/a%20b/c")
+    assert local_path("file://host/a b") == Path("/a b")
+    assert to_uri("s3a://bucket/x/") == "s3a://bucket/x"
+    assert to_uri("file:///a b/") == "file:///a b"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -17,12 +18,24 @@ OBJECT_STORES = frozenset({"s3a", "s3", "gs", "abfs", "abfss", "wasb", "wasbs", 
 
 
 def to_uri(path: str) -> str:
-    """Local paths become absolute ``file:`` URIs; URIs with a scheme pass unchanged."""
-    from pathlib import Path
+    """Local paths become absolute ``file:`` URIs; URIs with a scheme pass unchanged.
 
+    The local path is kept as it is, not percent-encoded: Hadoop reads the characters
+    of a ``file:`` URI literally (``file:///a%20b`` is the folder ``a%20b``), so an
+    encoded URI would put a table under ``my%20lake`` when the user said ``my lake``.
+    """
     if "://" in path or path.startswith("file:"):
         return path.rstrip("/")
-    return Path(path).expanduser().resolve().as_uri()
+    return f"file://{Path(path).expanduser().resolve()}"
+
+
+def local_path(uri: str) -> Path:
+    """The local path of a ``file:`` URI, read the way Hadoop reads it: literally, with
+    no percent-decoding (see :func:`to_uri`); an authority (``file://host/``) is dropped."""
+    rest = uri.removeprefix("file:")
+    if rest.startswith("//"):
+        rest = "/" + rest[2:].partition("/")[2]
+    return Path(rest)
 
 
 def join(*parts: str) -> str:
@@ -207,10 +220,8 @@ class HadoopFS:
 def _list_local(uri: str, suffix: str) -> list[FileInfo]:
     """:meth:`HadoopFS.list_files` for ``file:`` URIs without a JVM round trip per file."""
     import os
-    from pathlib import Path
-    from urllib.parse import unquote, urlparse
 
-    root = Path(unquote(urlparse(uri).path))
+    root = local_path(uri)
     if not root.is_dir():
         return []
     out: list[FileInfo] = []
