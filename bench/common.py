@@ -97,18 +97,22 @@ class TreeRSS:
                 procs = [self.root, *self.root.children(recursive=True)]
             except psutil.NoSuchProcess:
                 return
-            total = 0
-            parts: dict[str, int] = {}
+            names: dict[int, str] = {}  # each process's name, read once per sample
             jvm_cmdlines = {}
             for p in procs:
                 try:
-                    if p.name() == "java":
+                    names[p.pid] = p.name()
+                    if names[p.pid] == "java":
                         jvm_cmdlines[p.pid] = p.cmdline()
                 except psutil.NoSuchProcess:
                     pass
+            total = 0
+            parts: dict[str, int] = {}
             for p in procs:
+                if p.pid not in names:
+                    continue  # gone already
                 try:
-                    if (p.ppid() in jvm_cmdlines and p.name() != "java"
+                    if (p.ppid() in jvm_cmdlines and names[p.pid] != "java"
                             and p.cmdline() == jvm_cmdlines[p.ppid()]):
                         # A JVM forks only to run a tool (Hadoop's Shell: readlink,
                         # chmod…); until the child execs it shares the JVM's pages
@@ -116,11 +120,10 @@ class TreeRSS:
                         # peak: 2.3 GiB "peaks" of a 1.1 GiB JVM, 2026-11-26.
                         continue
                     rss = p.memory_info().rss
-                    name = p.name()
                 except psutil.NoSuchProcess:
                     continue
                 total += rss
-                parts[name] = parts.get(name, 0) + rss
+                parts[names[p.pid]] = parts.get(names[p.pid], 0) + rss
             if total > self.peak:
                 self.peak, self.breakdown = total, parts
             self._stop.wait(self.interval)

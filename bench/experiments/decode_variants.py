@@ -65,7 +65,7 @@ def main() -> None:
         marked = proc._marked(raw)
         if "-noobs" not in variant:
             marked = marked.observe(Observation(f"o{time.monotonic_ns()}"),
-                                    *proc._aggregates(marked))
+                                    *proc._aggregates())
         good = proc._good(marked)
         return proc.writer.shuffled(good) if "-shuffle" in variant else good
 

@@ -173,12 +173,15 @@ def test_base_path_with_space_percent_and_accent(spark, kafka_broker, topic, tmp
     nor decode them when it lists the staged files it publishes."""
     n = 500
     produce_events(kafka_broker, topic, range(n))
+    produce(kafka_broker.bootstrap_servers, topic, [(b"k", b"not json")])
     lake = tmp_path / "my lake 50% é"
     stats = run_once(spark, {**config_dict(kafka_broker, topic, lake), "table": {
         **config_dict(kafka_broker, topic, lake)["table"], "format": fmt}})
     table = lake / "events"
-    assert stats.written == n
+    assert stats.written == n and stats.rejected == 1
     assert sorted(duckdb_ids(table)) == list(range(n)), "rows lost or duplicated"
+    rejected = pads.dataset(str(lake / "_rejected" / "events"), format="parquet")
+    assert rejected.to_table(columns=["value"]).column("value").to_pylist() == [b"not json"]
     # nothing written under an encoded twin of the path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["my lake 50% é"]
     assert (lake / ".lakesink").is_dir()  # checkpoint and bookkeeping beside the table

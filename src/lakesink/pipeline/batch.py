@@ -185,8 +185,9 @@ class BatchProcessor:
             return []
         return [f for f in self.schema.fields if widenable(f)]
 
-    def _aggregates(self, marked: DataFrame) -> list[Column]:
-        """Records, rejected, records with unknown fields, widening candidates."""
+    def _aggregates(self) -> list[Column]:
+        """Records, rejected, records with unknown fields, widening candidates (over the
+        columns of :meth:`_marked`)."""
         return self._memo("aggregates", self._aggregates_plan)
 
     def _aggregates_plan(self) -> list[Column]:
@@ -207,13 +208,13 @@ class BatchProcessor:
             logger.debug("observation unavailable (%s): counting again", type(exc).__name__)
             values = {}
         if "records" not in values:
-            row = marked.agg(*self._aggregates(marked)).first()
+            row = marked.agg(*self._aggregates()).first()
             values = row.asDict() if row is not None else {}
         return {k: int(v or 0) for k, v in values.items()}
 
     def _count(self, marked: DataFrame) -> dict[str, int]:
         """:meth:`_aggregates` in one pass over ``marked`` (which that pass caches)."""
-        aggs = self._aggregates(marked)
+        aggs = self._aggregates()
         # observed on a no-op write: one stage, no shuffle for the aggregate
         observation = Observation(f"lakesink_count_{time.monotonic_ns()}")
         marked.observe(observation, *aggs).write.format("noop").mode("overwrite").save()
@@ -403,7 +404,7 @@ class BatchProcessor:
         batch with a new field) is then written by :meth:`_write_counted`."""
         marked = self._marked(df)
         observation = Observation(f"lakesink_batch_{batch_id}_{time.monotonic_ns()}")
-        observed = marked.observe(observation, *self._aggregates(marked))
+        observed = marked.observe(observation, *self._aggregates())
         seen: dict[str, Any] = {}
 
         def commit_info() -> dict[str, Any]:
@@ -453,7 +454,7 @@ class BatchProcessor:
         for attempt in range(MAX_EVOLUTIONS_PER_BATCH + 1):
             marked = self._marked(df)
             observation = Observation(f"lakesink_batch_{batch_id}_{time.monotonic_ns()}")
-            observed = marked.observe(observation, *self._aggregates(marked))
+            observed = marked.observe(observation, *self._aggregates())
             seen: dict[str, Any] = {}
 
             def commit_info(observation: Observation = observation, marked: DataFrame = marked,
