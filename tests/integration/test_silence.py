@@ -9,9 +9,11 @@ fires on record times, and state older than ttl_factor x timeout is swept.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -106,6 +108,51 @@ def _wait_for(what: str, check, timeout_s: float = 90) -> Any:  # noqa: ANN001, 
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _publish_until_a_fires(broker, topic: str, events_topic: str,  # noqa: ANN001
+                           run: Streaming) -> int:
+    """Keys a and b publish for 4 s; then only b, until a's silence event is out and a
+    little longer. Returns the next record id."""
+    _wait_for("the silence query's first batch", lambda: run.pipeline.silence.stats.batches)
+    i = 1
+    started = time.monotonic()
+    while time.monotonic() - started < 4:
+        produce(broker.bootstrap_servers, topic, [_event("a", i), _event("b", i + 1)])
+        i += 2
+        time.sleep(0.5)
+    events: list[Any] = []
+    while not events and time.monotonic() - started < 90:
+        produce(broker.bootstrap_servers, topic, [_event("b", i)])
+        i += 1
+        time.sleep(0.5)
+        events = _consume(broker, events_topic)
+    for _ in range(4):
+        produce(broker.bootstrap_servers, topic, [_event("b", i)])
+        i += 1
+        time.sleep(0.5)
+    return i
+
+
+@contextlib.contextmanager
+def _publishing(broker, topic: str, key: str, *, start_id: int) -> Iterator[None]:  # noqa: ANN001
+    """``key`` publishes every 0.5 s on a thread while the block runs."""
+    done = threading.Event()
+
+    def publish() -> None:
+        i = start_id
+        while not done.is_set():
+            produce(broker.bootstrap_servers, topic, [_event(key, i)])
+            i += 1
+            done.wait(0.5)
+
+    thread = threading.Thread(target=publish, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(30)
+
+
 def test_silent_key_fires_once_survives_restart_and_rearms(spark, kafka_broker, topic,
                                                           tmp_path) -> None:
     import duckdb
@@ -120,28 +167,18 @@ def test_silent_key_fires_once_survives_restart_and_rearms(spark, kafka_broker, 
     CALLS.clear()
     produce(kafka_broker.bootstrap_servers, topic, [(None, _event("nobody", 0)[1])])
     run = Streaming(spark, data)
-    _wait_for("the silence query's first batch", lambda: run.pipeline.silence.stats.batches)
-    # both keys publish for 4 s; then only b, for as long again as the timeout and more
-    i = 1
-    started = time.monotonic()
-    while time.monotonic() - started < 4:
-        produce(kafka_broker.bootstrap_servers, topic, [_event("a", i), _event("b", i + 1)])
-        i += 2
-        time.sleep(0.5)
-    # b goes on until a's event is out, and a little longer
-    events: list[Any] = []
-    while not events and time.monotonic() - started < 90:
-        produce(kafka_broker.bootstrap_servers, topic, [_event("b", i)])
-        i += 1
-        time.sleep(0.5)
-        events = _consume(kafka_broker, events_topic)
-    for _ in range(4):
-        produce(kafka_broker.bootstrap_servers, topic, [_event("b", i)])
-        i += 1
-        time.sleep(0.5)
+    try:
+        i = _publish_until_a_fires(kafka_broker, topic, events_topic, run)
+    except BaseException:
+        run.stop.event.set()  # a failure here must not leave the query running
+        run.thread.join(120)
+        raise
     events = _consume(kafka_broker, events_topic)
     stats, calls = dict(run.pipeline.silence.stats.as_dict()), list(CALLS)
-    run.close()  # b stops now: it is silent while lakesink is down (stopping takes ~3 s)
+    # b publishes until lakesink is down (stopping takes seconds, more on a busy machine:
+    # b must not fall silent while the first run still runs), then is silent
+    with _publishing(kafka_broker, topic, "b", start_id=10**6):
+        run.close()
     assert [(k, v["stream"], v["event"]) for k, v, _ in events] == [
         (b"a", "a", "stream_timeout")], events
     last_a = max(ts for k, _, ts in _consume(kafka_broker, topic) if k == b"a")
@@ -155,15 +192,17 @@ def test_silent_key_fires_once_survives_restart_and_rearms(spark, kafka_broker, 
     # restart with idle input: b's pending silence fires, once, by the checkpointed state
     restarted_ms = time.time() * 1000
     run = Streaming(spark, data)
-    second = _wait_for("b's event after the restart",
-                       lambda: _consume(kafka_broker, events_topic)[1:])
-    assert [(k, v["stream"]) for k, v, _ in second] == [(b"b", "b")]
-    assert second[0][1]["ts_ms"] > restarted_ms  # fired by the restarted query
-    # a publishes again: re-armed, fires again after its next silence
-    produce(kafka_broker.bootstrap_servers, topic, [_event("a", i)])
-    _wait_for("a's second event", lambda: len(_consume(kafka_broker, events_topic)) >= 3)
-    time.sleep(3 * TIMEOUT_MS / 1000)  # nothing more may come
-    run.close()
+    try:
+        second = _wait_for("b's event after the restart",
+                           lambda: _consume(kafka_broker, events_topic)[1:])
+        assert [(k, v["stream"]) for k, v, _ in second] == [(b"b", "b")]
+        assert second[0][1]["ts_ms"] > restarted_ms  # fired by the restarted query
+        # a publishes again: re-armed, fires again after its next silence
+        produce(kafka_broker.bootstrap_servers, topic, [_event("a", i)])
+        _wait_for("a's second event", lambda: len(_consume(kafka_broker, events_topic)) >= 3)
+        time.sleep(3 * TIMEOUT_MS / 1000)  # nothing more may come
+    finally:
+        run.close()  # also after a failure: a running query would fail the next tests
     events = _consume(kafka_broker, events_topic)
     assert [v["stream"] for _, v, _ in events] == ["a", "b", "a"], events
     assert [(k, e["stream"]) for k, e in CALLS] == [(b"a", "a"), (b"b", "b"), (b"a", "a")]
