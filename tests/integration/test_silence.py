@@ -93,7 +93,7 @@ class Streaming:
 
     def close(self) -> None:
         self.stop.event.set()
-        self.thread.join(120)
+        self.thread.join(240)  # a loaded machine has taken over 120 s (see the stop-15 note)
         assert not self.thread.is_alive()
         assert self.error is None, self.error
 
