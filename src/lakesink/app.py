@@ -29,7 +29,7 @@ from lakesink.pipeline.retry import RetryingBatch
 from lakesink.pipeline.routing import Route, Router, TypeTables
 from lakesink.pipeline.transforms import Transforms, parse_transforms
 from lakesink.runtime import storage
-from lakesink.runtime.shutdown import StopRequest, await_query
+from lakesink.runtime.shutdown import StopGate, StopRequest, await_query
 from lakesink.silence.query import SilenceQuery, SilenceRunner
 from lakesink.sources import kafka
 from lakesink.tables.fs import HadoopFS, to_uri
@@ -285,14 +285,17 @@ class Pipeline:
         """The flag if given, else the configuration's ``trigger.until_caught_up``."""
         return self.cfg.trigger.until_caught_up if until_caught_up is None else until_caught_up
 
-    def start(self, *, until_caught_up: bool | None = None) -> StreamingQuery:
+    def start(self, *, until_caught_up: bool | None = None,
+              stop: StopRequest | None = None) -> StreamingQuery:
+        """Start the query; batches starting after ``stop`` is requested are refused
+        (see :mod:`lakesink.runtime.shutdown`)."""
         caught_up = self._caught_up(until_caught_up)
         stream = kafka.read_stream(self.spark, self.cfg.source.kafka, headers=self.headers)
         retry = self.cfg.retry
         batch = RetryingBatch(self.processor, attempts=retry.batch_attempts,
                               initial_backoff_s=retry.initial_backoff_s,
                               max_backoff_s=retry.max_backoff_s)
-        writer = (stream.writeStream.foreachBatch(batch)
+        writer = (stream.writeStream.foreachBatch(StopGate(batch, stop or StopRequest()))
                   .option("checkpointLocation", self.checkpoint)
                   .queryName(f"lakesink_{self.name}"))
         if caught_up:
@@ -339,7 +342,7 @@ class Pipeline:
             done_before = self.stats.batches
             query = None
             try:
-                query = self.start(until_caught_up=until_caught_up)
+                query = self.start(until_caught_up=until_caught_up, stop=stop)
                 await_query(query, stop)
                 return self.stats
             except Exception as exc:

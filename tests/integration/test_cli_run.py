@@ -62,6 +62,9 @@ def test_sigterm_stops_after_the_batch_then_restart_is_exact(kafka_broker, topic
         log.close()
     output = (tmp_path / "run.log").read_text()
     assert "SIGTERM received" in output and "stopped" in output
+    # a clean stop: a batch refused after the signal is no error (no ERROR, no trace)
+    assert "ERROR" not in output and "Traceback" not in output, output[-3000:]
+    print(output[-1500:])
     partial = duckdb_ids(lake / "events")
     assert len(partial) == len(set(partial)) and 0 < len(partial) <= n_first
 

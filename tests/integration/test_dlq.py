@@ -13,8 +13,9 @@ import pytest
 from lakesink import dlq
 from lakesink.config import load_config
 from lakesink.runtime.services import produce
+from tests.fixtures.runs import flatten
 from tests.fixtures.services import config_dict, json_events, read_ids, run_cli, write_config
-from tests.integration.test_ingest import _flatten, run_once
+from tests.integration.test_ingest import run_once
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
 
@@ -46,7 +47,7 @@ def test_fix_config_replay_rows_appear_once(spark, kafka_broker, topic, tmp_path
     first = run_once(spark, strict)
     assert (first.written, first.rejected) == (30, 8)
 
-    cfg = load_config(flags=_flatten(strict), env={})
+    cfg = load_config(flags=flatten(strict), env={})
     shown = dlq.show(spark, cfg)
     assert shown["by_reason"] == {"unknown_field": 6, "malformed_json": 1, "not_an_object": 1}
     assert shown["replayed_records"] == 0 and len(shown["sample"]) == 5
@@ -54,7 +55,7 @@ def test_fix_config_replay_rows_appear_once(spark, kafka_broker, topic, tmp_path
     # the fix: new fields become columns
     fixed = config_dict(kafka_broker, topic, lake, format=fmt)
     fixed["dlq"] = {"format": dlq_format}
-    fixed_cfg = load_config(flags=_flatten(fixed), env={})
+    fixed_cfg = load_config(flags=flatten(fixed), env={})
     result = dlq.replay(spark, fixed_cfg)
     assert (result["records"], result["written"], result["rejected"]) == (8, 6, 2)
     ids = read_ids(lake / "events", fmt)

@@ -14,26 +14,16 @@ from lakesink.config import load_config
 from lakesink.errors import ConfigError, LayoutError
 from lakesink.pipeline.partitioning import partition_path, time_parts, to_utc
 from lakesink.runtime.services import produce
+from tests.fixtures.runs import flatten
 from tests.fixtures.services import config_dict, duckdb_ids, json_events, produce_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
 
 
 def run_once(spark, data: dict[str, Any]) -> Any:  # noqa: ANN001, ANN401
-    cfg = load_config(flags=_flatten(data), env={})
+    cfg = load_config(flags=flatten(data), env={})
     pipeline = Pipeline.build(cfg, spark)
     return pipeline.run(until_caught_up=True)
-
-
-def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict) and key not in ("options", "conf"):
-            out.update(_flatten(value, path + "."))
-        else:
-            out[path] = value
-    return out
 
 
 BAD_RECORDS = [

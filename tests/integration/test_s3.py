@@ -13,13 +13,13 @@ import pytest
 from lakesink.app import Pipeline
 from lakesink.config import load_config
 from lakesink.runtime.services import produce
+from tests.fixtures.runs import flatten
 from tests.fixtures.services import (
     config_dict,
     delta_rs_s3_options,
     duckdb_s3,
     json_events,
 )
-from tests.integration.test_ingest import _flatten
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark, pytest.mark.s3]
 
@@ -31,7 +31,7 @@ def _env(server: Any, prefix: str) -> dict[str, str]:  # noqa: ANN401
 
 
 def run_s3(spark, data: dict[str, Any], env: dict[str, str]) -> Any:  # noqa: ANN001, ANN401
-    cfg = load_config(flags=_flatten(data), env=env)
+    cfg = load_config(flags=flatten(data), env=env)
     return Pipeline.build(cfg, spark).run(until_caught_up=True)
 
 
@@ -44,7 +44,7 @@ def test_s3_end_to_end_with_the_quix_settings(spark, kafka_broker, s3_server, to
     data = config_dict(kafka_broker, topic, tmp_path / "unused", format=fmt)
     data["table"].pop("base_path")  # S3_BUCKET / S3_PREFIX say where the lake is
     env = _env(s3_server, prefix)
-    cfg = load_config(flags=_flatten(data), env=env)
+    cfg = load_config(flags=flatten(data), env=env)
     assert cfg.table.base_path == f"s3a://lake/{prefix}"
     assert cfg.storage.s3.endpoint == s3_server.endpoint
     stats = run_s3(spark, data, env)
@@ -144,10 +144,10 @@ def test_a_second_delta_writer_on_s3_is_refused(spark, kafka_broker, s3_server, 
     data = config_dict(kafka_broker, topic, tmp_path / "unused", format="delta")
     data["table"].pop("base_path")
     env = _env(s3_server, prefix)
-    first = Pipeline.build(load_config(flags=_flatten(data), env=env), spark)
+    first = Pipeline.build(load_config(flags=flatten(data), env=env), spark)
     other = {**data, "checkpoint": f"s3a://lake/{prefix}/other-checkpoint"}
     with pytest.raises(SecondWriterError) as refused:
-        Pipeline.build(load_config(flags=_flatten(other), env=env), spark)
+        Pipeline.build(load_config(flags=flatten(other), env=env), spark)
     assert f"pid {os.getpid()}" in str(refused.value)
     assert "another lakesink" in str(refused.value)
     assert first.run(until_caught_up=True).written == 50  # the holder goes on, and releases
@@ -161,7 +161,7 @@ def test_a_second_delta_writer_on_s3_is_refused(spark, kafka_broker, s3_server, 
     stale = {"writer": "x", "app_id": "old", "host": socket.gethostname(), "pid": dead.pid,
              "renewed": time.time(), "ttl_s": 600}
     fs.write_text(lease, json.dumps(stale))
-    second = Pipeline.build(load_config(flags=_flatten(other), env=env), spark)
+    second = Pipeline.build(load_config(flags=flatten(other), env=env), spark)
     assert fs.read_json(lease)["pid"] == os.getpid()
     second.processor.close()
     assert not fs.exists(lease)
@@ -169,13 +169,13 @@ def test_a_second_delta_writer_on_s3_is_refused(spark, kafka_broker, s3_server, 
     # resolve) releases it, and the silence table's own lease too
     bad = {**other, "silence": {"timeout_ms": 10_000, "table": "silent", "key": "no_such"}}
     with pytest.raises(ConfigError, match="silence.key"):
-        Pipeline.build(load_config(flags=_flatten(bad), env=env), spark)
+        Pipeline.build(load_config(flags=flatten(bad), env=env), spark)
     assert not fs.exists(lease)
     assert not fs.exists(f"s3a://lake/{prefix}/.lakesink/silent/writer.json")
     # a fresh lease of another machine is respected
     fs.write_text(lease, json.dumps({**stale, "host": "elsewhere", "pid": 1}))
     with pytest.raises(SecondWriterError, match="host elsewhere"):
-        Pipeline.build(load_config(flags=_flatten(other), env=env), spark)
+        Pipeline.build(load_config(flags=flatten(other), env=env), spark)
 
 
 def test_dynamodb_log_store_needs_its_jar(spark, kafka_broker, s3_server, topic,
@@ -186,7 +186,7 @@ def test_dynamodb_log_store_needs_its_jar(spark, kafka_broker, s3_server, topic,
     data = config_dict(kafka_broker, topic, tmp_path / "unused", format="delta")
     data["table"].pop("base_path")
     data["storage"] = {"s3": {"delta_log_store": "dynamodb", "dynamodb_table": "locks"}}
-    cfg = load_config(flags=_flatten(data), env=_env(s3_server, f"ddb-{next(_prefix)}"))
+    cfg = load_config(flags=flatten(data), env=_env(s3_server, f"ddb-{next(_prefix)}"))
     conf = storage.spark_conf(cfg)
     assert conf["spark.delta.logStore.s3a.impl"] == "io.delta.storage.S3DynamoDBLogStore"
     assert conf["spark.io.delta.storage.S3DynamoDBLogStore.ddb.tableName"] == "locks"

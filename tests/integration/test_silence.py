@@ -21,9 +21,8 @@ import pytest
 from lakesink.app import Pipeline
 from lakesink.config.loader import load_config
 from lakesink.runtime.services import produce
-from lakesink.runtime.shutdown import StopRequest
+from tests.fixtures.runs import Streaming, flatten
 from tests.fixtures.services import config_dict
-from tests.integration.test_ingest import _flatten
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
 
@@ -73,29 +72,6 @@ def _consume(broker, topic: str) -> list[tuple[bytes, dict[str, Any], int]]:  # 
         return out
     finally:
         consumer.close()
-
-
-class Streaming:
-    """``lakesink run`` in streaming mode on a thread (in this process's Spark)."""
-
-    def __init__(self, spark, data: dict[str, Any]) -> None:  # noqa: ANN001
-        self.pipeline = Pipeline.build(load_config(flags=_flatten(data), env={}), spark)
-        self.stop = StopRequest()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.pipeline.run(until_caught_up=False, stop=self.stop)
-        except BaseException as exc:  # noqa: BLE001 - reported by close()
-            self.error = exc
-
-    def close(self) -> None:
-        self.stop.event.set()
-        self.thread.join(240)  # a loaded machine has taken over 120 s (see the stop-15 note)
-        assert not self.thread.is_alive()
-        assert self.error is None, self.error
 
 
 def _wait_for(what: str, check, timeout_s: float = 90) -> Any:  # noqa: ANN001, ANN401
@@ -170,8 +146,7 @@ def test_silent_key_fires_once_survives_restart_and_rearms(spark, kafka_broker, 
     try:
         i = _publish_until_a_fires(kafka_broker, topic, events_topic, run)
     except BaseException:
-        run.stop.event.set()  # a failure here must not leave the query running
-        run.thread.join(120)
+        run.stop()  # a failure here must not leave the query running
         raise
     events = _consume(kafka_broker, events_topic)
     stats, calls = dict(run.pipeline.silence.stats.as_dict()), list(CALLS)
@@ -252,7 +227,7 @@ def test_event_time_replay_fires_on_record_times_and_sweeps_old_state(
     data["source"]["kafka"].update(starting_offsets="earliest", max_offsets_per_trigger=5)
     data["silence"] = {"table": "silences", "callback": f"{__name__}:hanging_callback",
                        "callback_timeout_s": 2, **REPLAY_SILENCE}
-    pipeline = Pipeline.build(load_config(flags=_flatten(data), env={}), spark)
+    pipeline = Pipeline.build(load_config(flags=flatten(data), env={}), spark)
     stats = pipeline.run(until_caught_up=True)
     assert stats.written == produced  # a hung and a raising callback stalled nothing
     silence = pipeline.silence.stats

@@ -42,6 +42,11 @@ def test_off_by_default_and_on_with_a_timeout_and_an_output() -> None:
     assert silence(timeout_ms=10**7, table="t").interval == "30000 milliseconds"  # at most 30
     assert silence(timeout_ms=500, table="t", trigger_interval="2 seconds").interval == \
         "2 seconds"
+    # short forms are turned into what Spark's interval parser takes (it refuses "ms")
+    assert silence(timeout_ms=500, table="t", trigger_interval="100 ms").interval == \
+        "100 milliseconds"
+    assert silence(timeout_ms=500, table="t", watermark_delay="5s").watermark_delay == \
+        "5 seconds"
 
 
 @pytest.mark.parametrize(("values", "key", "words"), [
@@ -55,6 +60,10 @@ def test_off_by_default_and_on_with_a_timeout_and_an_output() -> None:
     ({"timeout_ms": 5000, "table": "bad/name"}, "silence.table", "not a table name"),
     ({"timeout_ms": 5000, "topic": "x", "ttl_factor": 1}, "silence.ttl_factor", "greater"),
     ({"timeout_ms": 5000, "topic": "x", "time": "wall"}, "silence.time", "processing"),
+    ({"timeout_ms": 5000, "topic": "x", "trigger_interval": "soon"},
+     "silence.trigger_interval", "duration"),
+    ({"timeout_ms": 5000, "topic": "x", "watermark_delay": "5 fortnights"},
+     "silence.watermark_delay", "duration"),
 ])
 def test_config_errors_name_the_key(values: dict[str, Any], key: str, words: str) -> None:
     with pytest.raises(ConfigError) as err:

@@ -389,6 +389,16 @@ _DURATION_UNITS = {
 }
 
 
+def spark_duration(value: str) -> str:
+    """Accept ``500ms``, ``10 s``, ``1 minute``…; return the form Spark's interval
+    parser takes (it knows ``seconds``, not ``s``)."""
+    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*$", value)
+    unit = _DURATION_UNITS.get(m.group(2).lower()) if m else None
+    if m is None or unit is None:
+        raise ValueError("use a duration like '500 ms', '10 seconds' or '1 minute'")
+    return f"{m.group(1)} {unit}"
+
+
 class TriggerConfig(_Section):
     interval: str = Field(default="10 seconds", description="micro-batch interval")
     until_caught_up: bool = Field(
@@ -398,12 +408,7 @@ class TriggerConfig(_Section):
     @field_validator("interval")
     @classmethod
     def _interval(cls, value: str) -> str:
-        """Accept ``500ms``, ``10 s``, ``1 minute``…; store the form Spark's trigger takes."""
-        m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*$", value)
-        unit = _DURATION_UNITS.get(m.group(2).lower()) if m else None
-        if m is None or unit is None:
-            raise ValueError("use a duration like '500 ms', '10 seconds' or '1 minute'")
-        return f"{m.group(1)} {unit}"
+        return spark_duration(value)
 
 
 class SparkConfig(_Section):
@@ -631,6 +636,11 @@ class SilenceConfig(_Section):
                                          "checked; default: timeout/5, within 1 s..30 s")
     checkpoint: str | None = Field(default=None, description="default: the ingestion "
                                    "checkpoint's path + '_silence'")
+
+    @field_validator("trigger_interval", "watermark_delay")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        return None if value is None else spark_duration(value)
 
     @field_validator("timeout_ms", mode="before")
     @classmethod

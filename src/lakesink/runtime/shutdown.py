@@ -1,9 +1,13 @@
 """Graceful shutdown: SIGINT/SIGTERM stop the query after the batch in flight.
 
-The first signal asks for a stop: the driver waits until no trigger is active, then
-stops the query (so the batch in flight commits). A second signal stops at once —
-still safe, because a batch cut short is redone on restart (see
-:mod:`lakesink.tables.base`).
+The first signal asks for a stop. From then on every batch that starts is refused by
+:class:`StopGate` before it reads or writes anything (it raises; Spark has logged the
+batch's offsets but not its commit, so the next start reads the same records again),
+and the driver stops the query once no trigger is active. So the batch in flight
+commits and the stop comes right after it, even when batches run back to back (a
+backlog, or batches slower than the trigger interval) and Spark is never idle between
+triggers. A second signal stops at once — still safe, because a batch cut short is
+redone on restart (see :mod:`lakesink.tables.base`).
 """
 
 from __future__ import annotations
@@ -12,10 +16,12 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
     from pyspark.sql.streaming import StreamingQuery
 
 logger = logging.getLogger(__name__)
@@ -54,18 +60,94 @@ class StopRequest:
         return self.signals >= 2
 
 
+#: the text of a refused batch's error (found again in the query's exception)
+REFUSED = "lakesink: batch refused, a stop was requested"
+
+
+class BatchRefused(RuntimeError):
+    """A batch started after a stop request; it did nothing and is read again on the
+    next start."""
+
+
+def _not_a_refusal(record: logging.LogRecord) -> bool:
+    """py4j logs every exception of a Python callback at ERROR; a refusal is none."""
+    return not (record.exc_info and isinstance(record.exc_info[1], BatchRefused))
+
+
+logging.getLogger("py4j.clientserver").addFilter(_not_a_refusal)
+
+
+class StopGate:
+    """The ``foreachBatch`` function, refusing every batch that starts after ``stop``.
+
+    Contract: a refused batch has touched nothing — no file, no commit, no callback —
+    and, because it raised, Spark records no commit for it, so the next start replays
+    it from the checkpoint's offset log. ``stats`` passes through.
+    """
+
+    def __init__(self, fn: Callable[[DataFrame, int], None], stop: StopRequest) -> None:
+        self.fn = fn
+        self.stop = stop
+
+    @property
+    def stats(self) -> Any:  # noqa: ANN401 - the wrapped function's
+        return self.fn.stats  # type: ignore[attr-defined]
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        if self.stop.requested:
+            logger.info("batch %d not started: stopping (it is read again on the next "
+                        "start)", batch_id)
+            _stream_errors(quiet=True)
+            raise BatchRefused(f"{REFUSED} (batch {batch_id})")
+        self.fn(df, batch_id)
+
+
+#: the JVM logger that prints a query's end on an error, with its stack trace
+_STREAM_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
+_previous_level: list[Any] = []
+
+
+def _stream_errors(*, quiet: bool) -> None:
+    """Silence (or restore) Spark's "terminated with error" stack trace, which a
+    refused batch would print although the stop is clean."""
+    from pyspark import SparkContext
+
+    jvm = SparkContext._jvm  # noqa: SLF001 - log4j has no Python API
+    if jvm is None:
+        return
+    log4j = jvm.org.apache.logging.log4j
+    configurator = log4j.core.config.Configurator
+    if quiet and not _previous_level:
+        _previous_level.append(log4j.LogManager.getLogger(_STREAM_LOGGER).getLevel())
+        configurator.setLevel(_STREAM_LOGGER, log4j.Level.OFF)
+    elif not quiet and _previous_level:
+        configurator.setLevel(_STREAM_LOGGER, _previous_level.pop())
+
+
 def await_query(query: StreamingQuery, stop: StopRequest, *, poll_s: float = 0.5) -> None:
     """Block until the query ends by itself or a stop was requested and carried out.
 
-    Raises the query's exception if it failed.
+    The query's batch function must be wrapped in a :class:`StopGate` on the same
+    ``stop``: then, after a request, the query either goes idle between triggers (and
+    is stopped) or ends on the refused batch (not an error). Raises the query's
+    exception if it failed.
     """
-    while query.isActive:
-        if stop.requested:
-            while query.isActive and query.status.get("isTriggerActive") and not stop.urgent:
-                time.sleep(0.1)
-            query.stop()
-            break
-        query.awaitTermination(poll_s)
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        while query.isActive:
+            if stop.requested:
+                while (query.isActive and query.status.get("isTriggerActive")
+                       and not stop.urgent):
+                    time.sleep(0.1)
+                query.stop()
+                break
+            query.awaitTermination(poll_s)
+    except StreamingQueryException:
+        pass  # it ended on an error: exception() has it
     exc = query.exception()
-    if exc is not None:
+    if exc is not None and stop.requested and REFUSED in str(exc):
+        _stream_errors(quiet=False)
+        logger.info("%s stopped after the batch in flight", query.name)
+    elif exc is not None:
         raise exc

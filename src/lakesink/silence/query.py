@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from lakesink.config.models import KafkaSource, LakesinkConfig, SilenceConfig
 from lakesink.errors import ConfigError
 from lakesink.faults import fault_point
-from lakesink.runtime.shutdown import StopRequest, await_query
+from lakesink.runtime.shutdown import StopGate, StopRequest, await_query
 from lakesink.silence.outputs import Callback, Outputs, load_callback
 from lakesink.silence.tracker import HEARTBEAT, NULL_KEY, OUTPUT_SCHEMA, RECORD, SilenceTracker
 from lakesink.sources import kafka
@@ -163,8 +163,12 @@ class SilenceQuery:
             tracker, OUTPUT_SCHEMA, "Append",
             "EventTime" if self.event_time else "ProcessingTime")
 
-    def start(self, *, until_caught_up: bool) -> StreamingQuery:
-        writer = (self.frame().writeStream.foreachBatch(self._batch)
+    def start(self, *, until_caught_up: bool, stop: StopRequest | None = None
+              ) -> StreamingQuery:
+        """Start the query; batches starting after ``stop`` is requested are refused
+        (see :mod:`lakesink.runtime.shutdown`)."""
+        writer = (self.frame().writeStream
+                  .foreachBatch(StopGate(self._batch, stop or StopRequest()))
                   .option("checkpointLocation", self.checkpoint)
                   .queryName("lakesink_silence"))
         if until_caught_up:
@@ -227,7 +231,7 @@ class SilenceQuery:
         while not stop.requested:
             query = None
             try:
-                query = self.start(until_caught_up=until_caught_up)
+                query = self.start(until_caught_up=until_caught_up, stop=stop)
                 await_query(query, stop)
                 if until_caught_up:
                     return
