@@ -9,9 +9,11 @@ alternating, on one topic, with Spark's event log on (per job and stage times).
     spark.eventLog.dir file:/tmp/evcold
     spark.eventLog.compress false
 
-Cases: ``lake`` (Parquet), ``lakedelta`` (Delta), ``hand``. Prints each run's seconds
-and lakesink's per-batch commit lines; 500 000 events per batch, like bench/run.py.
+Cases: ``lake`` (Parquet), ``lakedelta`` (Delta), ``hand``; ``case@DIR`` runs it with
+``SPARK_CONF_DIR=DIR`` (e.g. other JVM options). Prints each run's seconds and
+lakesink's per-batch commit lines; 500 000 events per batch, like bench/run.py.
 """
+import argparse
 import os
 import subprocess
 import sys
@@ -19,40 +21,31 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from bench.common import LAKESINK_SCHEMA, PARTITION_BY, SPARK_DDL, events  # noqa: E402
-from lakesink.runtime.jars import connector_jars  # noqa: E402
+from bench.common import events  # noqa: E402
+from bench.run import Case  # noqa: E402
 from lakesink.runtime.services import KafkaBroker, produce  # noqa: E402
+
+CASES = {"lake": "lakesink-parquet", "lakedelta": "lakesink-delta", "hand": "spark-handwritten"}
 
 n = int(sys.argv[1])
 order = sys.argv[2].split(",")
 work = Path(tempfile.mkdtemp(prefix="lakesink-cold-"))
+args = argparse.Namespace(max_offsets=500_000)
 with KafkaBroker() as broker:
     broker.create_topic("p", partitions=4)
     produce(broker.bootstrap_servers, "p", events(n))
-    for i, case in enumerate(order):
-        if case.startswith("lake"):
-            cfg = {"source": {"kafka": {"bootstrap_servers": broker.bootstrap_servers,
-                                        "topics": ["p"], "max_offsets_per_trigger": 500000}},
-                   "decode": {"schema": LAKESINK_SCHEMA},
-                   "table": {"name": "s", "base_path": str(work / f"l{i}"),
-                             "format": "delta" if case == "lakedelta" else "parquet",
-                             "partition_by": PARTITION_BY, "timestamp_column": "ts_ms"}}
-            (work / "c.yaml").write_text(yaml.safe_dump(cfg))
-            cmd = [sys.executable, "-m", "lakesink.cli", "run", "-c", str(work / "c.yaml"),
-                   "--until-caught-up"]
-        else:
-            cmd = [sys.executable, str(ROOT / "bench/cases/handwritten_spark.py"),
-                   "--bootstrap", broker.bootstrap_servers, "--topic", "p",
-                   "--out", str(work / f"h{i}"), "--checkpoint", str(work / f"hc{i}"),
-                   "--jars", ",".join(str(j) for j in connector_jars()),
-                   "--schema", SPARK_DDL, "--max-offsets", "500000"]
+    for i, spec in enumerate(order):
+        case, _, conf_dir = spec.partition("@")
+        env = {**os.environ, **({"SPARK_CONF_DIR": conf_dir} if conf_dir else {})}
+        run_dir = work / f"{i}-{case}"
+        run_dir.mkdir()
+        cmd = Case(CASES[case], run_dir, broker, args).command("p", stream=False, count=n,
+                                                               ndjson=None)
         t = time.time()
-        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=os.environ)
-        print(case, round(time.time() - t, 1), "rc", out.returncode, flush=True)
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+        print(spec, round(time.time() - t, 1), "rc", out.returncode, flush=True)
         for line in (out.stdout + out.stderr).splitlines():
             if "committed in" in line:
                 print("   ", line[:160])
