@@ -314,7 +314,7 @@ class Pipeline:
         nothing twice — up to ``retry.restarts`` times in a row without progress."""
         stop = stop or StopRequest()
         caught_up = self._caught_up(until_caught_up)
-        beside = self._silence_beside(caught_up)
+        beside = self._silence_beside(caught_up, stop)
         try:
             return self._run(caught_up, stop)
         finally:
@@ -324,16 +324,17 @@ class Pipeline:
                 self.silence.close()
             self.processor.close()
 
-    def _silence_beside(self, caught_up: bool) -> SilenceRunner | None:
+    def _silence_beside(self, caught_up: bool, stop: StopRequest) -> SilenceRunner | None:
         """The silence query on its own thread (event time only, when catching up:
-        wall-clock silence has no meaning for a run that ends when the topic does)."""
+        wall-clock silence has no meaning for a run that ends when the topic does).
+        It shares the run's ``stop``: a stop request ends both queries at once."""
         if self.silence is None:
             return None
         if caught_up and not self.silence.event_time:
             logger.warning("silence detection (time: processing) runs only while streaming; "
                            "not in this caught-up run")
             return None
-        return self.silence.background(until_caught_up=caught_up)
+        return self.silence.background(stop, until_caught_up=caught_up)
 
     def _run(self, until_caught_up: bool, stop: StopRequest) -> RunStats:
         retry = self.cfg.retry

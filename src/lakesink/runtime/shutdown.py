@@ -145,9 +145,10 @@ def await_query(query: StreamingQuery, stop: StopRequest, *, poll_s: float = 0.5
             query.awaitTermination(poll_s)
     except StreamingQueryException:
         pass  # it ended on an error: exception() has it
+    if stop.requested:
+        _stream_errors(quiet=False)  # the query has ended: its log line is written
     exc = query.exception()
     if exc is not None and stop.requested and REFUSED in str(exc):
-        _stream_errors(quiet=False)
         logger.info("%s stopped after the batch in flight", query.name)
     elif exc is not None:
         raise exc

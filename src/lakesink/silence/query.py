@@ -247,15 +247,17 @@ class SilenceQuery:
                     query.stop()
                 self.stats.tracked = self._tracked()  # the last batch's count
 
-    def background(self, *, until_caught_up: bool) -> SilenceRunner:
-        return SilenceRunner(self, until_caught_up)
+    def background(self, stop: StopRequest, *, until_caught_up: bool) -> SilenceRunner:
+        return SilenceRunner(self, stop, until_caught_up)
 
 
 class SilenceRunner:
-    """The silence query on a thread beside the ingestion query."""
+    """The silence query on a thread beside the ingestion query, on the same ``stop``
+    (a stop request ends both; the ingestion's end ends it, see :meth:`finish`)."""
 
-    def __init__(self, query: SilenceQuery, until_caught_up: bool) -> None:
-        self.stop = StopRequest()
+    def __init__(self, query: SilenceQuery, stop: StopRequest, until_caught_up: bool
+                 ) -> None:
+        self.stop = stop
         self.until_caught_up = until_caught_up
         self.thread = threading.Thread(
             target=query.run, args=(self.stop,), kwargs={"until_caught_up": until_caught_up},
