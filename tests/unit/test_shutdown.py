@@ -4,11 +4,14 @@ a refusal ends the wait without an error, any other failure is raised."""
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import Any
 
 import pytest
 from pyspark.errors import StreamingQueryException
 
+from lakesink.runtime import shutdown
 from lakesink.runtime.shutdown import REFUSED, BatchRefused, StopGate, StopRequest, await_query
 
 
@@ -81,3 +84,39 @@ def test_py4j_does_not_log_a_refusal_but_logs_other_callback_errors(caplog) -> N
             except Exception:
                 log.exception("There was an exception while executing the Python Proxy")
     assert [type(r.exc_info[1]) for r in caplog.records] == [ValueError]
+
+
+class EndsWhenReleased(EndsOnError):
+    """A query refused at the stop, that ends only when ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__(REFUSED)
+        self.release = threading.Event()
+
+    def awaitTermination(self, timeout: float) -> None:  # noqa: N802
+        if self.release.wait(timeout):
+            super().awaitTermination(timeout)
+
+    def stop(self) -> None:
+        self.release.wait()
+        self.isActive = False
+
+
+def test_the_muted_spark_log_comes_back_when_the_last_query_has_ended(monkeypatch) -> None:  # noqa: ANN001
+    calls: list[bool] = []
+    monkeypatch.setattr(shutdown, "_stream_errors", lambda *, quiet: calls.append(quiet))
+    stop = StopRequest()
+    stop.event.set()
+    silence = EndsWhenReleased()  # still ending, maybe with its own log line to come
+    beside = threading.Thread(target=await_query, args=(silence, stop), daemon=True)
+    beside.start()
+    deadline = time.monotonic() + 10
+    while shutdown._awaiting < 1 and time.monotonic() < deadline:  # noqa: SLF001
+        time.sleep(0.01)
+    ingestion = EndsOnError(REFUSED)
+    ingestion.isActive = False
+    await_query(ingestion, stop)
+    assert calls == []  # not while the silence query may still log its refusal
+    silence.release.set()
+    beside.join(5)
+    assert calls == [False]

@@ -107,6 +107,12 @@ _STREAM_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExe
 _previous_level: list[Any] = []
 
 
+#: how many queries await_query waits on (ingestion and silence run side by side):
+#: the muted logger is restored when the last of them has ended
+_awaiting = 0
+_awaiting_lock = threading.Lock()
+
+
 def _stream_errors(*, quiet: bool) -> None:
     """Silence (or restore) Spark's "terminated with error" stack trace, which a
     refused batch would print although the stop is clean."""
@@ -134,6 +140,9 @@ def await_query(query: StreamingQuery, stop: StopRequest, *, poll_s: float = 0.5
     """
     from pyspark.errors import StreamingQueryException
 
+    global _awaiting
+    with _awaiting_lock:
+        _awaiting += 1
     try:
         while query.isActive:
             if stop.requested:
@@ -145,8 +154,11 @@ def await_query(query: StreamingQuery, stop: StopRequest, *, poll_s: float = 0.5
             query.awaitTermination(poll_s)
     except StreamingQueryException:
         pass  # it ended on an error: exception() has it
-    if stop.requested:
-        _stream_errors(quiet=False)  # the query has ended: its log line is written
+    finally:
+        with _awaiting_lock:
+            _awaiting -= 1
+            if stop.requested and _awaiting == 0:  # the last query ended (and logged)
+                _stream_errors(quiet=False)
     exc = query.exception()
     if exc is not None and stop.requested and REFUSED in str(exc):
         logger.info("%s stopped after the batch in flight", query.name)
