@@ -82,16 +82,12 @@ class StopGate:
 
     Contract: a refused batch has touched nothing — no file, no commit, no callback —
     and, because it raised, Spark records no commit for it, so the next start replays
-    it from the checkpoint's offset log. ``stats`` passes through.
+    it from the checkpoint's offset log.
     """
 
     def __init__(self, fn: Callable[[DataFrame, int], None], stop: StopRequest) -> None:
         self.fn = fn
         self.stop = stop
-
-    @property
-    def stats(self) -> Any:  # noqa: ANN401 - the wrapped function's
-        return self.fn.stats  # type: ignore[attr-defined]
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         if self.stop.requested:
