@@ -26,6 +26,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from lakesink.config.secrets import refuse_secrets
 from lakesink.errors import ConfigError
 from lakesink.pipeline.transforms import parse_transforms
 
@@ -133,6 +134,13 @@ class KafkaSource(_Section):
     @classmethod
     def _bootstrap(cls, value: str) -> str:
         bootstrap_hosts(value)
+        return value
+
+    @field_validator("options")
+    @classmethod
+    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        refuse_secrets(value, "source.kafka.options", "source.kafka.secret_options (or "
+                       "source.kafka.sasl.password)")
         return value
 
     @field_validator("starting_offsets", mode="before")
@@ -365,6 +373,15 @@ class TableConfig(_Section):
                              "(add_columns turns unknown fields into columns)")
         if self.key_column and self.key_column == self.metadata_column:
             raise ValueError("table.metadata_column: the same name as table.key_column")
+        if self.format == "parquet":
+            for col in self.partition_by:
+                if col.startswith("_"):
+                    raise ValueError(
+                        f"table.partition_by: {col!r} starts with '_': its folders "
+                        f"({col}=…) are hidden from Hadoop, Hive, Trino and pyarrow, which "
+                        "skip names starting with '_' or '.'; partition by a column without "
+                        f"the '_' (e.g. the transform '{col.lstrip('_') or 'part'}: {col}'), "
+                        "or use format delta, whose log lists the files")
         for col in self.source_columns:
             if col in self.partition_by:
                 raise ValueError(f"table.partition_by: {col!r} is a key/metadata column; "
@@ -426,6 +443,8 @@ class SparkConfig(_Section):
         bad = [k for k in value if not k.startswith("spark.")]
         if bad:
             raise ValueError(f"keys must start with 'spark.': {bad}")
+        refuse_secrets(value, "spark.conf", "storage.<store>.secret_options or the "
+                       "section's credential fields")
         return value
 
 
@@ -534,8 +553,18 @@ class S3Storage(_Section):
                                         "storage.s3.region")
     options: dict[str, str] = Field(default_factory=dict,
                                     description="any other S3A option, fs.s3a.<name> -> value")
+    secret_options: dict[str, SecretStr] = Field(
+        default_factory=dict, description="options whose values are secret (encryption "
+        "keys, tokens…): env or secret file only")
 
-    _strings = field_validator("options", mode="before")(_stringify_map)
+    _strings = field_validator("options", "secret_options", mode="before")(_stringify_map)
+
+    @field_validator("options")
+    @classmethod
+    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        refuse_secrets(value, "storage.s3.options", "storage.s3.secret_options or "
+                       "the section's credential fields")
+        return value
 
     @field_validator("endpoint")
     @classmethod
@@ -563,8 +592,18 @@ class GcsStorage(_Section):
                                  "(an emulator such as fake-gcs-server)")
     options: dict[str, str] = Field(default_factory=dict,
                                     description="any other connector option, fs.gs.<name>")
+    secret_options: dict[str, SecretStr] = Field(
+        default_factory=dict, description="options whose values are secret (encryption "
+        "keys, tokens…): env or secret file only")
 
-    _strings = field_validator("options", mode="before")(_stringify_map)
+    _strings = field_validator("options", "secret_options", mode="before")(_stringify_map)
+
+    @field_validator("options")
+    @classmethod
+    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        refuse_secrets(value, "storage.gcs.options", "storage.gcs.secret_options or "
+                       "the section's credential fields")
+        return value
 
 
 class AzureStorage(_Section):
@@ -580,8 +619,18 @@ class AzureStorage(_Section):
     tenant_id: str | None = None
     options: dict[str, str] = Field(default_factory=dict,
                                     description="any other ABFS option, fs.azure.<name>")
+    secret_options: dict[str, SecretStr] = Field(
+        default_factory=dict, description="options whose values are secret (encryption "
+        "keys, tokens…): env or secret file only")
 
-    _strings = field_validator("options", mode="before")(_stringify_map)
+    _strings = field_validator("options", "secret_options", mode="before")(_stringify_map)
+
+    @field_validator("options")
+    @classmethod
+    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        refuse_secrets(value, "storage.azure.options", "storage.azure.secret_options or "
+                       "the section's credential fields")
+        return value
 
 
 class StorageConfig(_Section):
@@ -781,6 +830,7 @@ class LakesinkConfig(BaseSettings):
             return self
         resolved: list[tuple[TableConfig, DecodeConfig]] = []
         names: dict[str, int] = {}
+        prefixes: dict[str, int] = {}  # message-type routes' table prefixes
         for i, route in enumerate(self.routes):
             table = _merged(self.table, route.table, TableConfig, f"routes.{i}.table")
             decode = _merged(self.decode, route.decode, DecodeConfig, f"routes.{i}.decode")
@@ -791,6 +841,15 @@ class LakesinkConfig(BaseSettings):
                 if "name" in route.table:
                     raise ValueError(f"routes.{i}.table.name: the message type names the "
                                      "tables; remove it (see message_type.table_prefix)")
+                prefix = route.message_type.table_prefix.lower()
+                for other, j in prefixes.items():
+                    if prefix.startswith(other) or other.startswith(prefix):
+                        raise ValueError(
+                            f"routes.{i}.message_type.table_prefix: {prefix!r} and the "
+                            f"prefix {other!r} of routes.{j} can name the same table (two "
+                            "routes would write one table under one commit key); give each "
+                            "message-type route a prefix that does not begin with another's")
+                prefixes[prefix] = i
                 table.name = None
                 resolved.append((table, decode))
                 continue

@@ -11,21 +11,19 @@ which keys are set, not their values).
 from __future__ import annotations
 
 import logging
-import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pydantic import SecretStr
     from pyspark.sql import SparkSession
 
 from lakesink.config.models import AzureStorage, GcsStorage, LakesinkConfig, S3Storage
+from lakesink.config.secrets import redact
 from lakesink.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
 S3A = "org.apache.hadoop.fs.s3a.S3AFileSystem"
-_SECRET_KEYS = ("fs.s3a.access.key", "fs.s3a.secret.key", "fs.s3a.session.token")
-_SECRET_AZURE = re.compile(r"^fs\.azure\.(account\.key|sas\.fixed\.token|"
-                           r"account\.oauth2\.client\.secret)\.")
 
 
 def s3a_options(s3: S3Storage) -> dict[str, str]:
@@ -54,7 +52,7 @@ def s3a_options(s3: S3Storage) -> dict[str, str]:
         opts["fs.s3a.aws.credentials.provider"] = (
             "org.apache.hadoop.fs.s3a.auth.ProfileAWSCredentialsProvider")
         opts["fs.s3a.auth.profile.name"] = s3.profile
-    for key, value in s3.options.items():
+    for key, value in {**s3.options, **_secrets(s3.secret_options)}.items():
         opts[key if key.startswith("fs.s3a.") else f"fs.s3a.{key}"] = value
     return opts
 
@@ -79,7 +77,7 @@ def gcs_options(gcs: GcsStorage) -> dict[str, str]:
         opts["fs.gs.auth.service.account.json.keyfile"] = gcs.service_account_keyfile
     if gcs.endpoint:
         opts["fs.gs.storage.root.url"] = gcs.endpoint
-    for key, value in gcs.options.items():
+    for key, value in {**gcs.options, **_secrets(gcs.secret_options)}.items():
         opts[key if key.startswith("fs.gs.") else f"fs.gs.{key}"] = value
     return opts
 
@@ -103,7 +101,7 @@ def azure_options(azure: AzureStorage) -> dict[str, str]:
                 azure.client_secret.get_secret_value())
             opts[f"fs.azure.account.oauth2.client.endpoint.{host}"] = (
                 f"https://login.microsoftonline.com/{azure.tenant_id}/oauth2/token")
-    for key, value in azure.options.items():
+    for key, value in {**azure.options, **_secrets(azure.secret_options)}.items():
         opts[key if key.startswith("fs.azure.") else f"fs.azure.{key}"] = value
     return opts
 
@@ -169,10 +167,13 @@ def check_log_store(spark: SparkSession, cfg: LakesinkConfig) -> None:
             "io.delta:delta-storage-s3-dynamodb:4.4.0}") from None
 
 
+def _secrets(options: dict[str, SecretStr]) -> dict[str, str]:
+    return {k: v.get_secret_value() for k, v in options.items()}
+
+
 def describe(opts: dict[str, str]) -> dict[str, str]:
     """The options with every secret value replaced (for logs and ``validate``)."""
-    return {k: ("**********" if k in _SECRET_KEYS or _SECRET_AZURE.search(k) else v)
-            for k, v in opts.items()}
+    return redact(opts)
 
 
 def apply(spark: SparkSession, cfg: LakesinkConfig) -> None:

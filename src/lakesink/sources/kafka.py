@@ -26,6 +26,13 @@ _JAAS_MODULES = {
 }
 
 
+def _jaas_quoted(value: str) -> str:
+    """A value for a double-quoted JAAS option: Kafka's JAAS parser (Java's
+    StreamTokenizer rules) reads ``\\`` as an escape, so backslashes are doubled first,
+    then quotes escaped; a password with either arrives as written."""
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def client_options(cfg: KafkaSource) -> dict[str, str]:
     """Kafka client options (without the ``kafka.`` prefix), secrets included.
 
@@ -38,8 +45,8 @@ def client_options(cfg: KafkaSource) -> dict[str, str]:
         opts.setdefault("security.protocol", "SASL_SSL")
         opts["sasl.mechanism"] = cfg.sasl.mechanism
         if cfg.sasl.username is not None and cfg.sasl.password is not None:
-            user = cfg.sasl.username.replace('"', '\\"')
-            pw = cfg.sasl.password.get_secret_value().replace('"', '\\"')
+            user = _jaas_quoted(cfg.sasl.username)
+            pw = _jaas_quoted(cfg.sasl.password.get_secret_value())
             opts["sasl.jaas.config"] = (
                 f'{_JAAS_MODULES[cfg.sasl.mechanism]} required username="{user}" password="{pw}";'
             )
