@@ -22,7 +22,7 @@ from lakesink.decode.evolution import EvolutionPolicy, reconcile_declared, schem
 from lakesink.decode import Decoder, fixed_decoder, json_decoder
 from lakesink.decode.json import infer_schema
 from lakesink.decode.schema import declared_schema
-from lakesink.errors import ConfigError, SourceError
+from lakesink.errors import CommitMismatch, ConfigError, SourceError
 from lakesink.pipeline.batch import BatchProcessor, Rebuild, RunStats, SchemaStore
 from lakesink.pipeline.columns import PartitionSpec, SourceColumns
 from lakesink.pipeline.retry import RetryingBatch
@@ -347,7 +347,7 @@ class Pipeline:
                 await_query(query, stop)
                 return self.stats
             except Exception as exc:
-                if stop.requested or isinstance(exc, ConfigError):
+                if stop.requested or isinstance(exc, ConfigError) or _never_retried(exc):
                     raise
                 if self.stats.batches > done_before:  # progress: start counting afresh
                     delay, failures = retry.initial_backoff_s, 0
@@ -372,6 +372,12 @@ def _type_tables(cfg: LakesinkConfig, spark: SparkSession, index: int, app_id: s
             parts = TableParts.resolve(cfg.route_config(index, table), spark, samples)
         return parts.processor(app_id)
     return make
+
+
+def _never_retried(exc: BaseException) -> bool:
+    """A batch error that a restart cannot mend (it arrives wrapped by Spark's
+    StreamingQueryException, so it is found by its class name)."""
+    return isinstance(exc, CommitMismatch) or CommitMismatch.__name__ in str(exc)
 
 
 def _first_line(exc: BaseException) -> str:

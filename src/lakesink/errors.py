@@ -7,7 +7,12 @@
      ├─ ServiceError     a local service (broker, …) could not be started or reached
      ├─ SourceError      the source is unreachable or refused us (bounded wait, then this)
      └─ SinkError        a table write failed; the batch is retried by Spark on restart
-         └─ LayoutError  an existing table's layout differs from the config (refused at start)
+         ├─ LayoutError  an existing table's layout differs from the config (refused at start)
+         └─ CommitMismatch  a commit would record other rows than the batch wrote: never
+                            committed, never retried (the query stops, loudly)
+
+``retriable`` says whether trying the same batch again can help; the batch retry loop
+(:mod:`lakesink.pipeline.retry`) gives up at once on an error that is not.
 
 Records that cannot be decoded never raise: they are rows in the rejected area.
 """
@@ -18,9 +23,13 @@ from __future__ import annotations
 class LakesinkError(Exception):
     """Root of every error lakesink raises on purpose."""
 
+    retriable = True
+
 
 class ConfigError(LakesinkError):
     """The configuration is invalid. ``key`` is the dotted path of the offending key."""
+
+    retriable = False
 
     def __init__(self, key: str, message: str, *, fix: str | None = None) -> None:
         self.key = key
@@ -46,3 +55,11 @@ class SinkError(LakesinkError):
 
 class LayoutError(ConfigError):
     """An existing table's layout (partition columns, format) differs from the configuration."""
+
+
+class CommitMismatch(SinkError):
+    """What a batch staged (or committed) is not what it counted as written: rows or
+    files went missing, or appeared, between the write and the commit. The batch is not
+    committed (Parquet) or the stream stops (Delta, where the write is the commit)."""
+
+    retriable = False

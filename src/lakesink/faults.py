@@ -10,6 +10,8 @@ dict lookup. Points:
 * ``after_publish``         — every file is published, no manifest
 * ``after_manifest``        — the manifest is written, Spark has not recorded the batch
 * ``after_delta_commit``    — the Delta commit is durable, Spark has not recorded the batch
+* ``raise_after_delta_commit`` — the Delta commit is durable, then the write *raises*
+  (a failed post-commit hook, a lost response) instead of killing: once per process
 * ``after_schema_evolved``  — a batch evolved the schema and stored it, nothing written
 * ``silence_before_delivery`` — a silence batch has events, none delivered yet
 * ``silence_after_delivery``  — a silence batch's events are delivered (table, topic,
@@ -35,12 +37,26 @@ SILENCE_POINTS = ("silence_before_delivery", "silence_after_delivery")
 POINTS = PARQUET_POINTS + DELTA_POINTS + COMMON_POINTS + SILENCE_POINTS
 
 
+RAISE_POINTS = ("raise_after_delta_commit",)
+_raised: set[str] = set()
+
+
+class InjectedFault(RuntimeError):
+    """Raised (not killed) at a ``raise_*`` fault point."""
+
+
 def fault_point(name: str, batch_id: int | None = None) -> None:
     wanted = os.environ.get("LAKESINK_FAULT")
     if wanted != name:
         return
     only = os.environ.get("LAKESINK_FAULT_BATCH")
     if only is not None and batch_id is not None and int(only) != batch_id:
+        return
+    if name in RAISE_POINTS:
+        if name not in _raised:
+            _raised.add(name)
+            logger.error("fault injection: raising at %s (batch %s)", name, batch_id)
+            raise InjectedFault(f"injected fault at {name}")
         return
     logger.error("fault injection: killing the process group at %s (batch %s)", name, batch_id)
     for h in logging.getLogger().handlers:

@@ -2,8 +2,10 @@
 
 Per batch:
 
-1. **skip** a batch the table already holds (only the rejected rows are rewritten: the
-   crash that caused the replay may have come before they were written);
+1. **skip** a batch the table already holds (only dead letters still in its outbox are
+   published: the crash may have come between the commit and their publishing; they
+   are never computed again, so a replay under a changed configuration cannot reject
+   other records than the first run did);
 2. **decode** every record with Spark functions into a marked frame — the parsed record,
    its timestamp, a rejection marker ``_fail`` and, when the policy needs it, the
    top-level keys the schema lacks ``_extra``;
@@ -13,7 +15,9 @@ Per batch:
    the staged files are dropped; Delta: a guard fails the job before Delta's commit);
 4. **evolve** the schema when the policy allows and the counts say so (new columns,
    widened types; :mod:`lakesink.decode.evolution`), store it, and decode again;
-5. **write** the good rows through the table writer, then the rejected ones.
+5. **write** the good rows through the table writer; the rejected ones are staged in
+   the dead-letter outbox *before* the table's commit point and published after it
+   (:class:`~lakesink.tables.rejected.RejectedWriter`).
 
 Exactly-once is the table writer's contract (:mod:`lakesink.tables.base`); this
 function is deterministic for a given batch, which is what that contract needs. A
@@ -58,7 +62,7 @@ EVOLUTION_SAMPLE = 10_000
 MAX_EVOLUTIONS_PER_BATCH = 3
 UNKNOWN_NAMES_REPORTED = 20
 # the error a guarded write raises for a row that needs a schema change
-GUARD_MESSAGE = "lakesink: this batch needs a schema change first"
+GUARD_MESSAGE = "lakesink: this batch needs a schema change or its dead letters staged first"
 # reasons of the "schema" stage (the value decoded but does not fit the table); the
 # rest are "decode" (the value could not be read at all)
 SCHEMA_REASONS = ("schema_mismatch", "missing_required", "unknown_field", INVALID_TIMESTAMP)
@@ -329,20 +333,19 @@ class BatchProcessor:
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         if self.writer.is_committed(batch_id):
-            self._replayed(df, batch_id, started)
+            self._replayed(batch_id, started)
             return
+        self.rejected.discard(batch_id)  # an earlier attempt's: this one stages its own
         write = self._write_staged if self.writer.stages_before_commit else self._write_guarded
         result, counts, info, marked = write(df, batch_id)
-        try:
-            if result.skipped:  # committed meanwhile (cannot happen with one writer)
-                self._replayed(marked, batch_id, started, marked=True)
-                return
-            if counts["rejected"]:
-                self.rejected.write(batch_id, self.rejected_rows(marked, batch_id))
-                logger.warning("batch %d: %d record(s) rejected -> %s", batch_id,
-                               counts["rejected"], self.rejected.path(batch_id))
-        finally:
-            marked.unpersist()
+        marked.unpersist()
+        if result.skipped:  # committed meanwhile (cannot happen with one writer)
+            self._replayed(batch_id, started)
+            return
+        if counts["rejected"]:  # staged before the commit; published now
+            self.rejected.publish(batch_id)
+            logger.warning("batch %d: %d record(s) rejected -> %s", batch_id,
+                           counts["rejected"], self.rejected.path(batch_id))
         stats = self.stats
         stats.batches += 1
         stats.seconds += time.monotonic() - started
@@ -355,6 +358,14 @@ class BatchProcessor:
         logger.info("batch %d: committed in %.2fs (%d written, %d rejected, %d file(s))",
                     batch_id, time.monotonic() - started, info["written"], counts["rejected"],
                     result.files)
+
+    def _stage_rejected(self, marked: DataFrame, counts: dict[str, int], batch_id: int
+                        ) -> None:
+        """Stage the batch's dead letters before the table's commit (see
+        :class:`~lakesink.tables.rejected.RejectedWriter`)."""
+        if counts["rejected"]:
+            self.rejected.stage(batch_id, self.rejected_rows(marked, batch_id),
+                                expected=counts["rejected"])
 
     def _needs_evolution(self, counts: dict[str, int]) -> bool:
         return bool((counts.get("unknown") and self.policy.adds_columns)
@@ -374,8 +385,9 @@ class BatchProcessor:
 
     def _guard(self) -> Column | None:
         """True for rows that would change the schema (an unknown field under
-        add_columns; a mismatch when widening is allowed); None when none can."""
-        checks = []
+        add_columns; a mismatch when widening is allowed) and for rejected rows (their
+        dead letters are staged before the commit, by :meth:`_write_counted`)."""
+        checks = [F.col("_fail").isNotNull()]
         if self.policy.adds_columns:
             checks.append(F.col("_fail").isNull() & (F.size("_extra") > 0))
         if self._widenable():
@@ -400,8 +412,9 @@ class BatchProcessor:
     def _write_guarded(self, df: DataFrame, batch_id: int) -> tuple[Any, ...]:
         """Tables whose write is the commit (Delta), in one pass: the write counts (an
         observation) and carries a guard that fails its job — before the table commits
-        anything — when a row calls for a schema change. Such a batch (rare: the first
-        batch with a new field) is then written by :meth:`_write_counted`."""
+        anything — when a row calls for a schema change or is rejected. Such a batch
+        (the first batch with a new field; a batch with bad records) is then written by
+        :meth:`_write_counted`, which stages its dead letters before the commit."""
         marked = self._marked(df)
         observation = Observation(f"lakesink_batch_{batch_id}_{time.monotonic_ns()}")
         observed = marked.observe(observation, *self._aggregates())
@@ -418,16 +431,17 @@ class BatchProcessor:
         except Exception as exc:
             if GUARD_MESSAGE not in str(exc):
                 raise
-            logger.warning("batch %d: a record calls for a schema change; the write was "
-                           "stopped before its commit and runs again after the change",
-                           batch_id)
+            logger.info("batch %d: a record calls for a schema change or is rejected; the "
+                        "write was stopped before its commit and runs again after the "
+                        "change and the dead letters are staged", batch_id)
             return self._write_counted(df, batch_id)
         return result, seen.get("counts") or {"records": 0, "rejected": 0}, \
             seen.get("info") or {"written": 0}, marked
 
     def _write_counted(self, df: DataFrame, batch_id: int) -> tuple[Any, ...]:
-        """Tables whose write is the commit (Delta), when the schema must change: count
-        (and evolve) first, on a cached decode, then write once."""
+        """Tables whose write is the commit (Delta), when the schema must change or
+        records are rejected: count (and evolve) first, on a cached decode, stage the
+        dead letters, then write once."""
         marked = self._marked(df).persist(StorageLevel.MEMORY_AND_DISK_DESER)
         try:
             counts = self._count(marked)
@@ -439,6 +453,7 @@ class BatchProcessor:
                 marked = self._marked(df).persist(StorageLevel.MEMORY_AND_DISK_DESER)
                 counts = self._count(marked)
             info = self._info(counts, marked, batch_id)
+            self._stage_rejected(marked, counts, batch_id)
             result = self.writer.write_batch(batch_id, self._good(marked),
                                              commit_info=lambda: info)
         except BaseException:
@@ -466,6 +481,7 @@ class BatchProcessor:
                 if allowed and not last and self._needs_evolution(counts):
                     raise _EvolveFirst
                 seen["info"] = self._info(counts, marked, batch_id)
+                self._stage_rejected(marked, counts, batch_id)
                 return seen["info"]
 
             try:
@@ -478,14 +494,14 @@ class BatchProcessor:
                 seen.get("info") or {"written": 0}, marked
         raise AssertionError("unreachable: the last attempt never evolves")
 
-    def _replayed(self, df: DataFrame, batch_id: int, started: float, *,
-                  marked: bool = False) -> None:
-        """A batch the table already holds: only its rejected rows are rewritten."""
-        rows = self.rejected_rows(df if marked else self._marked(df), batch_id)
-        rewritten = self.rejected.write(batch_id, rows, only_if_any=True)
-        if rewritten:
-            logger.warning("batch %d (replayed): %d rejected record(s) rewritten", batch_id,
-                           rewritten)
+    def _replayed(self, batch_id: int, started: float) -> None:
+        """A batch the table already holds: its dead letters were staged before the
+        commit; what the crash left in the outbox is published (never computed again:
+        a replay under another configuration would reject other records)."""
+        published = self.rejected.publish(batch_id)
+        if published:
+            logger.warning("batch %d (replayed): %d rejected record(s) published", batch_id,
+                           published)
         self.stats.batches += 1
         self.stats.skipped += 1
         self.stats.seconds += time.monotonic() - started

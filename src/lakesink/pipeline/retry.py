@@ -3,9 +3,10 @@ server throttling or down for a while, a reset connection, a broker restart).
 
 Retrying a batch is safe because the batch function is idempotent per batch id (the
 table writers' contract, :mod:`lakesink.tables.base`): a retry skips what the failed
-attempt committed and cleans what it left unfinished. Configuration errors are not
-retried. When the attempts run out the error propagates, the query stops, and the
-batch is replayed on the next start — still exactly once.
+attempt committed and cleans what it left unfinished. Errors that are not
+``retriable`` (configuration; a commit that would not match its batch) are not retried.
+When the attempts run out the error propagates, the query stops, and the batch is
+replayed on the next start — still exactly once.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from lakesink.errors import ConfigError
+from lakesink.errors import LakesinkError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -46,9 +47,9 @@ class RetryingBatch:
             try:
                 self.fn(df, batch_id)
                 return
-            except ConfigError:
-                raise
             except Exception as exc:
+                if isinstance(exc, LakesinkError) and not exc.retriable:
+                    raise
                 if attempt == self.attempts:
                     logger.error("batch %d failed %d time(s), giving up: %s", batch_id,
                                  attempt, _summary(exc))

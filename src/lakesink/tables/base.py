@@ -94,11 +94,20 @@ class TableWriter(ABC):
         # bytes per row in written files; a guess until the first batch measured it
         self.bytes_per_row = INITIAL_BYTES_PER_ROW
 
-    def write_options(self) -> dict[str, str]:
-        """Options for the batch's DataFrameWriter (compression, file size)."""
+    def rows_per_file(self) -> int | None:
+        """The most rows a file of the next batch gets (None: no limit), from the
+        target file size and the bytes per row measured so far."""
+        if not self.target_file_size:
+            return None
+        return max(MIN_ROWS_PER_FILE, int(self.target_file_size / self.bytes_per_row))
+
+    def write_options(self, rows_per_file: int | None = None) -> dict[str, str]:
+        """Options for the batch's DataFrameWriter (compression, file size);
+        ``rows_per_file`` overrides :meth:`rows_per_file` (a redo keeps its first
+        attempt's, so it names the same files)."""
         opts = {"compression": self.compression}
-        if self.target_file_size:
-            rows = max(MIN_ROWS_PER_FILE, int(self.target_file_size / self.bytes_per_row))
+        rows = rows_per_file or self.rows_per_file()
+        if rows:
             opts["maxRecordsPerFile"] = str(rows)
         return opts
 

@@ -21,6 +21,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+from lakesink.errors import CommitMismatch
 from lakesink.faults import fault_point
 from lakesink.tables.base import BatchResult, CommitInfo, TableWriter, compare_layout
 from lakesink.tables.fs import join
@@ -119,27 +120,66 @@ class DeltaTableWriter(TableWriter):
                 writer = writer.option("delta.checkpointInterval", str(self.checkpoint_interval))
             if self.type_widening:
                 writer = writer.option("delta.enableTypeWidening", "true")
-        writer.save(self.layout.table)
+        try:
+            writer.save(self.layout.table)
+            fault_point("raise_after_delta_commit", batch_id)
+        except BaseException:
+            # the commit may have landed before the error (a failed post-commit hook, a
+            # lost response): then the next attempt must skip the batch, not write it
+            # again — Delta would drop the append by its txn and run no job at all, and
+            # the batch's observation would wait forever
+            if self._landed(batch_id):
+                logger.warning("batch %d: the Delta commit landed before the write "
+                               "failed; the batch counts as committed", batch_id)
+                self._committed = batch_id
+            raise
         self._committed = batch_id
         fault_point("after_delta_commit", batch_id)
         info = commit_info() if commit_info else {}
         metrics = self._commit_metrics(batch_id)
         files, size = metrics.get("numFiles", 0), metrics.get("numOutputBytes", 0)
+        if "written" in info and metrics and metrics.get("numOutputRows") != info["written"]:
+            raise CommitMismatch(
+                f"batch {batch_id} of {self.layout.table}: {info['written']} row(s) counted "
+                f"as written but Delta's commit added {metrics.get('numOutputRows')}. This is "
+                "a lakesink bug: please report it with this message")
         self.measured(int(info.get("written", 0)), size)
         return BatchResult(batch_id, files=files, bytes=size, info=info)
 
-    def _commit_metrics(self, batch_id: int) -> dict[str, int]:
-        """Operation metrics (files and bytes added) of this batch's commit, read from
-        its log entry (one small file read, not a Spark job)."""
+    def _newest_commit(self, *, refresh: bool = False) -> list[dict[str, Any]]:
+        """The actions of the table's newest log entry (one small file read, not a
+        Spark job); ``refresh`` lists the log first (after a failed write)."""
+        if not self.exists:
+            return []
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
         log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
             self.spark._jsparkSession, self.layout.table)
-        version = int(log.unsafeVolatileSnapshot().version())
+        snapshot = (log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+                    if refresh else log.unsafeVolatileSnapshot())
+        version = int(snapshot.version())
         text = self.fs.read_text(join(self.layout.table, "_delta_log", f"{version:020d}.json"))
-        actions = [json.loads(line) for line in (text or "").splitlines() if line]
-        txns = [a["txn"] for a in actions if "txn" in a]
-        if not any(t.get("appId") == self.app_id and t.get("version") == batch_id for t in txns):
+        return [json.loads(line) for line in (text or "").splitlines() if line]
+
+    def _ours(self, actions: list[dict[str, Any]], batch_id: int) -> bool:
+        return any(a["txn"].get("appId") == self.app_id and a["txn"].get("version") == batch_id
+                   for a in actions if "txn" in a)
+
+    def _landed(self, batch_id: int) -> bool:
+        """Whether the newest commit is this batch's (checked after a failed write)."""
+        try:
+            return self._ours(self._newest_commit(refresh=True), batch_id)
+        except Exception as exc:  # noqa: BLE001 - unknown: the retry reads the log again
+            logger.warning("batch %d: could not read the Delta log after a failed write "
+                           "(%s); it is read again before the retry", batch_id, exc)
+            self._committed_known = False
+            return False
+
+    def _commit_metrics(self, batch_id: int) -> dict[str, int]:
+        """Operation metrics (files, bytes and rows added) of this batch's commit, read
+        from its log entry."""
+        actions = self._newest_commit()
+        if not self._ours(actions, batch_id):
             return {}  # not our commit (cannot happen with one writer): no metrics
         info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         metrics = info.get("operationMetrics") or {}

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 OBJECT_STORES = frozenset({"s3a", "s3", "gs", "abfs", "abfss", "wasb", "wasbs", "oss"})
 
 
@@ -111,6 +112,21 @@ class HadoopFS:
                 kept[name] = kept.get(name, True) and bool(column.hasDictionaryPage())
         return kept
 
+    def parquet_rows(self, path: str) -> int:
+        """The row count a Parquet file's footer records (local files through pyarrow,
+        others through Parquet's Hadoop reader: a footer read, not a scan)."""
+        if path.startswith("file:"):
+            import pyarrow.parquet as pq
+
+            return int(pq.read_metadata(str(local_path(path))).num_rows)
+        hadoop = self._jvm.org.apache.parquet.hadoop
+        reader = hadoop.ParquetFileReader.open(
+            hadoop.util.HadoopInputFile.fromPath(self._p(path), self._conf))
+        try:
+            return int(reader.getRecordCount())
+        finally:
+            reader.close()
+
     def list_files(self, path: str, *, suffix: str = "") -> list[FileInfo]:
         """Every file below ``path`` (recursive), skipping hidden and ``_``-prefixed files
         and folders, sorted by relative path."""
@@ -182,16 +198,23 @@ class HadoopFS:
             out.close()
         self.replace(tmp, path)
 
+    @property
+    def s3a(self) -> bool:
+        """Whether this is Hadoop's S3A client, whatever the URI's scheme: ``s3://``
+        paths are mapped to S3A too, and S3A's ``getScheme()`` returns the URI's."""
+        return str(self.fs.getClass().getName()) == S3A_CLASS
+
     def write_once(self, path: str, text: str) -> bool:
         """Create ``path`` with ``text`` only if it does not exist; False if it did.
 
-        S3 (S3A): a conditional PUT (``If-None-Match: *``), which the store enforces
-        atomically. HDFS: ``create`` without overwrite, atomic in the NameNode. Local
-        disk: the same call, which checks first (one writer per table is the rule).
+        S3 (S3A, ``s3a://`` or ``s3://``): a conditional PUT (``If-None-Match: *``),
+        which the store enforces atomically. HDFS: ``create`` without overwrite, atomic
+        in the NameNode. Local disk: the same call, which checks first (one writer per
+        table is the rule).
         """
         p = self._p(path)
         try:
-            if str(self.fs.getScheme()) == "s3a":
+            if self.s3a:
                 out = (self.fs.createFile(p).overwrite(False)
                        .must("fs.option.create.conditional.overwrite", True).build())
             else:

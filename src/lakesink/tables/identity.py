@@ -4,7 +4,10 @@ Batch ids restart at 0 with a new checkpoint, so everything keyed by batch id (D
 ``txnVersion``, Parquet manifests and file names) is also keyed by an app id that is
 created with the checkpoint and stored inside it (``<checkpoint>/lakesink.json``).
 Reusing an app id with a fresh checkpoint would make the new batches look done and
-silently drop them; a new checkpoint therefore always gets a new id.
+silently drop them; a new checkpoint therefore always gets a new id — and so does a
+checkpoint whose Spark offset log is gone while its ``lakesink.json`` stayed (someone
+deleted ``offsets/`` and ``commits/`` to re-read the topic): its batch ids start at 0
+again, which the old id has committed already.
 """
 
 from __future__ import annotations
@@ -25,9 +28,17 @@ def checkpoint_app_id(fs: HadoopFS, checkpoint: str) -> str:
     """Return the checkpoint's app id, creating one for a new checkpoint."""
     path = join(checkpoint, IDENTITY_FILE)
     data = fs.read_json(path)
+    has_offsets = bool(fs.list_files(join(checkpoint, "offsets")))
     if data and data.get("app_id"):
-        return str(data["app_id"])
-    if fs.exists(join(checkpoint, "offsets")) or fs.exists(join(checkpoint, "commits")):
+        if has_offsets:
+            return str(data["app_id"])
+        # no offset log: no batch of this id can be recorded in it (Spark writes a
+        # batch's offsets before running it), so either none ran — a new id costs
+        # nothing — or the log was deleted and batch ids restart at 0, which the old id
+        # may have committed: a new id keeps the new batches from being skipped
+        logger.info("checkpoint %s has no offset log: new app id (was %s)", checkpoint,
+                    data["app_id"])
+    elif has_offsets or fs.exists(join(checkpoint, "commits")):
         raise ConfigError(
             "checkpoint",
             f"{checkpoint} holds a Spark checkpoint that lakesink did not create "
@@ -37,9 +48,11 @@ def checkpoint_app_id(fs: HadoopFS, checkpoint: str) -> str:
     app_id = uuid.uuid4().hex
     fs.mkdirs(checkpoint)
     fs.write_json(path, {"app_id": app_id,
-                         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
+                         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                         "previous": (data or {}).get("app_id")})
     logger.info("new checkpoint %s, app id %s", checkpoint, app_id)
     return app_id
+
 
 
 def run_tag(app_id: str) -> str:

@@ -2,21 +2,29 @@
 
 One batch ``b`` of run ``r`` (the checkpoint's app id) goes through:
 
-1. **skip** if ``manifests/r/b.json`` exists (the batch was committed before a crash);
-2. **clean** leftovers of an earlier attempt: the files listed in ``pending/r/b.json``
-   and the staging folder;
+1. **skip** if ``manifests/r/b.json`` exists and names this app id (the batch was
+   committed before a crash); its leftover bookkeeping is removed;
+2. **begin**: leftovers of an earlier attempt are removed (the files its
+   ``pending/r/b.json`` lists, the staging folder) and the attempt is recorded there
+   with the rows per file it uses — the first attempt's, so a redo names the same files;
 3. **stage**: Spark writes the batch partitioned into ``staging/r/b/`` (outside the
    table folder, so no reader sees it);
-4. **pending**: the list of final names is written, so a crash while publishing can be
+4. **check**: the staged files' rows (from their footers) must equal the rows the batch
+   counted as written, or nothing is committed (:func:`check_rows`);
+5. **pending**: the list of final names is written, so a crash while publishing can be
    cleaned exactly;
-5. **publish**: each staged file is renamed to
-   ``<table>/<c1=v1/…>/part-<b>-<r>-<n>.parquet``; a rename is atomic, so a reader never
-   sees a partial file, and the names are derived from the batch, so a redo replaces
-   rather than adds;
-6. **manifest** ``manifests/r/b.json`` is written last, and only if it does not exist
-   (a conditional PUT on S3, ``create`` without overwrite elsewhere): the commit point.
-   Finding it already there means a second writer on the same checkpoint, which is
-   refused.
+6. **publish**: each staged file is renamed to
+   ``<table>/<c1=v1/…>/part-<b>-<r>-<n>.parquet`` (``n`` counts the batch's files in
+   that folder); a rename is atomic, so a reader never sees a partial file, and the
+   names derive from the batch, so a redo replaces rather than adds;
+7. **manifest** ``manifests/r/b.json`` (every file with its rows and bytes) is written
+   last, and only if it does not exist (a conditional PUT on S3, ``create`` without
+   overwrite elsewhere): the commit point. Finding it already there means a second
+   writer on the same checkpoint, which is refused.
+
+Readers that list files see a batch's files appear one by one during step 6 (and, for
+a redo after a crash there, disappear and reappear); the manifests are the committed
+truth. See ``docs/architecture.md`` ("What a reader sees").
 
 Nothing depends on Spark's ``_spark_metadata``.
 """
@@ -26,9 +34,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lakesink.errors import SinkError
+from lakesink.errors import CommitMismatch, SinkError
 from lakesink.faults import fault_point
 from lakesink.pipeline.partitioning import is_safe_relative_dir
 from lakesink.tables.base import BatchResult, CommitInfo, TableWriter
@@ -61,11 +70,11 @@ class ParquetTableWriter(TableWriter):
         self.no_dictionary: set[str] = set()
         self._verdict_at: int | None = None  # the batch whose footer gave the last verdict
 
-    def write_options(self) -> dict[str, str]:
+    def write_options(self, rows_per_file: int | None = None) -> dict[str, str]:
         """Spark's options plus, for columns Parquet gave up dictionary-encoding in an
         earlier batch of this run (too many distinct values), no dictionary attempt: the
         attempt (hashing every value until the dictionary overflows) is wasted work."""
-        opts = super().write_options()
+        opts = super().write_options(rows_per_file)
         # the staging folder is private and published by this writer: no _SUCCESS marker
         # (Hadoop's committer algorithm stays 1: its job commit takes only the committed
         # task attempts, which keeps a re-run task's leftovers out of the staged files)
@@ -100,17 +109,60 @@ class ParquetTableWriter(TableWriter):
     # -- one batch -----------------------------------------------------------------------
 
     def is_committed(self, batch_id: int) -> bool:
-        return self.fs.exists(self.layout.manifest(self.run, batch_id))
+        """Whether this app id's manifest of ``batch_id`` exists (the app id inside it is
+        checked: the run tag in the path is only its first 8 characters)."""
+        manifest = self.fs.read_json(self.layout.manifest(self.run, batch_id))
+        if manifest is None:
+            return False
+        if manifest.get("app_id") != self.app_id:
+            raise CommitMismatch(
+                f"{self.layout.manifest(self.run, batch_id)} belongs to app id "
+                f"{manifest.get('app_id')}, not to this checkpoint's {self.app_id}: two "
+                "checkpoints share a run tag; give this table a new checkpoint folder")
+        return True
 
-    def _clean(self, batch_id: int) -> None:
+    def _tidy(self, batch_id: int) -> None:
+        """Remove a committed batch's bookkeeping (a crash after the manifest may have
+        left it): its pending record and staging folder."""
+        self.fs.delete(self.layout.pending(self.run, batch_id), recursive=False)
+        self.fs.delete(self.layout.staging(self.run, batch_id))
+
+    def _begin(self, batch_id: int) -> int | None:
+        """Start an attempt at an uncommitted batch: remove what an earlier attempt left
+        (the files its pending record lists, its staging folder) and record this
+        attempt. Returns the rows per file to use: the first attempt's, so a redo
+        splits the folders' rows the same way and publishes the same names."""
         pending_path = self.layout.pending(self.run, batch_id)
-        pending = self.fs.read_json(pending_path)
-        if pending:
+        pending = self.fs.read_json(pending_path) or {}
+        if pending.get("files"):
             removed = sum(self.fs.delete(p, recursive=False) for p in pending["files"])
             logger.warning("batch %d: removed %d file(s) of an unfinished attempt", batch_id,
                            removed)
-            self.fs.delete(pending_path, recursive=False)
         self.fs.delete(self.layout.staging(self.run, batch_id))
+        rows_per_file = pending.get("rows_per_file") or self.rows_per_file()
+        self.fs.write_json(pending_path, {"batch_id": batch_id, "app_id": self.app_id,
+                                          "rows_per_file": rows_per_file, "files": []})
+        return rows_per_file
+
+    def _staged(self, batch_id: int, staging: str) -> list[StagedFile]:
+        """The staged files with their names in the table and their rows (from the
+        footers). Names derive from the batch, the partition folder and the file's
+        place in that folder: ``<folder>/part-<batch>-<run>-<n>.parquet``."""
+        staged = self.fs.list_files(staging, suffix=".parquet")
+        out: list[StagedFile] = []
+        per_folder: dict[str, int] = {}
+        for f in staged:
+            rel_dir = f.relative.rpartition("/")[0]
+            if not is_safe_relative_dir(rel_dir, self.partition_by):
+                raise SinkError(
+                    f"unexpected staged path {f.relative!r} for partitions {self.partition_by}"
+                )
+            n = per_folder.get(rel_dir, 0)
+            per_folder[rel_dir] = n + 1
+            name = f"part-{batch_id:010d}-{self.run}-{n:05d}.parquet"
+            out.append(StagedFile(f.path, f"{rel_dir}/{name}" if rel_dir else name, f.size,
+                                  self.fs.parquet_rows(f.path)))
+        return out
 
     def write_batch(
         self,
@@ -121,44 +173,38 @@ class ParquetTableWriter(TableWriter):
     ) -> BatchResult:
         if self.is_committed(batch_id):
             logger.info("batch %d already committed: skipped", batch_id)
-            self.fs.delete(self.layout.staging(self.run, batch_id))
+            self._tidy(batch_id)
             return BatchResult(batch_id, skipped=True)
-        self._clean(batch_id)
+        rows_per_file = self._begin(batch_id)
 
         staging = self.layout.staging(self.run, batch_id)
-        writer = self.shuffled(df).write.mode("overwrite").options(**self.write_options())
+        writer = (self.shuffled(df).write.mode("overwrite")
+                  .options(**self.write_options(rows_per_file)))
         if self.partition_by:
             writer = writer.partitionBy(*self.partition_by)
         writer.parquet(staging)
         fault_point("after_staging", batch_id)
 
         info = commit_info() if commit_info else {}
-
-        # (staged path, path in the table, bytes); names derive from the batch only
-        moves: list[tuple[str, str, int]] = []
-        for n, f in enumerate(self.fs.list_files(staging, suffix=".parquet")):
-            rel_dir = f.relative.rpartition("/")[0]
-            if not is_safe_relative_dir(rel_dir, self.partition_by):
-                raise SinkError(
-                    f"unexpected staged path {f.relative!r} for partitions {self.partition_by}"
-                )
-            name = f"part-{batch_id:010d}-{self.run}-{n:05d}.parquet"
-            moves.append((f.path, f"{rel_dir}/{name}" if rel_dir else name, f.size))
+        files = self._staged(batch_id, staging)
+        check_rows(batch_id, self.layout.table, files, info)
 
         pending_path = self.layout.pending(self.run, batch_id)
         self.fs.write_json(pending_path, {
-            "batch_id": batch_id, "files": [join(self.layout.table, rel) for _, rel, _ in moves],
+            "batch_id": batch_id, "app_id": self.app_id, "rows_per_file": rows_per_file,
+            "files": [join(self.layout.table, f.name) for f in files],
         })
-        for i, (src, rel, _) in enumerate(moves):
-            if i == len(moves) // 2 and i > 0:
+        for i, f in enumerate(files):
+            if i == len(files) // 2 and i > 0:
                 fault_point("mid_publish", batch_id)
-            self.fs.replace(src, join(self.layout.table, rel))
+            self.fs.replace(f.staged, join(self.layout.table, f.name))
         fault_point("after_publish", batch_id)
 
         manifest = {
             "batch_id": batch_id,
             "app_id": self.app_id,
-            "files": [{"path": rel, "bytes": size} for _, rel, size in moves],
+            "files": [{"path": f.name, "bytes": f.bytes, "rows": f.rows} for f in files],
+            "rows": sum(f.rows for f in files),
             "committed_at": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
             **info,
         }
@@ -169,10 +215,31 @@ class ParquetTableWriter(TableWriter):
                 f"this one published it ({path}): two lakesink processes share this "
                 "checkpoint. Stop one of them; each table needs exactly one writer.")
         fault_point("after_manifest", batch_id)
-        self.fs.delete(pending_path, recursive=False)
-        self.fs.delete(staging)
-        size = sum(s for _, _, s in moves)
+        self._tidy(batch_id)
+        size = sum(f.bytes for f in files)
         self.measured(int(info.get("written", 0)), size)
-        self._learn_dictionaries(batch_id, moves)
-        return BatchResult(batch_id, files=len(moves), bytes=size, info=info)
+        self._learn_dictionaries(batch_id, [(f.staged, f.name, f.bytes) for f in files])
+        return BatchResult(batch_id, files=len(files), bytes=size, info=info)
 
+
+@dataclass(frozen=True)
+class StagedFile:
+    staged: str  #: where Spark wrote it
+    name: str  #: its path below the table folder once published
+    bytes: int
+    rows: int  #: from its footer
+
+
+def check_rows(batch_id: int, table: str, files: list[StagedFile], info: dict[str, Any]
+               ) -> None:
+    """The commit invariant: the rows about to be committed are exactly the rows the
+    batch counted as written. Raises :class:`CommitMismatch` before the commit point
+    otherwise (nothing is published; the query stops, loudly)."""
+    if "written" not in info:
+        return
+    staged = sum(f.rows for f in files)
+    if staged != int(info["written"]):
+        raise CommitMismatch(
+            f"batch {batch_id} of {table}: {int(info['written'])} row(s) counted as written "
+            f"but {staged} found in {len(files)} staged file(s); nothing was committed. "
+            "This is a lakesink bug: please report it with this message")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from lakesink.errors import SinkError
+from lakesink.errors import CommitMismatch, SinkError
 from lakesink.tables.fs import HadoopFS
 from lakesink.tables.identity import run_tag
 from lakesink.tables.layout import TableLayout
@@ -42,12 +42,29 @@ def dead_letter_layout(layout: TableLayout) -> TableLayout:
 
 
 class RejectedWriter:
+    """A table's dead letters, staged before the table's commit and published after it.
+
+    Contract (what makes the dead letters of a committed batch exactly those of its
+    first run, whatever the configuration of a later replay says):
+
+    * :meth:`stage` writes the batch's rejected rows to the outbox
+      (``.lakesink/<table>/staging/<run>/rejected-<batch>/``) *before* the table's
+      commit point; an attempt at an uncommitted batch first :meth:`discard` s an
+      earlier attempt's outbox, so the outbox always matches the attempt that commits;
+    * :meth:`publish` moves the outbox into the dead-letter table *after* the commit,
+      keyed by the batch (Parquet: a rename to the batch's file name; Delta: an append
+      with ``txnAppId``/``txnVersion``), so publishing twice is publishing once;
+    * a replay of a committed batch only publishes what is still in the outbox: its
+      dead letters are never computed again.
+    """
+
     def __init__(self, fs: HadoopFS, layout: TableLayout, *, app_id: str,
                  fmt: str = "parquet", spark: SparkSession | None = None) -> None:
         self.fs = fs
         self.layout = layout
         self.run = run_tag(app_id)
         self.format = fmt
+        self.spark = spark
         self.delta: DeltaTableWriter | None = None
         if fmt == "delta":
             from lakesink.tables.delta import DeltaTableWriter
@@ -62,39 +79,65 @@ class RejectedWriter:
             return self.delta.layout.table
         return self.layout.rejected_file(self.run, batch_id)
 
-    def write(self, batch_id: int, df: DataFrame, *, only_if_any: bool = False) -> int:
-        """Write the batch's rejected rows once per batch id.
+    def _outbox(self, batch_id: int) -> str:
+        return self.layout.rejected_staging(self.run, batch_id)
 
-        With ``only_if_any`` the rows are counted first and nothing is written for none
-        (used on replays, where no count is known). Returns the rows written (0 when a
-        Delta dead-letter table already holds the batch), or -1 when not counted.
-        """
+    def discard(self, batch_id: int) -> None:
+        """Drop an earlier attempt's outbox (the batch is not committed)."""
+        self.fs.delete(self._outbox(batch_id))
+
+    def stage(self, batch_id: int, df: DataFrame, *, expected: int | None = None) -> int:
+        """Write the batch's rejected rows to the outbox; returns their number. With
+        ``expected``, a different number of staged rows raises :class:`CommitMismatch`
+        (before the table's commit)."""
+        outbox = self._outbox(batch_id)
+        self.fs.delete(outbox)
+        df.coalesce(1).write.mode("overwrite").parquet(outbox)
+        files = self.fs.list_files(outbox, suffix=".parquet")
+        if len(files) != 1:
+            raise SinkError(f"expected one rejected file in {outbox}, found {len(files)}")
+        rows = self.fs.parquet_rows(files[0].path)
+        if expected is not None and rows != expected:
+            raise CommitMismatch(
+                f"batch {batch_id} of {self.layout.table}: {expected} record(s) counted as "
+                f"rejected but {rows} staged as dead letters; nothing was committed. This "
+                "is a lakesink bug: please report it with this message")
+        return rows
+
+    def publish(self, batch_id: int) -> int:
+        """Move the batch's outbox (if any) into the dead-letter table; returns the rows
+        moved (0: nothing staged, or published before)."""
+        outbox = self._outbox(batch_id)
+        files = self.fs.list_files(outbox, suffix=".parquet")
+        if not files:
+            self.fs.delete(outbox)
+            return 0
+        rows = self.fs.parquet_rows(files[0].path)
+        if self.delta is not None:
+            assert self.spark is not None
+            if not self.delta.is_committed(batch_id):
+                self.delta.write_batch(batch_id, self.spark.read.parquet(files[0].path))
+        else:
+            self.fs.replace(files[0].path, self.path(batch_id))
+        self.fs.delete(outbox)
+        return rows
+
+    def write(self, batch_id: int, df: DataFrame, *, only_if_any: bool = False) -> int:
+        """Stage and publish at once (for dead letters that no table commit follows).
+
+        With ``only_if_any`` the rows are counted first and nothing is written for none.
+        Returns the rows written (0 when a Delta dead-letter table already holds the
+        batch)."""
         if self.delta is not None and self.delta.is_committed(batch_id):
             return 0
         if only_if_any:
             df = df.cache()
-            count = df.count()
-            if count == 0:
+            try:
+                if df.isEmpty():
+                    return 0
+                self.stage(batch_id, df)
+            finally:
                 df.unpersist()
-                return 0
         else:
-            count = -1
-        try:
-            if self.delta is not None:
-                self.delta.write_batch(batch_id, df.coalesce(1))
-            else:
-                self._write_file(batch_id, df)
-        finally:
-            if only_if_any:
-                df.unpersist()
-        return count
-
-    def _write_file(self, batch_id: int, df: DataFrame) -> None:
-        staging = self.layout.rejected_staging(self.run, batch_id)
-        self.fs.delete(staging)
-        df.coalesce(1).write.mode("overwrite").parquet(staging)
-        files = self.fs.list_files(staging, suffix=".parquet")
-        if len(files) != 1:
-            raise SinkError(f"expected one rejected file in {staging}, found {len(files)}")
-        self.fs.replace(files[0].path, self.path(batch_id))
-        self.fs.delete(staging)
+            self.stage(batch_id, df)
+        return self.publish(batch_id)
