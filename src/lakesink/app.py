@@ -33,7 +33,7 @@ from lakesink.runtime.shutdown import StopGate, StopRequest, await_query
 from lakesink.silence.query import SilenceQuery, SilenceRunner
 from lakesink.sources import kafka
 from lakesink.tables.fs import HadoopFS, to_uri
-from lakesink.tables.identity import checkpoint_app_id
+from lakesink.tables.identity import checkpoint_app_id, mark_started
 from lakesink.tables.layout import TableLayout
 from lakesink.tables.base import TableWriter, check_layout
 from lakesink.tables.delta import DeltaTableWriter
@@ -41,7 +41,7 @@ from lakesink.tables.parquet import ParquetTableWriter
 from lakesink.tables.rejected import RejectedWriter
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 logger = logging.getLogger(__name__)
@@ -295,7 +295,8 @@ class Pipeline:
         batch = RetryingBatch(self.processor, attempts=retry.batch_attempts,
                               initial_backoff_s=retry.initial_backoff_s,
                               max_backoff_s=retry.max_backoff_s)
-        writer = (stream.writeStream.foreachBatch(StopGate(batch, stop or StopRequest()))
+        marked = _MarkStarted(batch, HadoopFS(self.spark, self.checkpoint), self.checkpoint)
+        writer = (stream.writeStream.foreachBatch(StopGate(marked, stop or StopRequest()))
                   .option("checkpointLocation", self.checkpoint)
                   .queryName(f"lakesink_{self.name}"))
         if caught_up:
@@ -372,6 +373,45 @@ def _type_tables(cfg: LakesinkConfig, spark: SparkSession, index: int, app_id: s
             parts = TableParts.resolve(cfg.route_config(index, table), spark, samples)
         return parts.processor(app_id)
     return make
+
+
+class _MarkStarted:
+    """A batch function that records in the checkpoint's identity file, after its first
+    batch, that the app id has run batches (:func:`identity.mark_started`)."""
+
+    def __init__(self, fn: Callable[..., None], fs: HadoopFS, checkpoint: str) -> None:
+        self.fn, self.fs, self.checkpoint, self.done = fn, fs, checkpoint, False
+
+    @property
+    def stats(self) -> RunStats:
+        return self.fn.stats  # type: ignore[attr-defined]
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        self.fn(df, batch_id)
+        if not self.done:
+            mark_started(self.fs, self.checkpoint)
+            self.done = True
+
+
+def type_table_names(cfg: LakesinkConfig, spark: SparkSession, index: int) -> list[str]:
+    """The tables message-type route ``index`` has made so far: the folders of
+    ``<base>/.lakesink/`` with a recorded layout whose names carry the route's prefix
+    and that no other route (or the unrouted records) owns."""
+    mt = cfg.routes[index].message_type
+    assert mt is not None
+    storage.apply(spark, cfg)
+    base = to_uri(cfg.table.base_path)
+    fs = HadoopFS(spark, base)
+    static = {cfg.route_config(i).table_name.lower() for i, r in enumerate(cfg.routes)
+              if r.message_type is None}
+    names = []
+    for name in fs.list_dirs(TableLayout.of(base, "x").meta.rpartition("/")[0]):
+        if (not name.startswith(mt.table_prefix) or name.startswith("_")
+                or name.lower() in static):
+            continue
+        if fs.exists(TableLayout(base, name).layout_file):
+            names.append(name)
+    return names
 
 
 def _never_retried(exc: BaseException) -> bool:

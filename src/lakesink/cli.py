@@ -246,21 +246,32 @@ def dlq_show(
 
     try:
         cfg, spark = _dlq_session(config, set_, _common_flags(None, None, table, base_path, None))
-        summaries = [dlq.show(spark, c, sample=sample) for c in _tables(cfg)]
+        summaries = [dlq.show(spark, c, sample=sample) for c in _tables(cfg, spark)]
     except ConfigError as exc:
         _fail_config(exc)
         return
     if as_json:
         shown = summaries if cfg.routes else summaries[0]
-        out.print(json.dumps(shown, indent=1), highlight=False, markup=False)
+        out.print(json.dumps(shown, indent=1), highlight=False, markup=False, soft_wrap=True)
         return
     for summary in summaries:
         _print_dlq_summary(summary)
 
 
-def _tables(cfg: Any) -> list[Any]:  # noqa: ANN401
-    """One config per table: the routes' tables, or the one table."""
-    return [cfg.route_config(i) for i in range(len(cfg.routes))] if cfg.routes else [cfg]
+def _tables(cfg: Any, spark: Any) -> list[Any]:  # noqa: ANN401
+    """One config per table: the routes' tables (a message-type route's: the tables its
+    types have made so far), or the one table."""
+    if not cfg.routes:
+        return [cfg]
+    from lakesink.app import type_table_names
+
+    out = []
+    for i, route in enumerate(cfg.routes):
+        if route.message_type is None:
+            out.append(cfg.route_config(i))
+        else:
+            out.extend(cfg.route_config(i, name) for name in type_table_names(cfg, spark, i))
+    return out
 
 
 def _print_dlq_summary(summary: dict[str, Any]) -> None:
@@ -295,7 +306,7 @@ def dlq_replay(
     try:
         cfg, spark = _dlq_session(config, set_, _common_flags(None, None, table, base_path, None))
         results = [dlq.replay(spark, c) | ({"table": c.table_name} if cfg.routes else {})
-                   for c in _tables(cfg)]
+                   for c in _tables(cfg, spark)]
         result = results if cfg.routes else results[0]
     except ConfigError as exc:
         _fail_config(exc)
@@ -303,7 +314,7 @@ def dlq_replay(
     except LakesinkError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(1) from None
-    out.print(json.dumps(result), highlight=False, markup=False)
+    out.print(json.dumps(result), highlight=False, markup=False, soft_wrap=True)
 
 
 def main() -> None:

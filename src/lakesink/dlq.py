@@ -15,6 +15,9 @@ crashes is finished by the next one, never doubled:
 4. The plan's state becomes ``done``: its files count as replayed. A crash before this
    leaves a ``planned`` plan; the next replay resumes it (same files, same *N*).
 
+5. One replay of a table runs at a time: it holds ``dlq/replay.lock`` (created only if
+   absent, renewed while it runs); a second ``dlq replay`` is refused, naming the holder.
+
 Records that fail again are rejected again, into a file of the replay's own run; they
 are pending dead letters for a later replay, with the reason of their latest attempt.
 """
@@ -28,16 +31,21 @@ from typing import TYPE_CHECKING, Any
 
 from lakesink.tables.fs import HadoopFS, join
 from lakesink.tables.layout import TableLayout
+from lakesink.tables.lease import WriterLease
 from lakesink.tables.rejected import dead_letter_layout
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from lakesink.app import TableParts
     from lakesink.config.models import LakesinkConfig
 
 logger = logging.getLogger(__name__)
 
 PLANNED, DONE = "planned", "done"
+# the replay lock is renewed every third of this; a replay that died leaves it this long
+# (or until a start on the same host sees its process gone)
+REPLAY_LOCK_TTL_S = 60.0
 
 
 class DeadLetters:
@@ -150,15 +158,29 @@ def show(spark: SparkSession, cfg: LakesinkConfig, *, sample: int = 5) -> dict[s
 
 
 def replay(spark: SparkSession, cfg: LakesinkConfig) -> dict[str, Any]:
-    """Re-ingest the pending dead letters once (see the module docstring)."""
-    from pyspark.sql import functions as F
-
+    """Re-ingest the pending dead letters once (see the module docstring); a second
+    replay of the same table while one runs is refused (``SecondWriterError``)."""
     from lakesink.app import TableParts
     from lakesink.runtime import storage
 
     storage.apply(spark, cfg)
     parts = TableParts.resolve(cfg, spark)
     letters = DeadLetters(spark, parts.fs, parts.layout, cfg.dlq.format)
+    lock = WriterLease(parts.fs, join(letters.folder, "replay.lock"), app_id="dlq-replay",
+                       ttl_s=REPLAY_LOCK_TTL_S, table=parts.layout.table,
+                       refusal="Two replays at once would each take the pending dead "
+                       "letters and write them twice.")
+    lock.acquire()  # one replay at a time: both would plan the same pending letters
+    try:
+        return _replay_locked(spark, letters, parts)
+    finally:
+        lock.release()
+
+
+def _replay_locked(spark: SparkSession, letters: DeadLetters, parts: TableParts
+                   ) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
     plan = letters.next_plan()
     if plan is None:
         return {"replayed_files": 0, "records": 0, "written": 0, "rejected": 0}

@@ -153,6 +153,13 @@ class HadoopFS:
             out.append(FileInfo(p.toString(), rel, int(status.getLen())))
         return sorted(out, key=lambda f: f.relative)
 
+    def list_dirs(self, path: str) -> list[str]:
+        """Names of the folders directly below ``path`` (none if it does not exist)."""
+        if not self.exists(path):
+            return []
+        return sorted(str(st.getPath().getName()) for st in self.fs.listStatus(self._p(path))
+                      if st.isDirectory())
+
     def read_text(self, path: str) -> str | None:
         if not self.exists(path):
             return None

@@ -7,7 +7,8 @@ Reusing an app id with a fresh checkpoint would make the new batches look done a
 silently drop them; a new checkpoint therefore always gets a new id — and so does a
 checkpoint whose Spark offset log is gone while its ``lakesink.json`` stayed (someone
 deleted ``offsets/`` and ``commits/`` to re-read the topic): its batch ids start at 0
-again, which the old id has committed already.
+again, which the old id has committed already. Such a checkpoint is refused at start
+once the id has run a batch (:func:`mark_started`); before that a new id is made.
 """
 
 from __future__ import annotations
@@ -32,10 +33,17 @@ def checkpoint_app_id(fs: HadoopFS, checkpoint: str) -> str:
     if data and data.get("app_id"):
         if has_offsets:
             return str(data["app_id"])
-        # no offset log: no batch of this id can be recorded in it (Spark writes a
-        # batch's offsets before running it), so either none ran — a new id costs
-        # nothing — or the log was deleted and batch ids restart at 0, which the old id
-        # may have committed: a new id keeps the new batches from being skipped
+        if data.get("batches_started"):
+            raise ConfigError(
+                "checkpoint",
+                f"{checkpoint} has lost its offset log (offsets/) but its app id "
+                f"{data['app_id']} has run batches: Spark would number the batches from 0 "
+                "again, and those the app id committed would be skipped as done",
+                fix="restore offsets/ and commits/; or, to read the topic again from "
+                "source.kafka.starting_offsets (rows already in the table come again), "
+                f"delete {IDENTITY_FILE} too")
+        # no batch has run under this id (a start that ended before its first batch):
+        # a new id costs nothing
         logger.info("checkpoint %s has no offset log: new app id (was %s)", checkpoint,
                     data["app_id"])
     elif has_offsets or fs.exists(join(checkpoint, "commits")):
@@ -53,6 +61,14 @@ def checkpoint_app_id(fs: HadoopFS, checkpoint: str) -> str:
     logger.info("new checkpoint %s, app id %s", checkpoint, app_id)
     return app_id
 
+
+
+def mark_started(fs: HadoopFS, checkpoint: str) -> None:
+    """Record that the checkpoint's app id has run a batch (once per id)."""
+    path = join(checkpoint, IDENTITY_FILE)
+    data = fs.read_json(path) or {}
+    if data.get("app_id") and not data.get("batches_started"):
+        fs.write_json(path, {**data, "batches_started": True})
 
 
 def run_tag(app_id: str) -> str:

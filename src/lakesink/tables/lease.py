@@ -53,12 +53,16 @@ def pid_alive(pid: int) -> bool:
 
 class WriterLease:
     def __init__(self, fs: HadoopFS, path: str, *, app_id: str, ttl_s: float,
-                 table: str) -> None:
+                 table: str, refusal: str | None = None) -> None:
+        """``refusal``: why a second holder is refused (default: the Delta-on-S3
+        reason), said in the error."""
         self.fs = fs
         self.path = path
         self.app_id = app_id
         self.ttl_s = ttl_s
         self.table = table
+        self.refusal = refusal or ("A second writer on one Delta table on S3 would lose "
+                                   "commits with the single-driver log store.")
         self.writer = uuid.uuid4().hex
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -92,8 +96,7 @@ class WriterLease:
             raise SecondWriterError(
                 f"table {self.table} is being written by another lakesink (host "
                 f"{held.get('host')}, pid {held.get('pid')}, checkpoint app id "
-                f"{held.get('app_id')}, lease renewed {age:.0f}s ago). A second writer on one "
-                "Delta table on S3 would lose commits with the single-driver log store. Stop "
+                f"{held.get('app_id')}, lease renewed {age:.0f}s ago). {self.refusal} Stop "
                 f"the other writer; if it died on another machine, its lease expires "
                 f"{max(0.0, float(held.get('ttl_s', self.ttl_s)) - age):.0f}s from now; for "
                 "several writers use table.delta_log_store: dynamodb")

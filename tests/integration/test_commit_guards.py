@@ -1,0 +1,272 @@
+"""Issue 17: the paths where a commit could record less (or more) than the batch wrote,
+each walked with the real broker and Spark and read back by DuckDB or delta-rs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from lakesink.app import Pipeline
+from lakesink.config import load_config
+from lakesink.errors import ConfigError
+from lakesink.runtime.services import produce
+from lakesink.tables import fs as fs_module
+from tests.fixtures.runs import flatten
+from tests.fixtures.services import (
+    config_dict,
+    delta_ids,
+    duckdb_ids,
+    json_events,
+    read_ids,
+    run_cli,
+    write_config,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
+
+
+def run_once(spark, data: dict[str, Any]) -> Any:  # noqa: ANN001, ANN401
+    return Pipeline.build(load_config(flags=flatten(data), env={}), spark).run(
+        until_caught_up=True)
+
+
+def dead_letters(lake: Path, table: str = "events") -> list[tuple[Any, ...]]:
+    files = list((lake / "_rejected" / table).rglob("*.parquet"))
+    if not files:
+        return []
+    return duckdb.sql(f"SELECT reason, value FROM read_parquet('{lake}/_rejected/{table}/"
+                      "*.parquet')").fetchall()
+
+
+def test_a_listing_that_loses_staged_files_stops_the_commit(spark, kafka_broker, topic,
+                                                            tmp_path, monkeypatch) -> None:
+    """The invariant behind scenario 1: the `_kind=a/` listing bug lost every staged file
+    and committed "0 files". Any listing that loses a staged file must now stop the batch
+    before its manifest; a run with a sound listing then writes every row once."""
+    produce(kafka_broker.bootstrap_servers, topic, json_events(range(300)))
+    lake = tmp_path / "lake"
+    data = config_dict(kafka_broker, topic, lake)
+    real = fs_module._list_local
+
+    def lossy(uri: str, suffix: str) -> list[fs_module.FileInfo]:
+        files = real(uri, suffix)
+        return files[1:] if "/staging/" in uri else files  # drop one staged file
+
+    monkeypatch.setattr(fs_module, "_list_local", lossy)
+    with pytest.raises(Exception, match="CommitMismatch") as exc:
+        run_once(spark, data)
+    assert "counted as written" in str(exc.value)
+    assert not list((lake / ".lakesink" / "events" / "manifests").rglob("*.json"))
+    assert duckdb_ids(lake / "events") == []  # nothing published
+
+    monkeypatch.setattr(fs_module, "_list_local", real)
+    stats = run_once(spark, data)
+    assert sorted(duckdb_ids(lake / "events")) == list(range(300))
+    assert stats.written == 300
+    manifests = [json.loads(p.read_text()) for p in
+                 (lake / ".lakesink" / "events" / "manifests").rglob("*.json")]
+    assert sum(m["rows"] for m in manifests) == 300
+    assert all(sum(f["rows"] for f in m["files"]) == m["rows"] for m in manifests)
+    # committed batches leave no bookkeeping behind (scenario 14)
+    meta = lake / ".lakesink" / "events"
+    assert not [p for p in (meta / "pending").rglob("*") if p.is_file()]
+    assert not [p for p in (meta / "staging").rglob("*") if p.is_file()]
+
+
+def test_delta_partitions_by_an_underscore_column(spark, kafka_broker, topic, tmp_path
+                                                  ) -> None:
+    """Scenario 1 for Delta (allowed there: the log lists the files)."""
+    records = [(b"k", json.dumps({"id": i, "_kind": "ab"[i % 2]}).encode()) for i in range(50)]
+    produce(kafka_broker.bootstrap_servers, topic, records)
+    lake = tmp_path / "lake"
+    data = config_dict(kafka_broker, topic, lake, format="delta", partition_by=["_kind"])
+    data["table"].pop("timestamp_column")
+    data["decode"]["schema"] = [{"name": "id", "type": "Int64"},
+                                {"name": "_kind", "type": "Utf8"}]
+    assert run_once(spark, data).written == 50
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(lake / "events")).to_pyarrow_table().to_pylist()
+    assert sorted((r["id"], r["_kind"]) for r in rows) == [(i, "ab"[i % 2]) for i in range(50)]
+
+
+# -- scenario 3: a committed batch replayed under a changed configuration -----------------
+
+def _two_configs(kafka_broker, topic: str, lake: Path, fmt: str, tmp_path: Path  # noqa: ANN001
+                 ) -> tuple[Path, Path]:
+    """A: strict schema, unknown fields rejected; B: the operator switched to 'drop'."""
+    data = config_dict(kafka_broker, topic, lake, format=fmt, schema_evolution="strict",
+                       unknown_fields="reject")
+    a = write_config(tmp_path / "a.yaml", data)
+    data["table"]["unknown_fields"] = "drop"
+    return a, write_config(tmp_path / "b.yaml", data)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("fmt", "point"), [("parquet", "after_manifest"),
+                                            ("delta", "after_delta_commit")])
+def test_dead_letters_of_a_committed_batch_survive_a_config_change(
+        kafka_broker, topic, tmp_path, fmt, point) -> None:
+    produce(kafka_broker.bootstrap_servers, topic,
+            json_events(range(40)) + json_events(range(40, 42), extra=1))
+    lake = tmp_path / "lake"
+    a, b = _two_configs(kafka_broker, topic, lake, fmt, tmp_path)
+    crashed = run_cli("run", "-c", str(a), "--until-caught-up",
+                      env={"LAKESINK_FAULT": point, "LAKESINK_FAULT_BATCH": "0"})
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    recovered = run_cli("run", "-c", str(b), "--until-caught-up")
+    assert recovered.returncode == 0, recovered.stderr[-3000:]
+    ids = read_ids(lake / "events", fmt)
+    assert sorted(ids) == list(range(40)), "the batch was committed under A: 40 rows"
+    letters = dead_letters(lake) if fmt == "parquet" else _delta_letters(lake)
+    assert sorted(json.loads(bytes(v))["id"] for _, v in letters) == [40, 41], (
+        "the two records A rejected must be dead letters once, not lost or recomputed")
+    assert {r for r, _ in letters} == {"unknown_field"}
+
+
+def _delta_letters(lake: Path) -> list[tuple[Any, ...]]:
+    # dlq.format is parquet in both configs; a Delta table's dead letters are files too
+    return dead_letters(lake)
+
+
+def test_a_delta_write_that_raises_after_its_commit_is_not_written_again(
+        spark, kafka_broker, topic, tmp_path, monkeypatch) -> None:
+    """Scenario 9: the commit landed, then the write raised (a post-commit hook, a lost
+    response). The retry must skip the batch — before, Delta dropped the append by its
+    txn, ran no job, and the batch waited forever for its observation."""
+    produce(kafka_broker.bootstrap_servers, topic,
+            json_events(range(200)) + [(b"k", b"not json")])
+    lake = tmp_path / "lake"
+    data = config_dict(kafka_broker, topic, lake, format="delta")
+    data["retry"] = {"initial_backoff_s": 0}
+    monkeypatch.setenv("LAKESINK_FAULT", "raise_after_delta_commit")
+    done: dict[str, Any] = {}
+
+    def go() -> None:
+        try:
+            done["stats"] = run_once(spark, data)
+        except BaseException as exc:  # noqa: BLE001
+            done["error"] = exc
+
+    runner = threading.Thread(target=go, daemon=True)
+    runner.start()
+    runner.join(300)
+    assert not runner.is_alive(), "the batch hung after a commit that raised"
+    assert "error" not in done, done.get("error")
+    assert sorted(delta_ids(lake / "events")) == list(range(200))
+    assert [r for r, _ in dead_letters(lake)] == ["malformed_json"]
+
+
+def test_a_checkpoint_that_lost_its_offsets_is_refused_not_skipped(spark, kafka_broker,
+                                                                   topic, tmp_path) -> None:
+    """Scenario 14: with offsets/ and commits/ gone but lakesink.json kept, batch ids
+    restart at 0 and every new batch looked committed (silently skipped)."""
+    produce(kafka_broker.bootstrap_servers, topic, json_events(range(30)))
+    lake = tmp_path / "lake"
+    data = config_dict(kafka_broker, topic, lake)
+    run_once(spark, data)
+    checkpoint = lake / ".lakesink" / "events" / "checkpoint"
+    shutil.rmtree(checkpoint / "offsets")
+    shutil.rmtree(checkpoint / "commits")
+    produce(kafka_broker.bootstrap_servers, topic, json_events(range(30, 40)))
+    with pytest.raises(ConfigError) as exc:
+        run_once(spark, data)
+    assert exc.value.key == "checkpoint" and "offset log" in exc.value.message
+    (checkpoint / "lakesink.json").unlink()  # the documented way to start afresh
+    run_once(spark, data)
+    ids = duckdb_ids(lake / "events")
+    assert set(range(30, 40)) <= set(ids), "new records were skipped as committed"
+
+
+def test_dlq_commands_with_a_message_type_route(spark, kafka_broker, topic, tmp_path) -> None:
+    """Scenario 10: `dlq show` / `dlq replay` crashed on any message-type route."""
+    lake = tmp_path / "lake"
+    records = [(b"k", json.dumps({"type": "order", "id": i, "ts_ms": 1_795_000_000_000}
+                                 ).encode()) for i in range(10)]
+    produce(kafka_broker.bootstrap_servers, topic, records)
+    data = config_dict(kafka_broker, topic, lake, partition_by=["day"])
+    data.pop("decode")
+    data["table"].pop("name")
+    data["routes"] = [{"topics": [topic], "message_type": {"field": "type",
+                                                            "table_prefix": "ev_"}}]
+    assert run_once(spark, data).rejected == 0  # the table's schema: id bigint
+    produce(kafka_broker.bootstrap_servers, topic,
+            [(b"k", b'{"type": "order", "id": "seven", "ts_ms": 1795000000000}')])
+    assert run_once(spark, data).rejected == 1
+    cfg = write_config(tmp_path / "c.yaml", data)
+    shown = run_cli("dlq", "show", "-c", str(cfg), "--json")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    (summary,) = json.loads(shown.stdout)
+    assert summary["table"].endswith("/ev_order")
+    assert summary["by_reason"] == {"schema_mismatch": 1}
+    replayed = run_cli("dlq", "replay", "-c", str(cfg))
+    assert replayed.returncode == 0, replayed.stderr[-2000:]
+    (result,) = json.loads(replayed.stdout)
+    assert (result["table"], result["records"], result["rejected"]) == ("ev_order", 1, 1)
+
+
+def test_a_second_dlq_replay_is_refused_while_one_runs(spark, kafka_broker, topic,
+                                                        tmp_path) -> None:
+    """Scenario 8: two replays both planned the same pending letters."""
+    from lakesink import dlq
+    from lakesink.tables.fs import HadoopFS
+    from lakesink.tables.layout import TableLayout
+    from lakesink.tables.lease import SecondWriterError, WriterLease
+
+    lake = tmp_path / "lake"
+    produce(kafka_broker.bootstrap_servers, topic, json_events(range(5)) + [(b"x", b"nope")])
+    data = config_dict(kafka_broker, topic, lake)
+    run_once(spark, data)
+    cfg = load_config(flags=flatten(data), env={})
+    layout = TableLayout.of(str(lake), "events")
+    held = WriterLease(HadoopFS(spark, layout.base), f"{layout.meta}/dlq/replay.lock",
+                       app_id="other-replay", ttl_s=60, table=layout.table)
+    held.acquire()  # a replay in this (live) process
+    try:
+        with pytest.raises(SecondWriterError, match="Two replays at once"):
+            dlq.replay(spark, cfg)
+    finally:
+        held.release()
+    result = dlq.replay(spark, cfg)
+    assert (result["records"], result["rejected"]) == (1, 1)
+
+
+def test_s3_scheme_writes_are_conditional(spark, s3_server) -> None:
+    """Scenario 7: `s3://` is S3A too, so manifests use the conditional PUT."""
+    from lakesink.runtime import storage
+    from lakesink.tables.fs import HadoopFS
+
+    cfg = load_config(overrides=["source.kafka.bootstrap_servers=a:1",
+                                 "source.kafka.topics=t",
+                                 f"table.base_path=s3://{s3_server.bucket}/cond"],
+                      env=s3_server.env())
+    storage.apply(spark, cfg)
+    for scheme in ("s3", "s3a"):
+        fs = HadoopFS(spark, f"{scheme}://{s3_server.bucket}/cond")
+        assert fs.s3a, f"{scheme}:// is not recognised as S3A"
+        path = f"{scheme}://{s3_server.bucket}/cond/{scheme}-manifest.json"
+        assert fs.write_once(path, "first")
+        assert not fs.write_once(path, "second")
+        assert fs.read_text(path) == "first"
+
+
+def test_jaas_password_with_backslash_and_quote_reaches_kafka_intact(spark) -> None:
+    """Scenario 15: Kafka's own JAAS parser reads the password lakesink built."""
+    from lakesink.sources.kafka import client_options
+
+    password = 'pa\\ss"w\\"ord'
+    cfg = load_config(overrides=["source.kafka.bootstrap_servers=a:1", "source.kafka.topics=t",
+                                 "source.kafka.sasl.username=alice"],
+                      env={"LAKESINK_SOURCE__KAFKA__SASL__PASSWORD": password})
+    jaas = client_options(cfg.source.kafka)["sasl.jaas.config"]
+    jvm = spark.sparkContext._jvm
+    parsed = jvm.org.apache.kafka.common.security.JaasConfig("KafkaClient", jaas)
+    entry = parsed.getAppConfigurationEntry("KafkaClient")[0]
+    assert entry.getOptions().get("password") == password
+    assert entry.getOptions().get("username") == "alice"
