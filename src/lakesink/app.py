@@ -194,8 +194,9 @@ class TableParts:
         return BatchProcessor(
             schema=self.schema, policy=self.policy, rebuild=self.rebuild,
             store_schema=schema_store(self.fs, layout), writer=writer,
-            rejected=RejectedWriter(self.fs, layout, app_id=app_id,
-                                    fmt=self.cfg.dlq.format, spark=spark), app_id=app_id,
+            rejected=RejectedWriter(self.fs, layout, app_id=app_id, fmt=self.cfg.dlq.format,
+                                    spark=spark, lease_s=storage.writer_lease_s(self.cfg)),
+            app_id=app_id,
             source_columns=self.source_columns, transforms=self.transforms,
         )
 
@@ -271,7 +272,7 @@ class Pipeline:
             raise
         unrouted = (None if cfg.unrouted == "drop" else RejectedWriter(
             fs, TableLayout.of(cfg.table.base_path, UNROUTED_TABLE), app_id=app_id,
-            fmt=cfg.dlq.format, spark=spark))
+            fmt=cfg.dlq.format, spark=spark, lease_s=storage.writer_lease_s(cfg)))
         subscribed = cfg.source.kafka.topics
         exhaustive = bool(subscribed) and all(
             any(t in r.topics for r in cfg.routes) for t in subscribed)

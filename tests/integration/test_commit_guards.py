@@ -270,3 +270,32 @@ def test_jaas_password_with_backslash_and_quote_reaches_kafka_intact(spark) -> N
     entry = parsed.getAppConfigurationEntry("KafkaClient")[0]
     assert entry.getOptions().get("password") == password
     assert entry.getOptions().get("username") == "alice"
+
+
+def test_a_delta_dead_letter_table_on_s3_has_one_writer(spark, s3_server) -> None:
+    """Scenario 4: the Delta dead-letter table had no writer lease, so a second process
+    (a routed run, a replay) could overwrite its commits."""
+    from lakesink.runtime import storage
+    from lakesink.tables.fs import HadoopFS
+    from lakesink.tables.layout import TableLayout
+    from lakesink.tables.lease import SecondWriterError
+    from lakesink.tables.rejected import RejectedWriter
+
+    base = f"s3a://{s3_server.bucket}/dlq-lease"
+    cfg = load_config(overrides=["source.kafka.bootstrap_servers=a:1", "source.kafka.topics=t",
+                                 f"table.base_path={base}", "table.format=delta",
+                                 "dlq.format=delta"], env=s3_server.env())
+    storage.apply(spark, cfg)
+    assert storage.writer_lease_s(cfg) > 0
+    layout = TableLayout.of(base, "events")
+    fs = HadoopFS(spark, layout.base)
+    first = RejectedWriter(fs, layout, app_id="a" * 32, fmt="delta", spark=spark,
+                           lease_s=storage.writer_lease_s(cfg))
+    try:
+        with pytest.raises(SecondWriterError):
+            RejectedWriter(fs, layout, app_id="b" * 32, fmt="delta", spark=spark,
+                           lease_s=storage.writer_lease_s(cfg))
+    finally:
+        first.close()
+    RejectedWriter(fs, layout, app_id="b" * 32, fmt="delta", spark=spark,
+                   lease_s=storage.writer_lease_s(cfg)).close()  # free again

@@ -329,6 +329,7 @@ class BatchProcessor:
 
     def close(self) -> None:
         self.writer.close()
+        self.rejected.close()
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()

@@ -182,6 +182,8 @@ class Router:
         for route in self.routes:
             for processor in route.processors:
                 processor.close()
+        if self.unrouted is not None:
+            self.unrouted.close()
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()

@@ -59,7 +59,10 @@ class RejectedWriter:
     """
 
     def __init__(self, fs: HadoopFS, layout: TableLayout, *, app_id: str,
-                 fmt: str = "parquet", spark: SparkSession | None = None) -> None:
+                 fmt: str = "parquet", spark: SparkSession | None = None,
+                 lease_s: float = 0.0) -> None:
+        """``lease_s`` > 0: a Delta dead-letter table holds a writer lease, like its data
+        table (Delta on S3 with the single-driver log store)."""
         self.fs = fs
         self.layout = layout
         self.run = run_tag(app_id)
@@ -71,8 +74,14 @@ class RejectedWriter:
 
             assert spark is not None
             self.delta = DeltaTableWriter(spark, dead_letter_layout(layout), app_id=app_id,
-                                          partition_by=[], files_per_partition=0)
+                                          partition_by=[], files_per_partition=0,
+                                          lease_s=lease_s)
             self.delta.prepare()
+
+    def close(self) -> None:
+        """Release the Delta dead-letter table's writer lease, if it holds one."""
+        if self.delta is not None:
+            self.delta.close()
 
     def path(self, batch_id: int) -> str:
         if self.delta is not None:
