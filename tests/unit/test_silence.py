@@ -110,7 +110,8 @@ def test_a_raising_or_hanging_callback_is_logged_and_bounded(caplog) -> None:  #
 
     callback = Callback(fn, timeout_s=1.0)
     events = [Event(k, k.decode(), "stream_timeout", 1, 0, 1) for k in (b"hang", b"boom", b"ok")]
-    callback(events)  # returns while the hung call still runs: bounded by timeout_s
+    undelivered = callback(events)  # returns while the hung call still runs (timeout_s)
+    assert sorted(e.key for e in undelivered) == [b"boom", b"hang"]
     hung_alive = [t.is_alive() for t in callback.hung]
     release.set()
     assert hung_alive == [True]
@@ -118,3 +119,67 @@ def test_a_raising_or_hanging_callback_is_logged_and_bounded(caplog) -> None:  #
     assert (callback.failures, callback.timeouts) == (1, 1)
     assert "callback raised for stream 'boom'" in caplog.text
     assert "did not return within 1s" in caplog.text
+
+
+class _Markers:
+    """The marker calls of :class:`Outputs` on a dict (no JVM)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, str] = {}
+
+    def exists(self, path: str) -> bool:
+        return path in self.files
+
+    def write_text(self, path: str, text: str) -> None:
+        self.files[path] = text
+
+    def delete(self, path: str, recursive: bool = True) -> bool:  # noqa: ARG002
+        return self.files.pop(path, None) is not None
+
+
+def _outputs(fn, markers: _Markers) -> Any:  # noqa: ANN001, ANN401
+    from lakesink.silence import outputs
+
+    return outputs.Outputs(None, markers, "/cp", table=None, topic=None, kafka_options={},
+                           callback=outputs.Callback(fn, timeout_s=1.0))
+
+
+def test_failed_callback_calls_are_made_again_and_marked_only_after_success(monkeypatch
+                                                                            ) -> None:
+    """Issue 17 scenario 12: the delivered marker was written even when calls raised,
+    so a failed event was never delivered. Now: called again, marker after success."""
+    from lakesink.silence import outputs
+
+    monkeypatch.setattr(outputs, "CALLBACK_BACKOFF_S", 0.0)
+    calls: list[bytes] = []
+    failures = {b"flaky": 1}
+
+    def fn(key: bytes) -> None:
+        calls.append(key)
+        if failures.get(key, 0) > 0:
+            failures[key] -= 1
+            raise RuntimeError("transient")
+
+    markers = _Markers()
+    events = [Event(k, k.decode(), "stream_timeout", 1, 0, 1) for k in (b"ok", b"flaky")]
+    _outputs(fn, markers).deliver(7, events)
+    assert sorted(calls) == [b"flaky", b"flaky", b"ok"]  # only the failed one again
+    assert "/cp/delivered/7.callback" in markers.files
+
+
+def test_a_callback_that_keeps_failing_fails_the_batch_unmarked(monkeypatch) -> None:
+    from lakesink.errors import SinkError
+    from lakesink.silence import outputs
+
+    monkeypatch.setattr(outputs, "CALLBACK_BACKOFF_S", 0.0)
+    calls: list[bytes] = []
+
+    def fn(key: bytes) -> None:
+        calls.append(key)
+        raise RuntimeError("down")
+
+    markers = _Markers()
+    with pytest.raises(SinkError, match="at least once"):
+        _outputs(fn, markers).deliver(3, [Event(b"k", "k", "stream_timeout", 1, 0, 1)])
+    assert calls == [b"k"] * outputs.CALLBACK_ATTEMPTS
+    assert not markers.files  # the batch runs again and calls again

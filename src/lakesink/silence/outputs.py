@@ -10,10 +10,14 @@ Contract, per batch of the silence query (``deliver(batch_id, events)``):
   (after a crash) skips a topic it finds marked. Only a crash between the broker's
   acknowledgement and the marker sends the batch again — byte-identical records, since
   a re-run batch keeps its batch time.
-- **callback** — the same marker rule (``.callback``). Each call runs in its own daemon
-  thread; the batch waits at most ``callback_timeout_s`` for all of them, then logs the
-  ones still running and goes on. An exception is logged and swallowed. The ingestion
-  query never waits for any of this: it is another query.
+- **callback** — at least once: each call runs in its own daemon thread; the batch
+  waits at most ``callback_timeout_s`` for them. Calls that raised or did not return in
+  time are made again (up to ``CALLBACK_ATTEMPTS`` rounds, with a short backoff); the
+  marker ``delivered/<batch>.callback`` is written only when every event's call has
+  returned. If some still fail, the silence batch fails and runs again after the silence
+  query's restart — every event of it is called again, so a callback may see an event
+  twice (make it idempotent) but never misses one; a kill before the marker does the
+  same. The ingestion query never waits for any of this: it is another query.
 
 The Kafka record: key = the original key bytes, value =
 ``{"ts_ms": …, "stream": "<key as text>", "event": "stream_timeout"}``.
@@ -30,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from lakesink.errors import ConfigError
+from lakesink.errors import ConfigError, SinkError
 
 if TYPE_CHECKING:
     from pyspark.sql import Row, SparkSession
@@ -45,6 +49,9 @@ TABLE_SCHEMA = ("stream string, key binary, event string, ts_ms long, last_seen_
                 "silent_ms long")
 #: hung callback threads beyond which new calls are skipped (and logged)
 MAX_HUNG_CALLS = 64
+#: rounds of calls per silence batch before the batch fails (and runs again)
+CALLBACK_ATTEMPTS = 3
+CALLBACK_BACKOFF_S = 1.0
 
 
 def event_value(row: Row) -> str:
@@ -78,38 +85,49 @@ class Callback:
         self.failures = 0
         self.timeouts = 0
 
-    def __call__(self, events: list[Row]) -> None:
+    def __call__(self, events: list[Row]) -> list[Row]:
+        """Call for every event; returns the events whose call did not return in time,
+        raised, or was not made (too many calls still hung)."""
         self.hung = [t for t in self.hung if t.is_alive()]
-        threads = []
-        for row in events:
+        threads: list[tuple[threading.Thread, Row]] = []
+        undelivered: list[Row] = []
+        returned = [False] * len(events)  # set by each call's thread when fn returned
+        for i, row in enumerate(events):
             if len(self.hung) + len(threads) >= MAX_HUNG_CALLS:
                 logger.error("silence callback: %d calls still running; not calling it for "
                              "stream %r", MAX_HUNG_CALLS, row.stream)
                 self.timeouts += 1
+                undelivered.append(row)
                 continue
             args: tuple[Any, ...] = (bytes(row.key),)
             if self.with_event:
                 args += ({"ts_ms": row.ts_ms, "stream": row.stream, "event": row.event,
                           "silent_ms": row.silent_ms},)
-            thread = threading.Thread(target=self._call, args=(row.stream, args),
+            thread = threading.Thread(target=self._call, args=(row.stream, args, returned, i),
                                       name=f"silence-callback-{row.stream[:40]}", daemon=True)
             thread.start()
-            threads.append(thread)
+            threads.append((thread, i))
         deadline = time.monotonic() + self.timeout_s
-        for thread in threads:
+        for thread, i in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 self.timeouts += 1
                 self.hung.append(thread)
                 logger.error("silence callback did not return within %.0fs (%s); left "
                              "running, ingestion goes on", self.timeout_s, thread.name)
+            if not returned[i]:
+                undelivered.append(events[i])
+        return undelivered
 
-    def _call(self, stream: str, args: tuple[Any, ...]) -> None:
+    def _call(self, stream: str, args: tuple[Any, ...], returned: list[bool], i: int
+              ) -> None:
         try:
             self.fn(*args)
         except Exception:
             self.failures += 1
-            logger.exception("silence callback raised for stream %r (swallowed)", stream)
+            logger.exception("silence callback raised for stream %r", stream)
+            return
+        returned[i] = True
 
 
 def _positional_params(fn: Callable[..., Any]) -> int:
@@ -159,7 +177,26 @@ class Outputs:
             self._once(batch_id, "topic", lambda: self._produce(events))
         if self.callback is not None:
             callback = self.callback
-            self._once(batch_id, "callback", lambda: callback(events))
+            self._once(batch_id, "callback", lambda: self._call_back(callback, batch_id,
+                                                                     events))
+
+    def _call_back(self, callback: Callback, batch_id: int, events: list[Row]) -> None:
+        """Every event's call returned, after at most ``CALLBACK_ATTEMPTS`` rounds; or
+        SinkError (the batch runs again, its marker unwritten)."""
+        pending = events
+        for attempt in range(1, CALLBACK_ATTEMPTS + 1):
+            pending = callback(pending)
+            if not pending:
+                return
+            if attempt < CALLBACK_ATTEMPTS:
+                logger.warning("silence batch %d: %d callback call(s) failed; calling them "
+                               "again (round %d of %d)", batch_id, len(pending), attempt + 1,
+                               CALLBACK_ATTEMPTS)
+                time.sleep(CALLBACK_BACKOFF_S * attempt)
+        raise SinkError(
+            f"silence batch {batch_id}: {len(pending)} of {len(events)} event(s) not "
+            f"delivered to the callback after {CALLBACK_ATTEMPTS} rounds; the batch runs "
+            "again after the silence query restarts (callbacks are delivered at least once)")
 
     def _produce(self, events: list[Row]) -> None:
         df = self.spark.createDataFrame([(bytes(e.key), event_value(e)) for e in events],
