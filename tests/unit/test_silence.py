@@ -183,3 +183,88 @@ def test_a_callback_that_keeps_failing_fails_the_batch_unmarked(monkeypatch) -> 
         _outputs(fn, markers).deliver(3, [Event(b"k", "k", "stream_timeout", 1, 0, 1)])
     assert calls == [b"k"] * outputs.CALLBACK_ATTEMPTS
     assert not markers.files  # the batch runs again and calls again
+
+
+class _Value:
+    def __init__(self) -> None:
+        self.value: tuple[int] | None = None
+
+    def exists(self) -> bool:
+        return self.value is not None
+
+    def get(self) -> tuple[int]:
+        assert self.value is not None
+        return self.value
+
+    def update(self, value: tuple[int]) -> None:
+        self.value = value
+
+    def clear(self) -> None:
+        self.value = None
+
+
+class _Handle:
+    def __init__(self) -> None:
+        self.state = _Value()
+        self.timers: list[int] = []
+
+    def getValueState(self, *_: Any) -> _Value:  # noqa: N802 - Spark's API
+        return self.state
+
+    def listTimers(self) -> list[int]:  # noqa: N802
+        return list(self.timers)
+
+    def deleteTimer(self, t: int) -> None:  # noqa: N802
+        self.timers.remove(t)
+
+    def registerTimer(self, t: int) -> None:  # noqa: N802
+        self.timers.append(t)
+
+
+class _Clock:
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def getCurrentWatermarkInMs(self) -> int:  # noqa: N802
+        return self.ms
+
+    def getCurrentProcessingTimeInMs(self) -> int:  # noqa: N802
+        return self.ms
+
+
+def _silences(batches: list[list[int]], timeout_ms: int = 10) -> list[tuple[int, int]]:
+    """(last seen, silent ms) of every event of one key fed ``batches`` of record
+    times, timers fired at each batch's watermark (its newest time)."""
+    import pandas as pd
+
+    from lakesink.silence.tracker import RECORD, SilenceTracker
+
+    tracker = SilenceTracker(timeout_ms, ttl_factor=100, event_time=True)
+    handle = _Handle()
+    tracker.init(handle)
+    out: list[tuple[int, int]] = []
+    for times in batches:
+        clock = _Clock(max(times))
+        for t in [t for t in handle.timers if t <= clock.ms]:
+            handle.timers.remove(t)
+            for df in tracker.handleExpiredTimer((RECORD, b"k"), clock, None):
+                out += [(r["last_seen_ms"], r["silent_ms"]) for _, r in df.iterrows()]
+        frames = [pd.DataFrame({"ts_ms": times[: len(times) // 2]}),
+                  pd.DataFrame({"ts_ms": times[len(times) // 2:]})]
+        for df in tracker.handleInputRows((RECORD, b"k"), iter(frames), clock):
+            out += [(r["last_seen_ms"], r["silent_ms"]) for _, r in df.iterrows()]
+    return sorted(out)
+
+
+def test_a_silence_inside_one_batch_fires_like_across_batches() -> None:
+    """Issue 17 scenario 11: the tracker compared a batch only with its first record,
+    so a gap between two records of one batch never fired; the result depended on the
+    batch size. Records out of order within the batch are sorted first."""
+    times = [0, 3, 5, 40, 41, 43, 70, 72]  # silences 5..40 and 43..70 (timeout 10)
+    one_batch = _silences([[43, 0, 72, 3, 40, 5, 41, 70]])
+    per_record = _silences([[t] for t in times])
+    in_threes = _silences([times[i:i + 3] for i in range(0, len(times), 3)])
+    assert [last for last, _ in one_batch] == [5, 43]
+    assert [last for last, _ in per_record] == [5, 43]
+    assert [last for last, _ in in_threes] == [5, 43]
+    assert [silent for _, silent in one_batch] == [35, 27]

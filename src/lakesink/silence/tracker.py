@@ -12,7 +12,10 @@ or the watermark (``time: event``). When the timer fires:
 - else (the key was seen again meanwhile): the timer is set again.
 
 A record that arrives after its key's timer was due but before it fired (both in one
-batch, or after a restart) still ends a silence: the event is emitted then.
+batch, or after a restart) still ends a silence: the event is emitted then. A key's
+records of one batch are taken in time order, so a silence that starts and ends within
+one batch fires too: the events do not depend on how the records were cut into batches
+(``max_offsets_per_trigger``).
 
 The state lives in the checkpoint (RocksDB), so it survives restarts; a heartbeat row
 per batch (``kind`` 0, see :mod:`.query`) keeps batches — and so timers — running while
@@ -23,6 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any, Literal
+
+import numpy as np
 
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
@@ -85,17 +90,24 @@ class SilenceTracker(StatefulProcessor):
             yield pd.DataFrame([_row(b"", "null_key", 0, None, None,
                                      sum(len(f) for f in frames))])
             return
-        first = min(int(f["ts_ms"].min()) for f in frames)
-        newest = max(int(f["ts_ms"].max()) for f in frames)
         now = self._now(timerValues)
+        times = np.sort(np.concatenate([f["ts_ms"].to_numpy(dtype=np.int64)
+                                        for f in frames]))
         if not self.event_time:  # a producer's clock ahead of ours does not count
-            first, newest = min(first, now), min(newest, now)
+            times = np.minimum(times, now)
         previous = self.last.get()[0] if self.last.exists() else None
-        if previous is not None and first > previous:
-            # the key's timer was due before this record came: that silence still counts
-            ended = verdict(first, previous, self.timeout_ms, self.ttl_factor)
-            if ended != "wait":
-                yield pd.DataFrame([self._event(raw, ended, now, previous, first)])
+        # each record against the newest time seen before it (the state, then the
+        # batch's earlier records): a gap of a timeout or more is a silence that ended
+        before = np.concatenate([[times[0] if previous is None else previous], times[:-1]])
+        if previous is not None:
+            before = np.maximum(before, previous)
+        events = []
+        for i in np.nonzero(times - before >= self.timeout_ms)[0]:
+            ended = verdict(int(times[i]), int(before[i]), self.timeout_ms, self.ttl_factor)
+            events.append(self._event(raw, ended, now, int(before[i]), int(times[i])))
+        if events:
+            yield pd.DataFrame(events)
+        newest = int(times[-1])
         last = newest if previous is None else max(previous, newest)
         self.last.update((last,))
         for timer in self.handle.listTimers():
