@@ -181,13 +181,13 @@ class TableParts:
         common = {"app_id": app_id, "partition_by": table.partition_by,
                   "compression": table.compression,
                   "files_per_partition": table.files_per_partition,
-                  "target_file_size": table.target_file_size}
+                  "target_file_size": table.target_file_size,
+                  **storage.lease_options(self.cfg)}
         if table.format == "delta":
             writer = DeltaTableWriter(spark, layout, **common,
                                       checkpoint_interval=table.delta_checkpoint_interval,
                                       merge_schema=table.schema_evolution == "add_columns",
-                                      type_widening=table.widening,
-                                      lease_s=storage.writer_lease_s(self.cfg))
+                                      type_widening=table.widening)
         else:
             writer = ParquetTableWriter(spark, layout, **common)
         writer.prepare()
@@ -195,7 +195,7 @@ class TableParts:
             schema=self.schema, policy=self.policy, rebuild=self.rebuild,
             store_schema=schema_store(self.fs, layout), writer=writer,
             rejected=RejectedWriter(self.fs, layout, app_id=app_id, fmt=self.cfg.dlq.format,
-                                    spark=spark, lease_s=storage.writer_lease_s(self.cfg)),
+                                    spark=spark, lease=storage.lease_options(self.cfg)),
             app_id=app_id,
             source_columns=self.source_columns, transforms=self.transforms,
         )
@@ -272,7 +272,7 @@ class Pipeline:
             raise
         unrouted = (None if cfg.unrouted == "drop" else RejectedWriter(
             fs, TableLayout.of(cfg.table.base_path, UNROUTED_TABLE), app_id=app_id,
-            fmt=cfg.dlq.format, spark=spark, lease_s=storage.writer_lease_s(cfg)))
+            fmt=cfg.dlq.format, spark=spark, lease=storage.lease_options(cfg)))
         subscribed = cfg.source.kafka.topics
         exhaustive = bool(subscribed) and all(
             any(t in r.topics for r in cfg.routes) for t in subscribed)

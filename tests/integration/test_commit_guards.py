@@ -290,12 +290,12 @@ def test_a_delta_dead_letter_table_on_s3_has_one_writer(spark, s3_server) -> Non
     layout = TableLayout.of(base, "events")
     fs = HadoopFS(spark, layout.base)
     first = RejectedWriter(fs, layout, app_id="a" * 32, fmt="delta", spark=spark,
-                           lease_s=storage.writer_lease_s(cfg))
+                           lease=storage.lease_options(cfg))
     try:
         with pytest.raises(SecondWriterError):
             RejectedWriter(fs, layout, app_id="b" * 32, fmt="delta", spark=spark,
-                           lease_s=storage.writer_lease_s(cfg))
+                           lease=storage.lease_options(cfg))
     finally:
         first.close()
     RejectedWriter(fs, layout, app_id="b" * 32, fmt="delta", spark=spark,
-                   lease_s=storage.writer_lease_s(cfg)).close()  # free again
+                   lease=storage.lease_options(cfg)).close()  # free again

@@ -133,11 +133,11 @@ def test_a_second_delta_writer_on_s3_is_refused(spark, kafka_broker, s3_server, 
     import socket
     import subprocess
     import sys
-    import time
+    import threading
 
     from lakesink.errors import ConfigError
     from lakesink.tables.fs import HadoopFS
-    from lakesink.tables.lease import SecondWriterError
+    from lakesink.tables.lease import SecondWriterError, WriterLease
 
     prefix = f"lease-{next(_prefix)}"
     produce(kafka_broker.bootstrap_servers, topic, json_events(range(50)))
@@ -151,31 +151,52 @@ def test_a_second_delta_writer_on_s3_is_refused(spark, kafka_broker, s3_server, 
     assert f"pid {os.getpid()}" in str(refused.value)
     assert "another lakesink" in str(refused.value)
     assert first.run(until_caught_up=True).written == 50  # the holder goes on, and releases
-    lease = f"s3a://lake/{prefix}/.lakesink/events/writer.json"
     fs = HadoopFS(spark, f"s3a://lake/{prefix}")
-    assert not fs.exists(lease)
+    steps = WriterLease(fs, f"s3a://lake/{prefix}/.lakesink/events/writer", app_id="t",
+                        ttl_s=60, table="events")
+
+    def newest() -> tuple[int, dict]:
+        found = steps.newest()
+        assert found is not None
+        return found
+
+    def put(record: dict) -> None:
+        seq = newest()[0] + 1
+        assert fs.write_once(steps._path(seq), json.dumps(record))
+
+    assert newest()[1]["released"] is True
 
     # a lease left by a crashed process on this host is taken over at once
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale = {"writer": "x", "app_id": "old", "host": socket.gethostname(), "pid": dead.pid,
-             "renewed": time.time(), "ttl_s": 600}
-    fs.write_text(lease, json.dumps(stale))
+             "ttl_s": 600, "released": False}
+    put(stale)
     second = Pipeline.build(load_config(flags=flatten(other), env=env), spark)
-    assert fs.read_json(lease)["pid"] == os.getpid()
+    assert newest()[1]["pid"] == os.getpid() and not newest()[1]["released"]
     second.processor.close()
-    assert not fs.exists(lease)
+    assert newest()[1]["released"] is True
     # a start refused after the table's lease was taken (a silence key that does not
     # resolve) releases it, and the silence table's own lease too
     bad = {**other, "silence": {"timeout_ms": 10_000, "table": "silent", "key": "no_such"}}
     with pytest.raises(ConfigError, match="silence.key"):
         Pipeline.build(load_config(flags=flatten(bad), env=env), spark)
-    assert not fs.exists(lease)
-    assert not fs.exists(f"s3a://lake/{prefix}/.lakesink/silent/writer.json")
-    # a fresh lease of another machine is respected
-    fs.write_text(lease, json.dumps({**stale, "host": "elsewhere", "pid": 1}))
+    assert newest()[1]["released"] is True
+    silent = WriterLease(fs, f"s3a://lake/{prefix}/.lakesink/silent/writer", app_id="t",
+                         ttl_s=60, table="silent").newest()
+    assert silent is None or silent[1]["released"] is True
+    # a lease of another machine that keeps renewing is respected
+    put({**stale, "host": "elsewhere", "pid": 1, "ttl_s": 3})
+    renewer = threading.Timer(1.5, lambda: put({**stale, "host": "elsewhere", "pid": 1,
+                                                 "ttl_s": 3}))
+    renewer.start()
     with pytest.raises(SecondWriterError, match="host elsewhere"):
         Pipeline.build(load_config(flags=flatten(other), env=env), spark)
+    renewer.join()
+    # ... and one that stopped renewing is taken over after its TTL (on our clock)
+    taken = Pipeline.build(load_config(flags=flatten(other), env=env), spark)
+    assert newest()[1]["pid"] == os.getpid()
+    taken.processor.close()
 
 
 def test_dynamodb_log_store_needs_its_jar(spark, kafka_broker, s3_server, topic,

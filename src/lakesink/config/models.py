@@ -307,8 +307,10 @@ class TableConfig(_Section):
     )
 
     writer_lease_s: float = Field(
-        default=60.0, ge=0, description="Delta on S3 with the single-driver log store: the "
-        "TTL of the lease that refuses a second writer (0: off)")
+        default=60.0, ge=0, description="TTL of the writer lease every table writer holds "
+        "(one process per checkpoint; for Delta on S3 with the single-driver log store, "
+        "one writer per table): a second writer is refused, a holder gone for this long "
+        "is taken over (0: off)")
     transforms: list[str] = Field(
         default_factory=list,
         description="ordered 'name: expression' list; Spark SQL over the record's fields "

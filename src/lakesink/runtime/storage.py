@@ -11,7 +11,7 @@ which keys are set, not their values).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pydantic import SecretStr
@@ -124,11 +124,22 @@ def on_s3(path: str) -> bool:
 
 
 def writer_lease_s(cfg: LakesinkConfig) -> float:
-    """The TTL of the writer lease a Delta table needs (0: none): on S3 with the
-    single-driver log store, which is only safe with one writer."""
-    if cfg.storage.s3.delta_log_store != "single_driver" or not on_s3(cfg.table.base_path):
+    """The TTL of a table writer's lease (0: none): every table has one, except a Delta
+    table on S3 with the DynamoDB log store (several writers by design)."""
+    if (cfg.table.format == "delta" and cfg.storage.s3.delta_log_store == "dynamodb"
+            and on_s3(cfg.table.base_path)):
         return 0.0
     return cfg.table.writer_lease_s
+
+
+def lease_options(cfg: LakesinkConfig) -> dict[str, Any]:
+    """The lease keywords of a table writer: its TTL, and whether the lease covers the
+    whole table (Delta on S3 with the single-driver log store, where two writers of any
+    checkpoints lose commits) or one checkpoint's writer (elsewhere: a dead-letter
+    replay, under its own app id, may write beside a running stream)."""
+    whole = (cfg.table.format == "delta" and on_s3(cfg.table.base_path)
+             and cfg.storage.s3.delta_log_store == "single_driver")
+    return {"lease_s": writer_lease_s(cfg), "lease_per_table": whole}
 
 
 #: Delta's multi-writer log store for S3 (jar: io.delta:delta-storage-s3-dynamodb)

@@ -280,12 +280,12 @@ def _table_writer(cfg: LakesinkConfig, spark: SparkSession, app_id: str) -> Tabl
     assert cfg.silence.table is not None
     layout = TableLayout.of(cfg.table.base_path, cfg.silence.table)
     common: dict[str, Any] = {"app_id": app_id, "partition_by": [],
-                              "compression": cfg.table.compression, "files_per_partition": 1}
+                              "compression": cfg.table.compression, "files_per_partition": 1,
+                              **storage.lease_options(cfg)}
     writer: TableWriter
     if cfg.table.format == "delta":
         writer = DeltaTableWriter(spark, layout, **common, checkpoint_interval=None,
-                                  merge_schema=False, type_widening=False,
-                                  lease_s=storage.writer_lease_s(cfg))
+                                  merge_schema=False, type_widening=False)
     else:
         writer = ParquetTableWriter(spark, layout, **common)
     writer.prepare()

@@ -80,8 +80,15 @@ class TableWriter(ABC):
         compression: str = "snappy",
         files_per_partition: int = 1,
         target_file_size: int | None = None,
+        lease_s: float = 0.0,
+        lease_per_table: bool = False,
     ) -> None:
+        """``lease_s`` > 0: hold a writer lease with that TTL while writing (see
+        :mod:`lakesink.tables.lease`), over the whole table with ``lease_per_table``,
+        else over this app id's writes (one process per checkpoint)."""
         from lakesink.tables.fs import HadoopFS
+        from lakesink.tables.identity import run_tag
+        from lakesink.tables.lease import WriterLease
 
         self.spark = spark
         self.fs = HadoopFS(spark, layout.base)
@@ -93,6 +100,10 @@ class TableWriter(ABC):
         self.target_file_size = target_file_size
         # bytes per row in written files; a guess until the first batch measured it
         self.bytes_per_row = INITIAL_BYTES_PER_ROW
+        self.lease = (WriterLease(self.fs, layout.lease(None if lease_per_table
+                                                       else run_tag(app_id)),
+                                  app_id=app_id, ttl_s=lease_s, table=layout.table)
+                      if lease_s > 0 else None)
 
     def rows_per_file(self) -> int | None:
         """The most rows a file of the next batch gets (None: no limit), from the
@@ -121,17 +132,27 @@ class TableWriter(ABC):
         """Whether ``batch_id`` of this app id is already part of the table."""
 
     def prepare(self) -> None:
-        """Check an existing table's layout, or record the layout of a new one."""
-        if check_layout(self.fs, self.layout, self.format, self.partition_by):
-            return
-        self.fs.mkdirs(self.layout.table)
-        self.fs.write_json(self.layout.layout_file, {
-            "format": self.format, "partition_by": self.partition_by,
-            "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        })
+        """Check an existing table's layout, or record the layout of a new one; then
+        take the writer lease."""
+        if not check_layout(self.fs, self.layout, self.format, self.partition_by):
+            self.fs.mkdirs(self.layout.table)
+            self.fs.write_json(self.layout.layout_file, {
+                "format": self.format, "partition_by": self.partition_by,
+                "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            })
+        if self.lease is not None:
+            self.lease.acquire()
 
-    def close(self) -> None:  # noqa: B027 - optional hook; most writers hold nothing
-        """Release what the writer holds (a writer lease); the writer is done."""
+    def fence(self) -> None:
+        """Right before a commit point: stop (``LeaseLost``) unless this writer still
+        holds its lease."""
+        if self.lease is not None:
+            self.lease.check()
+
+    def close(self) -> None:
+        """Release what the writer holds (its lease); the writer is done."""
+        if self.lease is not None:
+            self.lease.release()
 
     @abstractmethod
     def write_batch(

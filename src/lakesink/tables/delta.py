@@ -26,7 +26,6 @@ from lakesink.faults import fault_point
 from lakesink.tables.base import BatchResult, CommitInfo, TableWriter, compare_layout
 from lakesink.tables.fs import join
 from lakesink.tables.layout import TableLayout
-from lakesink.tables.lease import WriterLease
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -39,13 +38,8 @@ class DeltaTableWriter(TableWriter):
 
     def __init__(self, spark: SparkSession, layout: TableLayout, *,
                  checkpoint_interval: int | None = None, merge_schema: bool = True,
-                 type_widening: bool = False, lease_s: float = 0, **kwargs: Any) -> None:
-        """``lease_s`` > 0: hold a writer lease with that TTL (Delta on S3 with the
-        single-driver log store; see :mod:`lakesink.tables.lease`)."""
+                 type_widening: bool = False, **kwargs: Any) -> None:
         super().__init__(spark, layout, **kwargs)
-        self.lease = (WriterLease(self.fs, join(layout.meta, "writer.json"),
-                                  app_id=self.app_id, ttl_s=lease_s, table=layout.table)
-                      if lease_s > 0 else None)
         self.checkpoint_interval = checkpoint_interval
         self.merge_schema = merge_schema
         self.type_widening = type_widening
@@ -92,12 +86,6 @@ class DeltaTableWriter(TableWriter):
                 self.spark.sql(f"ALTER TABLE delta.`{self.layout.table}` SET TBLPROPERTIES "
                                "('delta.enableTypeWidening' = 'true')")
         super().prepare()
-        if self.lease is not None:
-            self.lease.acquire()
-
-    def close(self) -> None:
-        if self.lease is not None:
-            self.lease.release()
 
     def write_batch(
         self, batch_id: int, df: DataFrame, *, commit_info: CommitInfo | None = None,
@@ -120,6 +108,7 @@ class DeltaTableWriter(TableWriter):
                 writer = writer.option("delta.checkpointInterval", str(self.checkpoint_interval))
             if self.type_widening:
                 writer = writer.option("delta.enableTypeWidening", "true")
+        self.fence()
         try:
             writer.save(self.layout.table)
             fault_point("raise_after_delta_commit", batch_id)

@@ -64,6 +64,11 @@ class TableLayout:
     def manifest(self, run: str, batch_id: int) -> str:
         return join(self.meta, "manifests", run, f"{batch_id:010d}.json")
 
+    def lease(self, run: str | None) -> str:
+        """The folder of the writer lease: of the whole table (``run`` None), or of
+        one checkpoint's writer."""
+        return join(self.meta, "writer" if run is None else f"writer-{run}")
+
     def rejected_file(self, run: str, batch_id: int) -> str:
         return join(self.rejected, f"part-{batch_id:010d}-{run}.parquet")
 

@@ -1,26 +1,42 @@
-"""One writer per table where the store cannot arbitrate: a lease file.
+"""One writer per table: a lease whose every change is a create-if-absent.
 
-Delta on S3 with the default single-driver log store is only safe with one writer: S3
-has no put-if-absent that this log store uses, so two drivers committing the same
-version silently lose one commit. lakesink holds a lease while it writes such a table
-and refuses to start a second writer that it can see.
+Two lakesink processes on one table (a rolling deploy that starts the new process
+before the old one stopped; two routed runs naming one table; Delta on S3 with the
+single-driver log store, where two drivers committing the same version silently lose
+one commit) must not both write. Each table writer holds a lease while it writes.
 
-The lease is ``<base>/.lakesink/<table>/writer.json``: ``{writer, app_id, host, pid,
-renewed, ttl_s}``, created with a conditional PUT (``If-None-Match: *``), renewed every
-``ttl_s / 3`` seconds, deleted on a clean stop. A lease is **stale** — and is taken over,
-with a warning — when it was not renewed for ``ttl_s``, or when it names this host and a
-process that no longer runs (a crash, then a restart on the same machine, goes on at
-once). Otherwise the start is refused, naming the holder. A writer that finds its lease
-taken over (it stalled past the TTL) logs an error: another writer may be on the table.
+The lease is a sequence of small files ``<meta>/writer/lease-<seq>.json`` (``{writer,
+app_id, host, pid, ttl_s, released}``); the newest one says who holds the table. Every
+step creates the *next* file only if it does not exist — a conditional PUT
+(``If-None-Match: *``) on S3, ``create`` without overwrite on HDFS (atomic in the
+NameNode) and local disk (checked, then created) — so of two processes that try the same
+step, exactly one succeeds and the other learns that it lost:
 
-This is detection, not a consensus protocol: two starts within the same few
-milliseconds, or a stalled writer coming back, are not fully excluded. For several
-writers on one table, use the DynamoDB log store (``table.delta_log_store``).
+* **acquire** — the newest file is a release, or names this host and a process that is
+  gone, or this host and this very pid without this process holding it (a container
+  restarted with the same host name and pid 1): take it at once (create ``seq + 1``).
+  Otherwise watch it for the holder's ``ttl_s``: a holder that renews is alive, and the
+  start is refused (:class:`SecondWriterError`, naming it); one that does not renew for
+  a whole TTL is gone, and its lease is taken over. Staleness is measured on this
+  process's own clock only; no two machines' clocks are compared.
+* **renew** — every ``ttl_s / 3`` the holder creates ``seq + 1``. If that file exists,
+  another process took the table: the lease is **lost**.
+* **check** (before every commit point: Parquet's publish and manifest, Delta's
+  append) — a lost lease, or one not renewed for ``ttl_s - margin`` (a pause, a storage
+  outage: a taker may be about to take over), stops the batch with :class:`LeaseLost`
+  unless a renewal made right then succeeds. A writer that lost its lease therefore
+  never commits again; its query stops (the error is not retried).
+* **release** (a clean stop) — create ``seq + 1`` marked ``released``: the next start
+  takes over at once.
+
+What is left: a commit that began before the check and runs past a takeover (the
+check is made right before the commit point, so that window is the commit's own
+duration, milliseconds for a Parquet manifest, the append's job for Delta). With Delta
+on S3 and several writers by design, use the DynamoDB log store (no lease).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -29,16 +45,30 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from lakesink.errors import LakesinkError
+from lakesink.errors import LakesinkError, SinkError
 
 if TYPE_CHECKING:
     from lakesink.tables.fs import HadoopFS
 
 logger = logging.getLogger(__name__)
 
+#: files of older lease steps kept (the rest are deleted as the lease moves on)
+KEEP = 3
+#: leases this process holds, by path: another holder in this process is live
+_HELD: dict[str, WriterLease] = {}
+_HELD_LOCK = threading.Lock()
+
 
 class SecondWriterError(LakesinkError):
     """Another live writer holds the table."""
+
+    retriable = False
+
+
+class LeaseLost(SinkError):
+    """This writer's lease was taken over (or may be about to be): it must not commit."""
+
+    retriable = False
 
 
 def pid_alive(pid: int) -> bool:
@@ -52,84 +82,188 @@ def pid_alive(pid: int) -> bool:
 
 
 class WriterLease:
-    def __init__(self, fs: HadoopFS, path: str, *, app_id: str, ttl_s: float,
-                 table: str, refusal: str | None = None) -> None:
-        """``refusal``: why a second holder is refused (default: the Delta-on-S3
-        reason), said in the error."""
+    def __init__(self, fs: HadoopFS, folder: str, *, app_id: str, ttl_s: float,
+                 table: str, refusal: str | None = None,
+                 clock: Any = time.monotonic, sleep: Any = time.sleep) -> None:  # noqa: ANN401
+        """``folder`` holds the lease files; ``refusal``: why a second holder is refused
+        (said in the error); ``clock``/``sleep``: for tests."""
         self.fs = fs
-        self.path = path
+        self.folder = folder.rstrip("/")
         self.app_id = app_id
         self.ttl_s = ttl_s
         self.table = table
-        self.refusal = refusal or ("A second writer on one Delta table on S3 would lose "
-                                   "commits with the single-driver log store.")
+        self.refusal = refusal or "Two writers on one table would overwrite each other's " \
+            "files and commits."
         self.writer = uuid.uuid4().hex
+        self.clock = clock
+        self.sleep = sleep
+        self.seq: int | None = None  # the step this writer created last
+        self.renewed_at = 0.0  # clock() when that step was started
+        self.lost = False
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # one step at a time (renewal thread vs check)
         self._thread: threading.Thread | None = None
 
-    def _record(self) -> str:
+    # -- the files -----------------------------------------------------------------------
+
+    def _path(self, seq: int) -> str:
+        return f"{self.folder}/lease-{seq:012d}.json"
+
+    def newest(self) -> tuple[int, dict[str, Any]] | None:
+        """The newest lease step and its record (None: no lease yet)."""
+        steps = [f for f in self.fs.list_files(self.folder, suffix=".json")
+                 if f.relative.startswith("lease-")]
+        for f in sorted(steps, key=lambda f: f.relative, reverse=True):
+            record = self.fs.read_json(f.path)
+            if record is not None:
+                return int(f.relative[len("lease-"):-len(".json")]), record
+        return None
+
+    def _record(self, *, released: bool = False) -> str:
+        import json
+
         return json.dumps({"writer": self.writer, "app_id": self.app_id,
                            "host": socket.gethostname(), "pid": os.getpid(),
-                           "renewed": time.time(), "ttl_s": self.ttl_s})
+                           "ttl_s": self.ttl_s, "released": released, "at": time.time()})
 
-    def stale(self, held: dict[str, Any], now: float) -> bool:
-        if now - float(held.get("renewed", 0)) > float(held.get("ttl_s", self.ttl_s)):
-            return True
-        return held.get("host") == socket.gethostname() and not pid_alive(int(held["pid"]))
+    def _step(self, seq: int, *, released: bool = False) -> bool:
+        """Create step ``seq``; False if another process created it first."""
+        started = self.clock()
+        if not self.fs.write_once(self._path(seq), self._record(released=released)):
+            return False
+        self.seq, self.renewed_at = seq, started
+        if seq >= KEEP:
+            self.fs.delete(self._path(seq - KEEP), recursive=False)
+        return True
+
+    # -- acquire -------------------------------------------------------------------------
+
+    def _free(self, record: dict[str, Any]) -> str | None:
+        """Why a lease step can be taken at once (None: its holder may be alive)."""
+        if record.get("released"):
+            return "released"
+        if record.get("host") != socket.gethostname():
+            return None
+        pid = int(record.get("pid", -1))
+        if pid == os.getpid():
+            with _HELD_LOCK:
+                held = _HELD.get(self.folder)
+            if held is None or held.lost:
+                return "left by an earlier process with this host name and pid"
+            return None
+        return None if pid_alive(pid) else f"its process {pid} is gone"
 
     def acquire(self) -> None:
         """Hold the lease, or raise SecondWriterError naming the live holder."""
-        for _ in range(3):
-            if self.fs.write_once(self.path, self._record()):
-                self._start_renewing()
-                return
-            held = self.fs.read_json(self.path)
-            if held is None:  # released meanwhile
+        with _HELD_LOCK:
+            other = _HELD.get(self.folder)
+        if other is not None and not other.lost:
+            raise self._refused({"host": socket.gethostname(), "pid": os.getpid(),
+                                 "app_id": other.app_id}, "held in this process")
+        for _ in range(20):
+            newest = self.newest()
+            if newest is None:
+                if self._step(0):
+                    return self._held()
                 continue
-            if self.stale(held, time.time()):
-                logger.warning("taking over the stale writer lease of %s (host %s, pid %s, "
-                               "renewed %.0fs ago)", self.table, held.get("host"),
-                               held.get("pid"), time.time() - float(held.get("renewed", 0)))
-                self.fs.delete(self.path, recursive=False)
-                continue
-            age = time.time() - float(held.get("renewed", 0))
-            raise SecondWriterError(
-                f"table {self.table} is being written by another lakesink (host "
-                f"{held.get('host')}, pid {held.get('pid')}, checkpoint app id "
-                f"{held.get('app_id')}, lease renewed {age:.0f}s ago). {self.refusal} Stop "
-                f"the other writer; if it died on another machine, its lease expires "
-                f"{max(0.0, float(held.get('ttl_s', self.ttl_s)) - age):.0f}s from now; for "
-                "several writers use table.delta_log_store: dynamodb")
+            seq, record = newest
+            why = self._free(record)
+            if why is None:
+                why = self._watch(seq, record)  # raises when the holder renews
+            if why != "released":
+                logger.warning("taking over the writer lease of %s (host %s, pid %s): %s",
+                               self.table, record.get("host"), record.get("pid"), why)
+            if self._step(seq + 1):
+                return self._held()
         raise SecondWriterError(f"could not take the writer lease of {self.table} "
-                                f"({self.path}); another writer keeps taking it")
+                                f"({self.folder}); other writers keep taking it")
 
-    def _start_renewing(self) -> None:
-        self._thread = threading.Thread(target=self._renew, name=f"lease-{self.table}",
-                                        daemon=True)
+    def _watch(self, seq: int, record: dict[str, Any]) -> str:
+        """Watch step ``seq`` for its holder's TTL: a newer step means a live holder
+        (refused); none means the holder is gone."""
+        ttl = float(record.get("ttl_s") or self.ttl_s)
+        logger.info("the writer lease of %s is held by host %s pid %s; waiting up to %.0fs "
+                    "for it to renew or expire", self.table, record.get("host"),
+                    record.get("pid"), ttl)
+        start = self.clock()
+        while self.clock() - start < ttl:
+            self.sleep(min(1.0, ttl / 10))
+            newest = self.newest()
+            if newest is not None and newest[0] != seq:
+                if newest[1].get("released"):
+                    return "released"
+                raise self._refused(newest[1], "it renewed its lease")
+        return f"not renewed for {ttl:.0f}s"
+
+    def _refused(self, held: dict[str, Any], seen: str) -> SecondWriterError:
+        return SecondWriterError(
+            f"table {self.table} is being written by another lakesink (host "
+            f"{held.get('host')}, pid {held.get('pid')}, checkpoint app id "
+            f"{held.get('app_id')}; {seen}). {self.refusal} Stop the other writer; if it "
+            f"died on another machine, its lease is taken over once it has not been "
+            f"renewed for {self.ttl_s:.0f}s")
+
+    def _held(self) -> None:
+        with _HELD_LOCK:
+            _HELD[self.folder] = self
+        self._thread = threading.Thread(target=self._renew_loop, daemon=True,
+                                        name=f"lease-{self.table[-40:]}")
         self._thread.start()
 
-    def _renew(self) -> None:
+    # -- renew, check, release -----------------------------------------------------------
+
+    def renew(self) -> bool:
+        """Create the next step; False (and ``lost``) if another process took it."""
+        with self._lock:
+            if self.lost or self.seq is None:
+                return False
+            if not self._step(self.seq + 1):
+                self.lost = True
+                newest = self.newest()
+                holder = newest[1] if newest else {}
+                logger.error("the writer lease of %s was taken over by host %s pid %s: this "
+                             "writer commits nothing more", self.table, holder.get("host"),
+                             holder.get("pid"))
+                return False
+            return True
+
+    def _renew_loop(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
             try:
-                held = self.fs.read_json(self.path)
-                if held is not None and held.get("writer") != self.writer:
-                    logger.error("the writer lease of %s was taken over by host %s pid %s: "
-                                 "another writer may be on this table", self.table,
-                                 held.get("host"), held.get("pid"))
+                if not self.renew():
                     return
-                self.fs.write_text(self.path, self._record())
             except Exception as exc:  # a storage hiccup: try again next round
                 logger.warning("could not renew the writer lease of %s: %s", self.table, exc)
 
+    def check(self) -> None:
+        """Raise LeaseLost unless this writer surely still holds the lease (called right
+        before a commit point)."""
+        if not self.lost and self.clock() - self.renewed_at < self.ttl_s * 2 / 3:
+            return
+        try:
+            if self.renew():
+                return
+        except Exception as exc:  # noqa: BLE001 - the store is down: cannot tell
+            logger.warning("could not renew the writer lease of %s: %s", self.table, exc)
+        raise LeaseLost(
+            f"the writer lease of {self.table} was lost or could not be renewed for "
+            f"{self.clock() - self.renewed_at:.0f}s (TTL {self.ttl_s:.0f}s): another writer "
+            "may hold the table, so this one stops before committing (the batch is redone "
+            "by whoever holds the table)")
+
     def release(self) -> None:
         self._stop.set()
-        if self._thread is None:
-            return
-        self._thread.join(10)
-        self._thread = None
-        try:
-            held = self.fs.read_json(self.path)
-            if held is not None and held.get("writer") == self.writer:
-                self.fs.delete(self.path, recursive=False)
-        except Exception as exc:
-            logger.warning("could not release the writer lease of %s: %s", self.table, exc)
+        if self._thread is not None:
+            self._thread.join(10)
+            self._thread = None
+        with _HELD_LOCK:
+            if _HELD.get(self.folder) is self:
+                del _HELD[self.folder]
+        with self._lock:
+            if self.lost or self.seq is None:
+                return
+            try:
+                self._step(self.seq + 1, released=True)
+            except Exception as exc:  # the next start waits one TTL instead
+                logger.warning("could not release the writer lease of %s: %s", self.table, exc)
+            self.seq = None

@@ -194,6 +194,7 @@ class ParquetTableWriter(TableWriter):
             "batch_id": batch_id, "app_id": self.app_id, "rows_per_file": rows_per_file,
             "files": [join(self.layout.table, f.name) for f in files],
         })
+        self.fence()  # a writer that lost its lease publishes nothing
         for i, f in enumerate(files):
             if i == len(files) // 2 and i > 0:
                 fault_point("mid_publish", batch_id)
@@ -209,6 +210,7 @@ class ParquetTableWriter(TableWriter):
             **info,
         }
         path = self.layout.manifest(self.run, batch_id)
+        self.fence()
         if not self.fs.write_once(path, json.dumps(manifest, indent=1, sort_keys=True)):
             raise SinkError(
                 f"batch {batch_id} of app {self.app_id} was committed by another writer while "

@@ -21,7 +21,7 @@ table), ``topic``, ``partition``, ``offset``, ``kafka_timestamp``, ``batch_id``,
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakesink.errors import CommitMismatch, SinkError
 from lakesink.tables.fs import HadoopFS
@@ -60,9 +60,9 @@ class RejectedWriter:
 
     def __init__(self, fs: HadoopFS, layout: TableLayout, *, app_id: str,
                  fmt: str = "parquet", spark: SparkSession | None = None,
-                 lease_s: float = 0.0) -> None:
-        """``lease_s`` > 0: a Delta dead-letter table holds a writer lease, like its data
-        table (Delta on S3 with the single-driver log store)."""
+                 lease: dict[str, Any] | None = None) -> None:
+        """``lease``: the lease keywords of a Delta dead-letter table's writer (like its
+        data table's); a Parquet one is covered by the data table's lease."""
         self.fs = fs
         self.layout = layout
         self.run = run_tag(app_id)
@@ -75,7 +75,7 @@ class RejectedWriter:
             assert spark is not None
             self.delta = DeltaTableWriter(spark, dead_letter_layout(layout), app_id=app_id,
                                           partition_by=[], files_per_partition=0,
-                                          lease_s=lease_s)
+                                          **(lease or {}))
             self.delta.prepare()
 
     def close(self) -> None:

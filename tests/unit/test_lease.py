@@ -1,0 +1,217 @@
+"""The writer lease protocol on a store double (no JVM): every step is a
+create-if-absent, staleness is watched on the taker's own clock, a writer that lost its
+lease (or cannot renew it) is stopped before its next commit (issue 17 scenarios 5, 6)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from lakesink.tables import lease as lease_module
+from lakesink.tables.lease import LeaseLost, SecondWriterError, WriterLease
+
+
+@dataclass(frozen=True)
+class _Info:
+    path: str
+    relative: str
+
+
+class Store:
+    """Files in a dict; ``write_once`` is the store's create-if-absent."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, str] = {}
+
+    def write_once(self, path: str, text: str) -> bool:
+        if path in self.files:
+            return False
+        self.files[path] = text
+        return True
+
+    def read_json(self, path: str) -> Any:  # noqa: ANN401
+        return json.loads(self.files[path]) if path in self.files else None
+
+    def list_files(self, folder: str, suffix: str = "") -> list[_Info]:
+        return sorted((_Info(p, p[len(folder) + 1:]) for p in self.files
+                       if p.startswith(folder + "/") and p.endswith(suffix)),
+                      key=lambda f: f.relative)
+
+    def delete(self, path: str, recursive: bool = True) -> bool:  # noqa: ARG002
+        return self.files.pop(path, None) is not None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.on_sleep: list[Any] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+        for hook in self.on_sleep:
+            hook()
+
+
+FOLDER = "/lake/.lakesink/t/writer"
+
+
+def make(store: Store, clock: Clock, ttl_s: float = 60) -> WriterLease:
+    return WriterLease(store, FOLDER, app_id="app", ttl_s=ttl_s, table="/lake/t",
+                       clock=clock, sleep=clock.sleep)
+
+
+def foreign(store: Store, seq: int, **fields: Any) -> None:
+    """A lease step written by another process (another host unless said)."""
+    record = {"writer": "other", "app_id": "x", "host": "elsewhere", "pid": 1, "ttl_s": 6,
+              "released": False, **fields}
+    assert store.write_once(f"{FOLDER}/lease-{seq:012d}.json", json.dumps(record))
+
+
+@pytest.fixture(autouse=True)
+def _no_renew_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the background renewal is driven by hand here
+    monkeypatch.setattr(WriterLease, "_renew_loop", lambda self: None)
+
+
+def test_acquire_renew_release_then_the_next_writer_goes_on_at_once() -> None:
+    store, clock = Store(), Clock()
+    first = make(store, clock)
+    first.acquire()
+    assert first.renew() and first.renew()
+    first.release()
+    assert store.read_json(first._path(3))["released"] is True
+    second = make(store, clock)
+    started = clock.now
+    second.acquire()
+    assert clock.now == started  # no wait after a release
+    assert second.seq == 4
+    second.release()
+
+
+def test_a_second_writer_in_this_process_is_refused_at_once() -> None:
+    store, clock = Store(), Clock()
+    first = make(store, clock)
+    first.acquire()
+    try:
+        with pytest.raises(SecondWriterError, match="held in this process"):
+            make(store, clock).acquire()
+    finally:
+        first.release()
+
+
+def test_a_live_holder_elsewhere_is_refused_when_it_renews() -> None:
+    store, clock = Store(), Clock()
+    foreign(store, 5)
+    clock.on_sleep.append(lambda: clock.now > 1002 and foreign(store, 6)
+                          if f"{FOLDER}/lease-{6:012d}.json" not in store.files else None)
+    with pytest.raises(SecondWriterError, match="host elsewhere"):
+        make(store, clock).acquire()
+    assert clock.now - 1000 < 6  # refused at the renewal, not after a TTL
+
+
+def test_a_holder_that_stops_renewing_is_taken_over_after_its_ttl_on_our_clock() -> None:
+    store, clock = Store(), Clock()
+    # its own clock says it renewed "in the future": no clock is compared
+    foreign(store, 5, at=10**12)
+    taker = make(store, clock)
+    taker.acquire()
+    assert taker.seq == 6 and clock.now - 1000 >= 6
+    taker.release()
+
+
+def test_a_restarted_container_with_the_same_host_and_pid_takes_its_lease_back() -> None:
+    store, clock = Store(), Clock()
+    foreign(store, 2, host=socket.gethostname(), pid=os.getpid(), ttl_s=600)
+    again = make(store, clock)
+    again.acquire()
+    assert again.seq == 3 and clock.now == 1000  # at once, not after 600 s
+    again.release()
+
+
+def test_a_lease_of_a_dead_process_on_this_host_is_taken_at_once(tmp_path) -> None:  # noqa: ANN001
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    store, clock = Store(), Clock()
+    foreign(store, 0, host=socket.gethostname(), pid=dead.pid, ttl_s=600)
+    lease = make(store, clock)
+    lease.acquire()
+    assert lease.seq == 1 and clock.now == 1000
+    lease.release()
+
+
+def test_a_writer_whose_lease_was_taken_stops_before_its_next_commit() -> None:
+    """Scenario 5: renewal used to overwrite blindly, so a writer paused past the TTL
+    kept committing after another took the table."""
+    store, clock = Store(), Clock()
+    holder = make(store, clock, ttl_s=6)
+    holder.acquire()
+    assert holder.seq == 0
+    clock.now += 10  # a pause longer than the TTL: another process took over
+    foreign(store, 1, host="newhost")
+    with pytest.raises(LeaseLost):
+        holder.check()  # the renewal it tries finds step 1 taken
+    assert holder.lost
+    assert not holder.renew()
+    holder.release()  # writes nothing: the lease is not ours
+    assert store.read_json(f"{FOLDER}/lease-{1:012d}.json")["host"] == "newhost"
+    assert f"{FOLDER}/lease-{2:012d}.json" not in store.files
+
+
+def test_a_late_check_renews_when_nobody_took_over() -> None:
+    store, clock = Store(), Clock()
+    holder = make(store, clock, ttl_s=6)
+    holder.acquire()
+    clock.now += 5  # renewals stalled (storage outage) but no taker came
+    holder.check()  # renews right then, so the commit may go on
+    assert holder.seq == 1
+    holder.release()
+
+
+def test_a_check_that_cannot_reach_the_store_stops_the_commit(monkeypatch) -> None:  # noqa: ANN001
+    store, clock = Store(), Clock()
+    holder = make(store, clock, ttl_s=6)
+    holder.acquire()
+    clock.now += 5
+
+    def down(path: str, text: str) -> bool:
+        raise OSError("store unreachable")
+
+    monkeypatch.setattr(store, "write_once", down)
+    with pytest.raises(LeaseLost, match="could not be renewed"):
+        holder.check()
+    monkeypatch.undo()
+    holder.release()
+
+
+def test_two_takers_of_one_stale_lease_cannot_both_win() -> None:
+    store, clock = Store(), Clock()
+    foreign(store, 7)
+    a = make(store, clock)
+    # b takes step 8 between a's watch and a's step: a must see it and not hold
+    original = a._step
+
+    def racing(seq: int, *, released: bool = False) -> bool:
+        if seq == 8 and f"{FOLDER}/lease-{8:012d}.json" not in store.files:
+            foreign(store, 8, host="b")
+        return original(seq, released=released)
+
+    a._step = racing  # type: ignore[method-assign]
+    # b is alive: it renews while a watches its step 8
+    clock.on_sleep.append(lambda: f"{FOLDER}/lease-{8:012d}.json" in store.files
+                          and f"{FOLDER}/lease-{9:012d}.json" not in store.files
+                          and clock.now > 1008 and foreign(store, 9, host="b"))
+    with pytest.raises(SecondWriterError, match="host b"):
+        a.acquire()
+    assert a.seq is None  # a never held the table
+    lease_module._HELD.pop(FOLDER, None)
