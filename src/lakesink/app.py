@@ -26,7 +26,7 @@ from lakesink.errors import CommitMismatch, ConfigError, SourceError
 from lakesink.pipeline.batch import BatchProcessor, Rebuild, RunStats, SchemaStore
 from lakesink.pipeline.columns import PartitionSpec, SourceColumns
 from lakesink.pipeline.retry import RetryingBatch
-from lakesink.pipeline.routing import Route, Router, TypeTables
+from lakesink.pipeline.routing import Route, RoutePlans, Router, TypeTables
 from lakesink.pipeline.transforms import Transforms, parse_transforms
 from lakesink.runtime import storage
 from lakesink.runtime.shutdown import StopGate, StopRequest, await_query
@@ -34,6 +34,7 @@ from lakesink.silence.query import SilenceQuery, SilenceRunner
 from lakesink.sources import kafka
 from lakesink.tables.fs import HadoopFS, to_uri
 from lakesink.tables.identity import checkpoint_app_id, mark_started
+from lakesink.tables.lease import LeaseLost, SecondWriterError
 from lakesink.tables.layout import TableLayout
 from lakesink.tables.base import TableWriter, check_layout
 from lakesink.tables.delta import DeltaTableWriter
@@ -276,7 +277,8 @@ class Pipeline:
         subscribed = cfg.source.kafka.topics
         exhaustive = bool(subscribed) and all(
             any(t in r.topics for r in cfg.routes) for t in subscribed)
-        router = Router(routes, unrouted, app_id=app_id, exhaustive=exhaustive)
+        plans = RoutePlans(fs, f"{checkpoint.rstrip('/')}/routes", routes_fingerprint(cfg))
+        router = Router(routes, unrouted, app_id=app_id, exhaustive=exhaustive, plans=plans)
         headers = any(Transforms(parse_transforms(cfg.route_config(i, "_").table.transforms))
                       .uses_headers for i in range(len(cfg.routes)))
         return cls(cfg, spark, "routes", ", ".join(targets), checkpoint, router,
@@ -394,6 +396,19 @@ class _MarkStarted:
             self.done = True
 
 
+def routes_fingerprint(cfg: LakesinkConfig) -> str:
+    """What decides where a routed record goes: the routes (topics, patterns, table
+    names, message-type settings) and the unrouted setting."""
+    import hashlib
+
+    decisive = {"routes": [{"topics": r.topics, "topic_pattern": r.topic_pattern,
+                            "table": r.table.get("name"),
+                            "message_type": r.message_type.model_dump()
+                            if r.message_type else None} for r in cfg.routes],
+                "unrouted": cfg.unrouted}
+    return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def type_table_names(cfg: LakesinkConfig, spark: SparkSession, index: int) -> list[str]:
     """The tables message-type route ``index`` has made so far: the folders of
     ``<base>/.lakesink/`` with a recorded layout whose names carry the route's prefix
@@ -415,10 +430,13 @@ def type_table_names(cfg: LakesinkConfig, spark: SparkSession, index: int) -> li
     return names
 
 
+#: batch errors a query restart cannot mend (they arrive wrapped by Spark's
+#: StreamingQueryException, so they are found by their class names)
+_FINAL = (CommitMismatch, ConfigError, LeaseLost, SecondWriterError)
+
+
 def _never_retried(exc: BaseException) -> bool:
-    """A batch error that a restart cannot mend (it arrives wrapped by Spark's
-    StreamingQueryException, so it is found by its class name)."""
-    return isinstance(exc, CommitMismatch) or CommitMismatch.__name__ in str(exc)
+    return isinstance(exc, _FINAL) or any(f"{c.__name__}:" in str(exc) for c in _FINAL)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -299,3 +299,36 @@ def test_a_delta_dead_letter_table_on_s3_has_one_writer(spark, s3_server) -> Non
         first.close()
     RejectedWriter(fs, layout, app_id="b" * 32, fmt="delta", spark=spark,
                    lease=storage.lease_options(cfg)).close()  # free again
+
+
+def test_a_partly_committed_routed_batch_is_refused_under_other_routes(
+        spark, kafka_broker, topic, tmp_path) -> None:
+    """Scenario 3 for routes: a batch that one route's table committed, replayed after
+    the operator changed the routes, would put records in a second table or drop them
+    from the unrouted ones. It is refused until it is finished with the old routes."""
+    other = f"{topic}-b"
+    kafka_broker.create_topic(other, partitions=1)
+    produce(kafka_broker.bootstrap_servers, topic, json_events(range(20)))
+    produce(kafka_broker.bootstrap_servers, other, json_events(range(100, 105)))
+    lake = tmp_path / "lake"
+    data = config_dict(kafka_broker, topic, lake)
+    data["table"].pop("name")
+    data["source"]["kafka"]["topics"] = [topic, other]
+    data["routes"] = [{"topics": [topic], "table": {"name": "a"}}]
+    assert run_once(spark, data).rejected == 5  # the other topic's records: unrouted
+    commits = lake / ".lakesink" / "_routes" / "checkpoint" / "commits"
+    newest = max((p for p in commits.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    newest.unlink()  # the crash window: table a committed, Spark's commit log did not
+    (commits / f".{newest.name}.crc").unlink(missing_ok=True)
+
+    changed = {**data, "routes": [*data["routes"], {"topics": [other], "table": {"name": "b"}}]}
+    with pytest.raises(Exception, match="partly committed") as exc:
+        run_once(spark, changed)
+    assert "ConfigError" in str(exc.value) or isinstance(exc.value, ConfigError)
+    assert not list((lake / "b").rglob("*.parquet"))  # nothing written to the new table
+
+    run_once(spark, data)  # the old routes finish the batch (a skip)
+    assert sorted(duckdb_ids(lake / "a")) == list(range(20))
+    letters = dead_letters(lake, "_unrouted")
+    assert sorted(json.loads(bytes(v))["id"] for _, v in letters) == list(range(100, 105))
+    run_once(spark, changed)  # then the new routes apply to new batches

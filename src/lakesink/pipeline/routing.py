@@ -11,6 +11,12 @@ Contract (the same as one table's, per table):
 * **Acknowledged after every table.** The Kafka offsets of a batch are committed by
   Spark only when this function returns, i.e. after every route's table and the
   unrouted dead letters are durable.
+* **Unrouted records are decided once.** Every route first plans its records (a
+  message-type route sets up new types' tables), then the unrouted ones are staged in
+  their outbox, *before* any table commits the batch, and published after the tables.
+  A replayed batch that some table already holds keeps the first run's unrouted set
+  (only what is left in the outbox is published), so a route list changed between the
+  crash and the restart cannot drop or double them.
 * **Deterministic.** Route matching is a Spark expression over the topic name (Java
   regular expressions, whole-name match, as Kafka's ``subscribePattern``).
 """
@@ -27,16 +33,20 @@ from typing import TYPE_CHECKING
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
+from lakesink.errors import ConfigError
 from lakesink.pipeline.batch import BatchProcessor, RunStats
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
+    from lakesink.tables.fs import HadoopFS
     from lakesink.tables.rejected import RejectedWriter
 
 logger = logging.getLogger(__name__)
 
 UNROUTED = "unrouted"
+# route plans kept per checkpoint (a replay is always of the newest batch)
+KEEP_PLANS = 100
 _ROUTE = "_lakesink_route"
 
 
@@ -62,13 +72,36 @@ class Route:
             return list(self.types.processors.values())
         return [self.processor] if self.processor is not None else []
 
-    def __call__(self, df: DataFrame, batch_id: int) -> DataFrame | None:
-        """Write the route's records; returns its unrouted ones (with a ``detail``)."""
+    def plan(self, df: DataFrame) -> Planned:
+        """Decide where the route's records go, before anything is written (a
+        message-type route sets up the tables of new types here)."""
         if self.types is not None:
-            return self.types(df, batch_id)
+            return self.types.plan(df)
+        return Planned(df, [])
+
+    def unrouted(self, planned: Planned) -> DataFrame | None:
+        """The route's records that no table takes (with a ``detail``)."""
+        return self.types.unrouted(planned) if self.types is not None else None
+
+    def write(self, planned: Planned, batch_id: int) -> None:
+        if self.types is not None:
+            self.types.write(planned, batch_id)
+            return
         assert self.processor is not None
-        self.processor(df, batch_id)
-        return None
+        self.processor(planned.df, batch_id)
+
+    def committed(self, batch_id: int) -> bool:
+        """Whether any of the route's tables holds ``batch_id``."""
+        return any(p.writer.is_committed(batch_id) for p in self.processors)
+
+
+@dataclass
+class Planned:
+    """A route's records of one batch (typed, for a message-type route) and the types
+    that have a table."""
+
+    df: DataFrame
+    kinds: list[str]
 
 
 # (table name, samples of its records) -> the batch function of that table
@@ -117,21 +150,34 @@ class TypeTables:
         return detail.otherwise(F.coalesce(refused, F.concat(
             quoted, F.lit(" does not make a table name (or names another route's table)"))))
 
-    def __call__(self, df: DataFrame, batch_id: int) -> DataFrame:
+    def plan(self, df: DataFrame) -> Planned:
+        """The batch's records with their type, and the types with a table (a new
+        type's table is set up here; one that cannot be is refused)."""
         typed = df.withColumn(_TYPE, F.get_json_object(F.col("value").cast("string"),
                                                        f"$.{self.field}"))
         accepted = self._accepted(F.col(_TYPE))
         kinds = sorted(r[0] for r in typed.where(accepted).select(_TYPE).distinct().collect())
+        ready = []
         for kind in kinds:
             if kind in self.refused:
                 continue
-            rows = typed.where(F.col(_TYPE) == F.lit(kind)).drop(_TYPE)
-            processor = self.processors.get(kind) or self._create(kind, rows)
-            if processor is not None:
-                processor(rows, batch_id)
+            if kind in self.processors or self._create(kind, self._rows(typed, kind)):
+                ready.append(kind)
+        return Planned(typed, ready)
+
+    @staticmethod
+    def _rows(typed: DataFrame, kind: str) -> DataFrame:
+        return typed.where(F.col(_TYPE) == F.lit(kind)).drop(_TYPE)
+
+    def unrouted(self, planned: Planned) -> DataFrame:
+        accepted = self._accepted(F.col(_TYPE))
         refused = F.col(_TYPE).isin(*self.refused) if self.refused else F.lit(False)
-        return (typed.where(~accepted | refused)
+        return (planned.df.where(~accepted | refused)
                 .withColumn("detail", self._detail(F.col(_TYPE))).drop(_TYPE))
+
+    def write(self, planned: Planned, batch_id: int) -> None:
+        for kind in planned.kinds:
+            self.processors[kind](self._rows(planned.df, kind), batch_id)
 
     def _create(self, kind: str, rows: DataFrame) -> BatchProcessor | None:
         from lakesink.errors import ConfigError
@@ -152,14 +198,49 @@ class TypeTables:
         return processor
 
 
+class RoutePlans:
+    """Per batch, the route list it was routed under (a fingerprint), recorded before
+    any table commits the batch: a replay of a batch that some table already holds must
+    route it the same way, or records would land in two tables (the one that committed
+    under the old routes, the one that takes them under the new) or in none."""
+
+    def __init__(self, fs: HadoopFS, folder: str, fingerprint: str) -> None:
+        self.fs = fs
+        self.folder = folder
+        self.fingerprint = fingerprint
+
+    def _path(self, batch_id: int) -> str:
+        return f"{self.folder}/{batch_id:010d}.json"
+
+    def record(self, batch_id: int) -> None:
+        """A batch no table holds yet: it is routed under the current routes."""
+        self.fs.write_json(self._path(batch_id), {"batch_id": batch_id,
+                                                  "routes": self.fingerprint})
+        self.fs.delete(self._path(batch_id - KEEP_PLANS), recursive=False)
+
+    def check(self, batch_id: int) -> None:
+        """A batch some table holds: refuse it under other routes than it began with."""
+        plan = self.fs.read_json(self._path(batch_id))
+        if plan is not None and plan.get("routes") != self.fingerprint:
+            raise ConfigError(
+                "routes",
+                f"batch {batch_id} was partly committed (some routes' tables hold it) under "
+                "another route list than this configuration's; finishing it with these "
+                "routes would put its records in two tables, or in none",
+                fix="start once with the previous routes (and unrouted setting) to finish "
+                "the batch, then change them")
+
+
 class Router:
     """The ``foreachBatch`` function of a routed config: every route's batch, then the
     unrouted records (``unrouted`` is None when they are dropped)."""
 
     def __init__(self, routes: list[Route], unrouted: RejectedWriter | None, *,
-                 app_id: str, exhaustive: bool = False) -> None:
+                 app_id: str, exhaustive: bool = False, plans: RoutePlans | None = None
+                 ) -> None:
         self.routes = routes
         self.unrouted = unrouted
+        self.plans = plans
         self.app_id = app_id
         # True when the subscription is exactly the routes' topics and no route splits
         # by message type: nothing can be unrouted
@@ -193,24 +274,39 @@ class Router:
         if shared:  # several readers of one batch: read Kafka once
             tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK_DESER)
         try:
-            leftovers = []
-            for i, r in enumerate(self.routes):
-                left = r(tagged.where(F.col(_ROUTE) == F.lit(i)).drop(_ROUTE), batch_id)
-                if left is not None:
-                    leftovers.append(left)
-            if not self.exhaustive:
-                nothing = (tagged.where(F.col(_ROUTE).isNull()).drop(_ROUTE)
-                           .withColumn("detail", F.concat(F.lit("no route takes topic "),
-                                                          F.col("topic"))))
-                for left in leftovers:
-                    nothing = nothing.unionByName(left)
-                self._unrouted(nothing, batch_id)
+            replay = any(r.committed(batch_id) for r in self.routes)
+            if self.plans is not None:
+                (self.plans.check if replay else self.plans.record)(batch_id)
+            plans = [r.plan(tagged.where(F.col(_ROUTE) == F.lit(i)).drop(_ROUTE))
+                     for i, r in enumerate(self.routes)]
+            if not self.exhaustive and not replay:
+                self._stage_unrouted(tagged, plans, batch_id)
+            for r, planned in zip(self.routes, plans, strict=True):
+                r.write(planned, batch_id)
+            if self.unrouted is not None and not self.exhaustive:
+                published = self.unrouted.publish(batch_id)
+                if published:
+                    self.unrouted_records += published
+                    logger.warning("batch %d: %d record(s) matched no route -> %s",
+                                   batch_id, published, self.unrouted.path(batch_id))
         finally:
             if shared:
                 tagged.unpersist()
         self.batches += 1
         logger.info("batch %d: %d route(s) done in %.2fs", batch_id, len(self.routes),
                     time.monotonic() - started)
+
+    def _stage_unrouted(self, tagged: DataFrame, plans: list[Planned], batch_id: int
+                        ) -> None:
+        """Stage the batch's unrouted records before any table commits the batch (a
+        replay that some table already holds publishes what the first run staged)."""
+        df = (tagged.where(F.col(_ROUTE).isNull()).drop(_ROUTE)
+              .withColumn("detail", F.concat(F.lit("no route takes topic "), F.col("topic"))))
+        for r, planned in zip(self.routes, plans, strict=True):
+            left = r.unrouted(planned)
+            if left is not None:
+                df = df.unionByName(left)
+        self._unrouted(df, batch_id)
 
     def _unrouted(self, df: DataFrame, batch_id: int) -> None:
         """``df``: raw records with a ``detail`` column."""
@@ -227,8 +323,5 @@ class Router:
             F.lit(batch_id).cast("long").alias("batch_id"), F.lit(self.app_id).alias("app_id"),
             F.lit(dt.datetime.now(dt.UTC).replace(tzinfo=None)).cast("timestamp")
             .alias("rejected_at"))
-        written = self.unrouted.write(batch_id, rows, only_if_any=True)
-        if written:
-            self.unrouted_records += written
-            logger.warning("batch %d: %d record(s) matched no route -> %s", batch_id, written,
-                           self.unrouted.path(batch_id))
+        self.unrouted.discard(batch_id)
+        self.unrouted.stage(batch_id, rows, only_if_any=True)

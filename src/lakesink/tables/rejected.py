@@ -95,12 +95,21 @@ class RejectedWriter:
         """Drop an earlier attempt's outbox (the batch is not committed)."""
         self.fs.delete(self._outbox(batch_id))
 
-    def stage(self, batch_id: int, df: DataFrame, *, expected: int | None = None) -> int:
+    def stage(self, batch_id: int, df: DataFrame, *, expected: int | None = None,
+              only_if_any: bool = False) -> int:
         """Write the batch's rejected rows to the outbox; returns their number. With
         ``expected``, a different number of staged rows raises :class:`CommitMismatch`
-        (before the table's commit)."""
+        (before the table's commit); with ``only_if_any`` nothing is staged for none."""
         outbox = self._outbox(batch_id)
         self.fs.delete(outbox)
+        if only_if_any:
+            df = df.cache()
+            try:
+                if df.isEmpty():
+                    return 0
+                return self.stage(batch_id, df, expected=expected)
+            finally:
+                df.unpersist()
         df.coalesce(1).write.mode("overwrite").parquet(outbox)
         files = self.fs.list_files(outbox, suffix=".parquet")
         if len(files) != 1:
@@ -130,23 +139,3 @@ class RejectedWriter:
             self.fs.replace(files[0].path, self.path(batch_id))
         self.fs.delete(outbox)
         return rows
-
-    def write(self, batch_id: int, df: DataFrame, *, only_if_any: bool = False) -> int:
-        """Stage and publish at once (for dead letters that no table commit follows).
-
-        With ``only_if_any`` the rows are counted first and nothing is written for none.
-        Returns the rows written (0 when a Delta dead-letter table already holds the
-        batch)."""
-        if self.delta is not None and self.delta.is_committed(batch_id):
-            return 0
-        if only_if_any:
-            df = df.cache()
-            try:
-                if df.isEmpty():
-                    return 0
-                self.stage(batch_id, df)
-            finally:
-                df.unpersist()
-        else:
-            self.stage(batch_id, df)
-        return self.publish(batch_id)
