@@ -332,3 +332,53 @@ def test_a_partly_committed_routed_batch_is_refused_under_other_routes(
     letters = dead_letters(lake, "_unrouted")
     assert sorted(json.loads(bytes(v))["id"] for _, v in letters) == list(range(100, 105))
     run_once(spark, changed)  # then the new routes apply to new batches
+
+
+@pytest.mark.slow
+def test_a_second_process_on_one_checkpoint_is_refused_until_the_first_stops(
+        kafka_broker, topic, tmp_path) -> None:
+    """Scenario 6: a rolling deploy started a second process on the same Parquet
+    checkpoint; its cleanup deleted the first's files and the loser's stayed. Now the
+    second is refused (its lease sees the first renew) until the first has stopped."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from tests.fixtures.services import lakesink_cmd, produce_events
+
+    lake = tmp_path / "lake"
+    data = config_dict(kafka_broker, topic, lake, writer_lease_s=6)
+    data["source"]["kafka"]["max_offsets_per_trigger"] = 400
+    cfg = write_config(tmp_path / "c.yaml", data)
+    produce_events(kafka_broker, topic, range(3000))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESINK_")}
+    log = open(tmp_path / "first.log", "w")  # noqa: SIM115
+    first = subprocess.Popen(lakesink_cmd("run", "-c", str(cfg)), stdout=log,
+                             stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        manifests = lake / ".lakesink" / "events" / "manifests"
+        deadline = time.monotonic() + 240
+        while not list(manifests.rglob("*.json")):
+            assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the first process committed nothing"
+            time.sleep(0.2)
+        second = run_cli("run", "-c", str(cfg), "--until-caught-up")
+        assert second.returncode == 1, second.stderr[-3000:]
+        said = " ".join(second.stderr.split())  # rich wraps long lines
+        assert "another lakesink" in said and f"pid {first.pid}" in said, said[-2000:]
+        assert first.poll() is None, "the first process must go on"
+        first.send_signal(signal.SIGTERM)  # the old pod drains and releases its lease
+        assert first.wait(timeout=180) == 0, (tmp_path / "first.log").read_text()[-3000:]
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        log.close()
+    produce_events(kafka_broker, topic, range(3000, 3500))
+    started = time.monotonic()
+    again = run_cli("run", "-c", str(cfg), "--until-caught-up")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "waiting up to" not in again.stderr  # a released lease is taken at once
+    assert time.monotonic() - started < 120
+    ids = duckdb_ids(lake / "events")
+    assert len(ids) == 3500 and sorted(ids) == list(range(3500))
