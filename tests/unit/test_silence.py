@@ -249,8 +249,9 @@ def _silences(batches: list[list[int]], timeout_ms: int = 10) -> list[tuple[int,
             handle.timers.remove(t)
             for df in tracker.handleExpiredTimer((RECORD, b"k"), clock, None):
                 out += [(r["last_seen_ms"], r["silent_ms"]) for _, r in df.iterrows()]
-        frames = [pd.DataFrame({"ts_ms": times[: len(times) // 2]}),
-                  pd.DataFrame({"ts_ms": times[len(times) // 2:]})]
+        half = len(times) // 2  # Spark hands a key's rows over in Arrow-sized pieces
+        frames = [pd.DataFrame({"ts_ms": part}) for part in (times[:half], times[half:])
+                  if part]
         for df in tracker.handleInputRows((RECORD, b"k"), iter(frames), clock):
             out += [(r["last_seen_ms"], r["silent_ms"]) for _, r in df.iterrows()]
     return sorted(out)
