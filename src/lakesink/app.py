@@ -22,7 +22,13 @@ from lakesink.decode.evolution import EvolutionPolicy, reconcile_declared, schem
 from lakesink.decode import Decoder, fixed_decoder, json_decoder
 from lakesink.decode.json import infer_schema
 from lakesink.decode.schema import declared_schema
-from lakesink.errors import CommitMismatch, ConfigError, SourceError
+from lakesink.errors import (
+    CommitMismatch,
+    ConfigError,
+    LeaseLost,
+    SecondWriterError,
+    SourceError,
+)
 from lakesink.pipeline.batch import BatchProcessor, Rebuild, RunStats, SchemaStore
 from lakesink.pipeline.columns import PartitionSpec, SourceColumns
 from lakesink.pipeline.retry import RetryingBatch
@@ -34,7 +40,6 @@ from lakesink.silence.query import SilenceQuery, SilenceRunner
 from lakesink.sources import kafka
 from lakesink.tables.fs import HadoopFS, to_uri
 from lakesink.tables.identity import checkpoint_app_id, mark_started
-from lakesink.tables.lease import LeaseLost, SecondWriterError
 from lakesink.tables.layout import TableLayout
 from lakesink.tables.base import TableWriter, check_layout
 from lakesink.tables.delta import DeltaTableWriter

@@ -3,13 +3,15 @@
 ::
 
     LakesinkError
-     ├─ ConfigError      bad configuration: fail fast at start, exit code 2, name the key
-     ├─ ServiceError     a local service (broker, …) could not be started or reached
-     ├─ SourceError      the source is unreachable or refused us (bounded wait, then this)
-     └─ SinkError        a table write failed; the batch is retried by Spark on restart
-         ├─ LayoutError  an existing table's layout differs from the config (refused at start)
-         └─ CommitMismatch  a commit would record other rows than the batch wrote: never
-                            committed, never retried (the query stops, loudly)
+     ├─ ConfigError        bad configuration: fail fast at start, exit code 2, name the key
+     │   └─ LayoutError    an existing table's layout differs from the config
+     ├─ ServiceError       a local service (broker, …) could not be started or reached
+     ├─ SourceError        the source is unreachable or refused us (bounded wait, then this)
+     ├─ SecondWriterError  another live writer holds the table (refused at start)
+     └─ SinkError          a table write failed; the batch is tried again
+         ├─ CommitMismatch a commit would record other rows than the batch wrote: never
+         │                 committed, never retried (the query stops, loudly)
+         └─ LeaseLost      this writer's lease was taken over: it must not commit
 
 ``retriable`` says whether trying the same batch again can help; the batch retry loop
 (:mod:`lakesink.pipeline.retry`) gives up at once on an error that is not.
@@ -61,5 +63,17 @@ class CommitMismatch(SinkError):
     """What a batch staged (or committed) is not what it counted as written: rows or
     files went missing, or appeared, between the write and the commit. The batch is not
     committed (Parquet) or the stream stops (Delta, where the write is the commit)."""
+
+    retriable = False
+
+
+class LeaseLost(SinkError):
+    """This writer's lease was taken over (or may be about to be): it must not commit."""
+
+    retriable = False
+
+
+class SecondWriterError(LakesinkError):
+    """Another live writer holds the table."""
 
     retriable = False

@@ -103,7 +103,7 @@ def local_gc_options(settings: Mapping[str, str], env: Mapping[str, str]) -> str
     of CPU-bound work: ParallelGC leaves the tasks more CPU than the default G1 (whose
     write barriers and concurrent threads cost on every allocation), for pauses a
     batch does not notice with a heap of a few GiB. Measured on 2 cores, 3 M events,
-    ``bench/experiments/cold_runs.py``: about 15 % less wall time (docs/benchmark.md).
+    ``bench/experiments/cold_runs.py``: 7–9 % less wall time (docs/benchmark.md).
     """
     defaults = spark_defaults_file(env)
     chosen = [settings.get(k) or defaults.get(k, "") for k in _JAVA_OPTION_KEYS]

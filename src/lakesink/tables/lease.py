@@ -45,7 +45,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from lakesink.errors import LakesinkError, SinkError
+from lakesink.errors import LeaseLost, SecondWriterError
 
 if TYPE_CHECKING:
     from lakesink.tables.fs import HadoopFS
@@ -59,16 +59,7 @@ _HELD: dict[str, WriterLease] = {}
 _HELD_LOCK = threading.Lock()
 
 
-class SecondWriterError(LakesinkError):
-    """Another live writer holds the table."""
-
-    retriable = False
-
-
-class LeaseLost(SinkError):
-    """This writer's lease was taken over (or may be about to be): it must not commit."""
-
-    retriable = False
+__all__ = ["LeaseLost", "SecondWriterError", "WriterLease"]
 
 
 def pid_alive(pid: int) -> bool:
