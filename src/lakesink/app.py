@@ -40,6 +40,7 @@ from lakesink.silence.query import SilenceQuery, SilenceRunner
 from lakesink.sources import kafka
 from lakesink.tables.fs import HadoopFS, to_uri
 from lakesink.tables.identity import checkpoint_app_id, mark_started
+from lakesink.tables.lease import WriterLease
 from lakesink.tables.layout import TableLayout
 from lakesink.tables.base import TableWriter, check_layout
 from lakesink.tables.delta import DeltaTableWriter
@@ -201,7 +202,8 @@ class TableParts:
             schema=self.schema, policy=self.policy, rebuild=self.rebuild,
             store_schema=schema_store(self.fs, layout), writer=writer,
             rejected=RejectedWriter(self.fs, layout, app_id=app_id, fmt=self.cfg.dlq.format,
-                                    spark=spark, lease=storage.lease_options(self.cfg)),
+                                    spark=spark,
+                                    lease=storage.lease_options(self.cfg, self.cfg.dlq.format)),
             app_id=app_id,
             source_columns=self.source_columns, transforms=self.transforms,
         )
@@ -252,6 +254,11 @@ class Pipeline:
         checkpoint = to_uri(cfg.checkpoint or cfg.routed_checkpoint)
         fs = HadoopFS(spark, to_uri(cfg.table.base_path))
         app_id = checkpoint_app_id(fs, checkpoint)
+        lease = None
+        if cfg.table.writer_lease_s > 0:
+            lease = WriterLease(fs, f"{checkpoint.rstrip('/')}/writer", app_id=app_id,
+                                ttl_s=cfg.table.writer_lease_s, table=checkpoint)
+            lease.acquire()
         static = {cfg.route_config(i).table_name for i, r in enumerate(cfg.routes)
                   if r.message_type is None}
         routes: list[Route] = []
@@ -273,17 +280,19 @@ class Pipeline:
                     route.processor = parts.processor(app_id)
                     targets.append(parts.layout.table)
                 routes.append(route)
+            unrouted = (None if cfg.unrouted == "drop" else RejectedWriter(
+                fs, TableLayout.of(cfg.table.base_path, UNROUTED_TABLE), app_id=app_id,
+                fmt=cfg.dlq.format, spark=spark,
+                lease=storage.lease_options(cfg, cfg.dlq.format)))
         except BaseException:
-            Router(routes, None, app_id=app_id).close()  # a refused start holds no lease
-            raise
-        unrouted = (None if cfg.unrouted == "drop" else RejectedWriter(
-            fs, TableLayout.of(cfg.table.base_path, UNROUTED_TABLE), app_id=app_id,
-            fmt=cfg.dlq.format, spark=spark, lease=storage.lease_options(cfg)))
+            Router(routes, None, app_id=app_id, lease=lease).close()  # a refused start
+            raise  # holds no lease
         subscribed = cfg.source.kafka.topics
         exhaustive = bool(subscribed) and all(
             any(t in r.topics for r in cfg.routes) for t in subscribed)
         plans = RoutePlans(fs, f"{checkpoint.rstrip('/')}/routes", routes_fingerprint(cfg))
-        router = Router(routes, unrouted, app_id=app_id, exhaustive=exhaustive, plans=plans)
+        router = Router(routes, unrouted, app_id=app_id, exhaustive=exhaustive, plans=plans,
+                        lease=lease)
         headers = any(Transforms(parse_transforms(cfg.route_config(i, "_").table.transforms))
                       .uses_headers for i in range(len(cfg.routes)))
         return cls(cfg, spark, "routes", ", ".join(targets), checkpoint, router,

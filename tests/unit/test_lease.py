@@ -76,9 +76,11 @@ def foreign(store: Store, seq: int, **fields: Any) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _no_renew_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+def _no_renew_thread(monkeypatch: pytest.MonkeyPatch) -> Any:  # noqa: ANN401
     # the background renewal is driven by hand here
     monkeypatch.setattr(WriterLease, "_renew_loop", lambda self: None)
+    yield
+    lease_module._HELD.clear()  # a failed test must not leave its lease "held"
 
 
 def test_acquire_renew_release_then_the_next_writer_goes_on_at_once() -> None:
@@ -129,11 +131,24 @@ def test_a_holder_that_stops_renewing_is_taken_over_after_its_ttl_on_our_clock()
 
 def test_a_restarted_container_with_the_same_host_and_pid_takes_its_lease_back() -> None:
     store, clock = Store(), Clock()
-    foreign(store, 2, host=socket.gethostname(), pid=os.getpid(), ttl_s=600)
+    foreign(store, 2, host=socket.gethostname(), pid=os.getpid(), ttl_s=600,
+            pidns=lease_module.PID_NAMESPACE)
     again = make(store, clock)
     again.acquire()
     assert again.seq == 3 and clock.now == 1000  # at once, not after 600 s
     again.release()
+
+
+def test_pids_of_another_pid_namespace_on_this_host_are_not_judged() -> None:
+    """Containers sharing a host name (host networking) each have their own pid 1: a
+    lease of another namespace is watched for its TTL, never taken at once."""
+    store, clock = Store(), Clock()
+    foreign(store, 2, host=socket.gethostname(), pid=os.getpid(), ttl_s=6,
+            pidns="pid:[1]")
+    lease = make(store, clock)
+    lease.acquire()
+    assert lease.seq == 3 and clock.now - 1000 >= 6
+    lease.release()
 
 
 def test_a_lease_of_a_dead_process_on_this_host_is_taken_at_once(tmp_path) -> None:  # noqa: ANN001
@@ -143,7 +158,8 @@ def test_a_lease_of_a_dead_process_on_this_host_is_taken_at_once(tmp_path) -> No
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     store, clock = Store(), Clock()
-    foreign(store, 0, host=socket.gethostname(), pid=dead.pid, ttl_s=600)
+    foreign(store, 0, host=socket.gethostname(), pid=dead.pid, ttl_s=600,
+            pidns=lease_module.PID_NAMESPACE)
     lease = make(store, clock)
     lease.acquire()
     assert lease.seq == 1 and clock.now == 1000
@@ -215,3 +231,30 @@ def test_two_takers_of_one_stale_lease_cannot_both_win() -> None:
         a.acquire()
     assert a.seq is None  # a never held the table
     lease_module._HELD.pop(FOLDER, None)
+
+
+def test_a_create_whose_answer_was_lost_still_counts_as_ours(monkeypatch) -> None:  # noqa: ANN001
+    """A conditional PUT that succeeded, retried by the client, answers "exists": the
+    step is ours if it carries our attempt's id (not a lost lease)."""
+    store, clock = Store(), Clock()
+    holder = make(store, clock)
+    holder.acquire()
+    real = store.write_once
+
+    def lost_answer(path: str, text: str) -> bool:
+        real(path, text)
+        return False  # the retry of a create that went through
+
+    monkeypatch.setattr(store, "write_once", lost_answer)
+    assert holder.renew() and not holder.lost
+    monkeypatch.undo()
+    holder.release()
+
+
+def test_an_unreadable_newest_step_is_watched_then_taken_over() -> None:
+    store, clock = Store(), Clock()
+    store.files[f"{FOLDER}/lease-{4:012d}.json"] = ""  # a partial file of an old store
+    lease = make(store, clock, ttl_s=6)
+    lease.acquire()
+    assert lease.seq == 5
+    lease.release()

@@ -363,10 +363,17 @@ class BatchProcessor:
     def _stage_rejected(self, marked: DataFrame, counts: dict[str, int], batch_id: int
                         ) -> None:
         """Stage the batch's dead letters before the table's commit (see
-        :class:`~lakesink.tables.rejected.RejectedWriter`)."""
+        :class:`~lakesink.tables.rejected.RejectedWriter`); ``counts["rejected"]``
+        becomes the number staged (checked against an exact count if they differ)."""
         if counts["rejected"]:
-            self.rejected.stage(batch_id, self.rejected_rows(marked, batch_id),
-                                expected=counts["rejected"])
+            counts["rejected"] = self.rejected.stage(
+                batch_id, self.rejected_rows(marked, batch_id), expected=counts["rejected"],
+                recount=lambda: marked.where(F.col("_fail").isNotNull()).count())
+
+    def _recount(self, df: DataFrame) -> Callable[[], int]:
+        """An exact count of the batch's good rows (a Spark job over the raw rows),
+        for a writer whose observed count disagrees with what it wrote."""
+        return lambda: self._good(self._marked(df)).count()
 
     def _needs_evolution(self, counts: dict[str, int]) -> bool:
         return bool((counts.get("unknown") and self.policy.adds_columns)
@@ -428,7 +435,8 @@ class BatchProcessor:
 
         try:
             result = self.writer.write_batch(batch_id, self._good(observed, guarded=True),
-                                             commit_info=commit_info)
+                                             commit_info=commit_info,
+                                             recount=self._recount(df))
         except Exception as exc:
             if GUARD_MESSAGE not in str(exc):
                 raise
@@ -453,10 +461,11 @@ class BatchProcessor:
                 marked.unpersist()
                 marked = self._marked(df).persist(StorageLevel.MEMORY_AND_DISK_DESER)
                 counts = self._count(marked)
-            info = self._info(counts, marked, batch_id)
             self._stage_rejected(marked, counts, batch_id)
+            info = self._info(counts, marked, batch_id)
             result = self.writer.write_batch(batch_id, self._good(marked),
-                                             commit_info=lambda: info)
+                                             commit_info=lambda: info,
+                                             recount=lambda: self._good(marked).count())
         except BaseException:
             marked.unpersist()
             raise
@@ -481,13 +490,14 @@ class BatchProcessor:
                 seen["counts"] = counts
                 if allowed and not last and self._needs_evolution(counts):
                     raise _EvolveFirst
-                seen["info"] = self._info(counts, marked, batch_id)
                 self._stage_rejected(marked, counts, batch_id)
+                seen["info"] = self._info(counts, marked, batch_id)
                 return seen["info"]
 
             try:
                 result = self.writer.write_batch(batch_id, self._good(observed),
-                                                 commit_info=commit_info)
+                                                 commit_info=commit_info,
+                                                 recount=self._recount(df))
             except _EvolveFirst:
                 evolve_allowed = self._evolve(marked, seen["counts"], batch_id)
                 continue
@@ -499,6 +509,7 @@ class BatchProcessor:
         """A batch the table already holds: its dead letters were staged before the
         commit; what the crash left in the outbox is published (never computed again:
         a replay under another configuration would reject other records)."""
+        self.writer.tidy(batch_id)
         published = self.rejected.publish(batch_id)
         if published:
             logger.warning("batch %d (replayed): %d rejected record(s) published", batch_id,

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
     from lakesink.tables.fs import HadoopFS
+    from lakesink.tables.lease import WriterLease
     from lakesink.tables.rejected import RejectedWriter
 
 logger = logging.getLogger(__name__)
@@ -212,23 +213,23 @@ class RoutePlans:
     def _path(self, batch_id: int) -> str:
         return f"{self.folder}/{batch_id:010d}.json"
 
-    def record(self, batch_id: int) -> None:
-        """A batch no table holds yet: it is routed under the current routes."""
+    def begin(self, batch_id: int, *, maybe_committed: bool) -> None:
+        """Before any table writes ``batch_id``: refuse it if it began under other routes
+        and some table may hold it already; else record the current routes for it."""
+        plan = self.fs.read_json(self._path(batch_id))
+        if plan is not None and plan.get("routes") == self.fingerprint:
+            return
+        if plan is not None and maybe_committed:
+            raise ConfigError(
+                "routes",
+                f"batch {batch_id} may be partly committed (some routes' tables may hold "
+                "it) under another route list than this configuration's; finishing it "
+                "with these routes could put its records in two tables, or in none",
+                fix="start once with the previous routes (and unrouted setting) to finish "
+                "the batch, then change them")
         self.fs.write_json(self._path(batch_id), {"batch_id": batch_id,
                                                   "routes": self.fingerprint})
         self.fs.delete(self._path(batch_id - KEEP_PLANS), recursive=False)
-
-    def check(self, batch_id: int) -> None:
-        """A batch some table holds: refuse it under other routes than it began with."""
-        plan = self.fs.read_json(self._path(batch_id))
-        if plan is not None and plan.get("routes") != self.fingerprint:
-            raise ConfigError(
-                "routes",
-                f"batch {batch_id} was partly committed (some routes' tables hold it) under "
-                "another route list than this configuration's; finishing it with these "
-                "routes would put its records in two tables, or in none",
-                fix="start once with the previous routes (and unrouted setting) to finish "
-                "the batch, then change them")
 
 
 class Router:
@@ -236,11 +237,15 @@ class Router:
     unrouted records (``unrouted`` is None when they are dropped)."""
 
     def __init__(self, routes: list[Route], unrouted: RejectedWriter | None, *,
-                 app_id: str, exhaustive: bool = False, plans: RoutePlans | None = None
-                 ) -> None:
+                 app_id: str, exhaustive: bool = False, plans: RoutePlans | None = None,
+                 lease: WriterLease | None = None) -> None:
+        """``lease``: the routed checkpoint's writer lease (held; released by
+        :meth:`close`): one process routes a checkpoint's batches, also those whose
+        records all go to the unrouted dead letters (no table's lease is taken then)."""
         self.routes = routes
         self.unrouted = unrouted
         self.plans = plans
+        self.lease = lease
         self.app_id = app_id
         # True when the subscription is exactly the routes' topics and no route splits
         # by message type: nothing can be unrouted
@@ -265,6 +270,8 @@ class Router:
                 processor.close()
         if self.unrouted is not None:
             self.unrouted.close()
+        if self.lease is not None:
+            self.lease.release()
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -274,16 +281,26 @@ class Router:
         if shared:  # several readers of one batch: read Kafka once
             tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK_DESER)
         try:
-            replay = any(r.committed(batch_id) for r in self.routes)
-            if self.plans is not None:
-                (self.plans.check if replay else self.plans.record)(batch_id)
+            # plan first: a message-type route sets up its tables here, so that a
+            # restarted batch sees which of them already hold it
             plans = [r.plan(tagged.where(F.col(_ROUTE) == F.lit(i)).drop(_ROUTE))
                      for i, r in enumerate(self.routes)]
+            replay = any(r.committed(batch_id) for r in self.routes)
+            if self.lease is not None:
+                self.lease.check()
+            if self.plans is not None:
+                # a message-type route's tables that this run's routes no longer make
+                # cannot be asked whether they hold the batch: then any started batch
+                # counts as possibly half committed
+                types = any(r.types is not None for r in self.routes)
+                self.plans.begin(batch_id, maybe_committed=replay or types)
             if not self.exhaustive and not replay:
                 self._stage_unrouted(tagged, plans, batch_id)
             for r, planned in zip(self.routes, plans, strict=True):
                 r.write(planned, batch_id)
             if self.unrouted is not None and not self.exhaustive:
+                if self.lease is not None:
+                    self.lease.check()
                 published = self.unrouted.publish(batch_id)
                 if published:
                     self.unrouted_records += published

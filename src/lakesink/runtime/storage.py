@@ -123,23 +123,25 @@ def on_s3(path: str) -> bool:
     return path.startswith(("s3a://", "s3://"))
 
 
-def writer_lease_s(cfg: LakesinkConfig) -> float:
-    """The TTL of a table writer's lease (0: none): every table has one, except a Delta
-    table on S3 with the DynamoDB log store (several writers by design)."""
-    if (cfg.table.format == "delta" and cfg.storage.s3.delta_log_store == "dynamodb"
+def writer_lease_s(cfg: LakesinkConfig, fmt: str | None = None) -> float:
+    """The TTL of the lease of a writer of a ``fmt`` table (default: ``table.format``)
+    under ``table.base_path`` (0: none): every table has one, except a Delta table on S3
+    with the DynamoDB log store (several writers by design)."""
+    if ((fmt or cfg.table.format) == "delta" and cfg.storage.s3.delta_log_store == "dynamodb"
             and on_s3(cfg.table.base_path)):
         return 0.0
     return cfg.table.writer_lease_s
 
 
-def lease_options(cfg: LakesinkConfig) -> dict[str, Any]:
-    """The lease keywords of a table writer: its TTL, and whether the lease covers the
+def lease_options(cfg: LakesinkConfig, fmt: str | None = None) -> dict[str, Any]:
+    """The lease keywords of a writer of a ``fmt`` table (default: ``table.format``;
+    dead-letter tables pass ``dlq.format``): its TTL, and whether the lease covers the
     whole table (Delta on S3 with the single-driver log store, where two writers of any
     checkpoints lose commits) or one checkpoint's writer (elsewhere: a dead-letter
     replay, under its own app id, may write beside a running stream)."""
-    whole = (cfg.table.format == "delta" and on_s3(cfg.table.base_path)
+    whole = ((fmt or cfg.table.format) == "delta" and on_s3(cfg.table.base_path)
              and cfg.storage.s3.delta_log_store == "single_driver")
-    return {"lease_s": writer_lease_s(cfg), "lease_per_table": whole}
+    return {"lease_s": writer_lease_s(cfg, fmt), "lease_per_table": whole}
 
 
 #: Delta's multi-writer log store for S3 (jar: io.delta:delta-storage-s3-dynamodb)

@@ -26,9 +26,17 @@ the same batch id, with the same rows, runs again on restart. The contract:
 * **prepare** runs once at start, before any data moves, and refuses an existing table
   whose layout differs from the configuration (:class:`~lakesink.errors.LayoutError`).
 
-Anything else written per batch (rejected records) is the caller's and must be
-idempotent per batch id itself: after a skipped batch the caller rewrites it, since the
-crash may have come between the table commit and that write.
+* **The commit records what the batch wrote.** Rows staged (Parquet: the files'
+  footers) or committed (Delta: the commit's ``numOutputRows``) must equal the rows
+  ``commit_info`` counted as written; when they differ, ``recount`` (an exact count)
+  decides, and a real difference raises :class:`~lakesink.errors.CommitMismatch` —
+  before the commit point where the format allows (Parquet), right after it otherwise.
+* **Lease.** A writer with a lease checks it right before its commit point
+  (:meth:`fence`) and commits nothing once it is lost.
+
+Anything else written per batch (dead letters) is the caller's and must be idempotent
+per batch id itself; the batch function stages dead letters before the table's commit
+point and publishes them after it (:mod:`lakesink.tables.rejected`).
 """
 
 from __future__ import annotations
@@ -48,6 +56,9 @@ if TYPE_CHECKING:
     from lakesink.tables.layout import TableLayout
 
 CommitInfo = Callable[[], dict[str, Any]]
+#: an exact count of the rows a batch writes (a Spark job), asked for only when the
+#: counts observed during the write disagree with what the write committed
+Recount = Callable[[], int]
 
 # Until a batch has been measured: a high guess, so first files err on the small side.
 INITIAL_BYTES_PER_ROW = 200.0
@@ -157,8 +168,13 @@ class TableWriter(ABC):
     @abstractmethod
     def write_batch(
         self, batch_id: int, df: DataFrame, *, commit_info: CommitInfo | None = None,
+        recount: Recount | None = None,
     ) -> BatchResult:
         """Make ``df``'s rows part of the table exactly once for ``batch_id``."""
+
+    def tidy(self, batch_id: int) -> None:  # noqa: B027 - optional hook
+        """Remove bookkeeping a committed ``batch_id`` may have left (a crash right
+        after its commit point); called when a replay finds it committed."""
 
     def shuffled(self, df: DataFrame) -> DataFrame:
         """Rows grouped so each partition folder gets ``files_per_partition`` new files

@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from lakesink.errors import CommitMismatch
 from lakesink.faults import fault_point
-from lakesink.tables.base import BatchResult, CommitInfo, TableWriter, compare_layout
+from lakesink.tables.base import (
+    BatchResult,
+    CommitInfo,
+    Recount,
+    TableWriter,
+    compare_layout,
+)
 from lakesink.tables.fs import join
 from lakesink.tables.layout import TableLayout
 
@@ -89,6 +95,7 @@ class DeltaTableWriter(TableWriter):
 
     def write_batch(
         self, batch_id: int, df: DataFrame, *, commit_info: CommitInfo | None = None,
+        recount: Recount | None = None,
     ) -> BatchResult:
         committed = self._known_committed()
         exists = committed is not None or self.exists
@@ -116,18 +123,24 @@ class DeltaTableWriter(TableWriter):
             # the commit may have landed before the error (a failed post-commit hook, a
             # lost response): then the next attempt must skip the batch, not write it
             # again — Delta would drop the append by its txn and run no job at all, and
-            # the batch's observation would wait forever
-            if self._landed(batch_id):
-                logger.warning("batch %d: the Delta commit landed before the write "
-                               "failed; the batch counts as committed", batch_id)
-                self._committed = batch_id
+            # the batch's observation would wait forever. So the next attempt reads the
+            # table's transactions again (other commits may have come after ours).
+            self._committed_known = False
             raise
         self._committed = batch_id
         fault_point("after_delta_commit", batch_id)
         info = commit_info() if commit_info else {}
         metrics = self._commit_metrics(batch_id)
         files, size = metrics.get("numFiles", 0), metrics.get("numOutputBytes", 0)
-        if "written" in info and metrics and metrics.get("numOutputRows") != info["written"]:
+        added = metrics.get("numOutputRows")
+        if "written" in info and metrics and added != info["written"] and recount is not None:
+            exact = recount()
+            if exact == added:
+                logger.warning("batch %d: the observed count (%d written) was off; an exact "
+                               "count agrees with the %d committed row(s)", batch_id,
+                               info["written"], exact)
+                info["written"] = exact
+        if "written" in info and metrics and added != info["written"]:
             raise CommitMismatch(
                 f"batch {batch_id} of {self.layout.table}: {info['written']} row(s) counted "
                 f"as written but Delta's commit added {metrics.get('numOutputRows')}. This is "
@@ -135,34 +148,20 @@ class DeltaTableWriter(TableWriter):
         self.measured(int(info.get("written", 0)), size)
         return BatchResult(batch_id, files=files, bytes=size, info=info)
 
-    def _newest_commit(self, *, refresh: bool = False) -> list[dict[str, Any]]:
+    def _newest_commit(self) -> list[dict[str, Any]]:
         """The actions of the table's newest log entry (one small file read, not a
-        Spark job); ``refresh`` lists the log first (after a failed write)."""
-        if not self.exists:
-            return []
+        Spark job)."""
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
         log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
             self.spark._jsparkSession, self.layout.table)
-        snapshot = (log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
-                    if refresh else log.unsafeVolatileSnapshot())
-        version = int(snapshot.version())
+        version = int(log.unsafeVolatileSnapshot().version())
         text = self.fs.read_text(join(self.layout.table, "_delta_log", f"{version:020d}.json"))
         return [json.loads(line) for line in (text or "").splitlines() if line]
 
     def _ours(self, actions: list[dict[str, Any]], batch_id: int) -> bool:
         return any(a["txn"].get("appId") == self.app_id and a["txn"].get("version") == batch_id
                    for a in actions if "txn" in a)
-
-    def _landed(self, batch_id: int) -> bool:
-        """Whether the newest commit is this batch's (checked after a failed write)."""
-        try:
-            return self._ours(self._newest_commit(refresh=True), batch_id)
-        except Exception as exc:  # noqa: BLE001 - unknown: the retry reads the log again
-            logger.warning("batch %d: could not read the Delta log after a failed write "
-                           "(%s); it is read again before the retry", batch_id, exc)
-            self._committed_known = False
-            return False
 
     def _commit_metrics(self, batch_id: int) -> dict[str, int]:
         """Operation metrics (files, bytes and rows added) of this batch's commit, read

@@ -6,6 +6,7 @@ Using Hadoop's ``FileSystem`` keeps one code path for every store Spark can writ
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -213,31 +214,47 @@ class HadoopFS:
 
     def write_once(self, path: str, text: str) -> bool:
         """Create ``path`` with ``text`` only if it does not exist; False if it did.
+        Readers see the whole file or none (a crash mid-write leaves no partial file).
 
         S3 (S3A, ``s3a://`` or ``s3://``): a conditional PUT (``If-None-Match: *``),
-        which the store enforces atomically. HDFS: ``create`` without overwrite, atomic
-        in the NameNode. Local disk: the same call, which checks first (one writer per
-        table is the rule).
+        which the store enforces atomically. Local disk: the text goes to a hidden
+        temporary file, then a hard link names it (``link`` fails if the name exists).
+        HDFS: a temporary file renamed into place (``rename`` refuses an existing
+        destination, atomically in the NameNode). Other object stores (GCS, Azure):
+        ``create`` without overwrite, which their connectors enforce with preconditions.
         """
+        if path.startswith("file:"):
+            return _link_once(local_path(path), text)
         p = self._p(path)
         try:
-            if self.s3a:
-                out = (self.fs.createFile(p).overwrite(False)
-                       .must("fs.option.create.conditional.overwrite", True).build())
-            else:
-                if self.exists(path):
-                    return False
-                self.mkdirs(path.rpartition("/")[0])
-                out = self.fs.create(p, False)
+            if self.s3a or self.object_store:
+                if self.s3a:
+                    out = (self.fs.createFile(p).overwrite(False)
+                           .must("fs.option.create.conditional.overwrite", True).build())
+                else:
+                    out = self.fs.create(p, False)
+                try:
+                    out.write(bytearray(text.encode("utf-8")))
+                finally:
+                    out.close()
+                return True
+            if self.exists(path):
+                return False
+            parent, _, name = path.rpartition("/")
+            tmp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
+            out = self.fs.create(self._p(tmp), True)
             try:
                 out.write(bytearray(text.encode("utf-8")))
             finally:
                 out.close()
+            try:
+                return bool(self.fs.rename(self._p(tmp), p))
+            finally:
+                self.delete(tmp, recursive=False)
         except Exception:
             if self.exists(path):  # someone else created it first
                 return False
             raise
-        return True
 
     def read_json(self, path: str) -> Any:
         text = self.read_text(path)
@@ -245,6 +262,23 @@ class HadoopFS:
 
     def write_json(self, path: str, data: Any) -> None:
         self.write_text(path, json.dumps(data, indent=1, sort_keys=True))
+
+
+def _link_once(path: Path, text: str) -> bool:
+    """Create ``path`` with ``text`` unless it exists, all or nothing (a hard link of a
+    complete temporary file; ``link`` fails atomically on an existing name)."""
+    import os
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+    tmp.write_text(text, encoding="utf-8")
+    try:
+        os.link(tmp, path)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _list_local(uri: str, suffix: str) -> list[FileInfo]:

@@ -8,8 +8,13 @@
     <base>/.lakesink/<table>/layout.json                     format and partition columns
     <base>/.lakesink/<table>/schema.json                     the decode schema in use
     <base>/.lakesink/<table>/staging/<run>/<batch>/          a batch before publishing
+    <base>/.lakesink/<table>/staging/<run>/rejected-<batch>/ its dead letters (outbox)
     <base>/.lakesink/<table>/pending/<run>/<batch>.json      files being published
     <base>/.lakesink/<table>/manifests/<run>/<batch>.json    committed batches
+    <base>/.lakesink/<table>/writer-<run>/lease-<seq>.json   the checkpoint's writer lease
+    <base>/.lakesink/<table>/writer/lease-<seq>.json         a whole-table lease (Delta, S3)
+    <checkpoint>/routes/<batch>.json, writer/                routed runs: the routes a
+                                                             batch began under; the lease
 
 Nothing but table files sits under ``<base>/<table>/``, so a reader's
 ``<table>/**/*.parquet`` glob sees every committed record once and never staging.

@@ -1,20 +1,24 @@
 """One writer per table: a lease whose every change is a create-if-absent.
 
-Two lakesink processes on one table (a rolling deploy that starts the new process
-before the old one stopped; two routed runs naming one table; Delta on S3 with the
-single-driver log store, where two drivers committing the same version silently lose
-one commit) must not both write. Each table writer holds a lease while it writes.
+Two lakesink processes on one checkpoint (a rolling deploy that starts the new process
+before the old one stopped) must not both write its tables; nor two processes of any
+checkpoints one Delta table on S3 with the single-driver log store, where two drivers
+committing the same version silently lose one commit. Each table writer holds a lease
+while it writes: per checkpoint (app id), or per table for that Delta case.
 
 The lease is a sequence of small files ``<meta>/writer/lease-<seq>.json`` (``{writer,
 app_id, host, pid, ttl_s, released}``); the newest one says who holds the table. Every
 step creates the *next* file only if it does not exist — a conditional PUT
-(``If-None-Match: *``) on S3, ``create`` without overwrite on HDFS (atomic in the
-NameNode) and local disk (checked, then created) — so of two processes that try the same
-step, exactly one succeeds and the other learns that it lost:
+(``If-None-Match: *``) on S3, a rename that refuses an existing name on HDFS, a hard
+link on local disk (:meth:`HadoopFS.write_once`) — so of two processes that try the
+same step, exactly one succeeds and the other learns that it lost (a create whose
+answer was lost is recognised by the attempt id it wrote):
 
-* **acquire** — the newest file is a release, or names this host and a process that is
-  gone, or this host and this very pid without this process holding it (a container
-  restarted with the same host name and pid 1): take it at once (create ``seq + 1``).
+* **acquire** — the newest file is a release, or names this host and pid namespace and
+  a process that is gone, or this very pid without this process holding it (a process
+  restarted in the same namespace with the same pid): take it at once (create
+  ``seq + 1``). Pids of another pid namespace (containers sharing a host name) are
+  never judged.
   Otherwise watch it for the holder's ``ttl_s``: a holder that renews is alive, and the
   start is refused (:class:`SecondWriterError`, naming it); one that does not renew for
   a whole TTL is gone, and its lease is taken over. Staleness is measured on this
@@ -22,9 +26,9 @@ step, exactly one succeeds and the other learns that it lost:
 * **renew** — every ``ttl_s / 3`` the holder creates ``seq + 1``. If that file exists,
   another process took the table: the lease is **lost**.
 * **check** (before every commit point: Parquet's publish and manifest, Delta's
-  append) — a lost lease, or one not renewed for ``ttl_s - margin`` (a pause, a storage
-  outage: a taker may be about to take over), stops the batch with :class:`LeaseLost`
-  unless a renewal made right then succeeds. A writer that lost its lease therefore
+  append) — a lost lease, or one not renewed for two thirds of ``ttl_s`` (a pause, a
+  storage outage: a taker may be about to take over), stops the batch with
+  :class:`LeaseLost` unless a renewal made right then succeeds. A writer that lost its lease therefore
   never commits again; its query stops (the error is not retried).
 * **release** (a clean stop) — create ``seq + 1`` marked ``released``: the next start
   takes over at once.
@@ -54,6 +58,11 @@ logger = logging.getLogger(__name__)
 
 #: files of older lease steps kept (the rest are deleted as the lease moves on)
 KEEP = 3
+#: this process's pid namespace (Linux), so pids of other containers are never judged
+try:
+    PID_NAMESPACE: str | None = os.readlink("/proc/self/ns/pid")
+except OSError:
+    PID_NAMESPACE = None
 #: leases this process holds, by path: another holder in this process is live
 _HELD: dict[str, WriterLease] = {}
 _HELD_LOCK = threading.Lock()
@@ -104,24 +113,36 @@ class WriterLease:
         """The newest lease step and its record (None: no lease yet)."""
         steps = [f for f in self.fs.list_files(self.folder, suffix=".json")
                  if f.relative.startswith("lease-")]
-        for f in sorted(steps, key=lambda f: f.relative, reverse=True):
-            record = self.fs.read_json(f.path)
-            if record is not None:
-                return int(f.relative[len("lease-"):-len(".json")]), record
-        return None
+        if not steps:
+            return None
+        f = max(steps, key=lambda f: f.relative)
+        try:
+            record = self.fs.read_json(f.path) or {}
+        except ValueError:  # unreadable (a store without atomic creates): a holder we
+            record = {}     # cannot name, taken over only if it does not renew
+        return int(f.relative[len("lease-"):-len(".json")]), record
 
-    def _record(self, *, released: bool = False) -> str:
+    def _record(self, step: str, *, released: bool = False) -> str:
         import json
 
-        return json.dumps({"writer": self.writer, "app_id": self.app_id,
-                           "host": socket.gethostname(), "pid": os.getpid(),
-                           "ttl_s": self.ttl_s, "released": released, "at": time.time()})
+        return json.dumps({"writer": self.writer, "step": step, "app_id": self.app_id,
+                           "host": socket.gethostname(), "pidns": PID_NAMESPACE,
+                           "pid": os.getpid(), "ttl_s": self.ttl_s, "released": released,
+                           "at": time.time()})
 
     def _step(self, seq: int, *, released: bool = False) -> bool:
         """Create step ``seq``; False if another process created it first."""
         started = self.clock()
-        if not self.fs.write_once(self._path(seq), self._record(released=released)):
-            return False
+        step = uuid.uuid4().hex
+        if not self.fs.write_once(self._path(seq), self._record(step, released=released)):
+            # a create that succeeded but whose answer was lost (and retried) looks
+            # like "exists": the step is ours if it carries this attempt's id
+            try:
+                mine = (self.fs.read_json(self._path(seq)) or {}).get("step") == step
+            except ValueError:
+                mine = False
+            if not mine:
+                return False
         self.seq, self.renewed_at = seq, started
         if seq >= KEEP:
             self.fs.delete(self._path(seq - KEEP), recursive=False)
@@ -130,10 +151,13 @@ class WriterLease:
     # -- acquire -------------------------------------------------------------------------
 
     def _free(self, record: dict[str, Any]) -> str | None:
-        """Why a lease step can be taken at once (None: its holder may be alive)."""
+        """Why a lease step can be taken at once (None: its holder may be alive). Process
+        ids are only compared within one host *and* one pid namespace: containers that
+        share a host name (host networking) have pid spaces of their own."""
         if record.get("released"):
             return "released"
-        if record.get("host") != socket.gethostname():
+        if (record.get("host") != socket.gethostname() or PID_NAMESPACE is None
+                or record.get("pidns") != PID_NAMESPACE):
             return None
         pid = int(record.get("pid", -1))
         if pid == os.getpid():

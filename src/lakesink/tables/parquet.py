@@ -3,7 +3,8 @@
 One batch ``b`` of run ``r`` (the checkpoint's app id) goes through:
 
 1. **skip** if ``manifests/r/b.json`` exists and names this app id (the batch was
-   committed before a crash); its leftover bookkeeping is removed;
+   committed before a crash); its leftover bookkeeping is removed (:meth:`tidy`, also
+   called by the batch function when it skips the batch itself);
 2. **begin**: leftovers of an earlier attempt are removed (the files its
    ``pending/r/b.json`` lists, the staging folder) and the attempt is recorded there
    with the rows per file it uses — the first attempt's, so a redo names the same files;
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from lakesink.errors import CommitMismatch, SinkError
 from lakesink.faults import fault_point
 from lakesink.pipeline.partitioning import is_safe_relative_dir
-from lakesink.tables.base import BatchResult, CommitInfo, TableWriter
+from lakesink.tables.base import BatchResult, CommitInfo, Recount, TableWriter
 from lakesink.tables.fs import join
 from lakesink.tables.identity import run_tag
 from lakesink.tables.layout import TableLayout
@@ -121,7 +122,7 @@ class ParquetTableWriter(TableWriter):
                 "checkpoints share a run tag; give this table a new checkpoint folder")
         return True
 
-    def _tidy(self, batch_id: int) -> None:
+    def tidy(self, batch_id: int) -> None:
         """Remove a committed batch's bookkeeping (a crash after the manifest may have
         left it): its pending record and staging folder."""
         self.fs.delete(self.layout.pending(self.run, batch_id), recursive=False)
@@ -131,7 +132,9 @@ class ParquetTableWriter(TableWriter):
         """Start an attempt at an uncommitted batch: remove what an earlier attempt left
         (the files its pending record lists, its staging folder) and record this
         attempt. Returns the rows per file to use: the first attempt's, so a redo
-        splits the folders' rows the same way and publishes the same names."""
+        splits each folder into as many files and so names the same files (which rows
+        land in which file of a folder may differ; correctness rests on removing what
+        the pending record lists)."""
         pending_path = self.layout.pending(self.run, batch_id)
         pending = self.fs.read_json(pending_path) or {}
         if pending.get("files"):
@@ -170,10 +173,11 @@ class ParquetTableWriter(TableWriter):
         df: DataFrame,
         *,
         commit_info: CommitInfo | None = None,
+        recount: Recount | None = None,
     ) -> BatchResult:
         if self.is_committed(batch_id):
             logger.info("batch %d already committed: skipped", batch_id)
-            self._tidy(batch_id)
+            self.tidy(batch_id)
             return BatchResult(batch_id, skipped=True)
         rows_per_file = self._begin(batch_id)
 
@@ -187,7 +191,7 @@ class ParquetTableWriter(TableWriter):
 
         info = commit_info() if commit_info else {}
         files = self._staged(batch_id, staging)
-        check_rows(batch_id, self.layout.table, files, info)
+        check_rows(batch_id, self.layout.table, files, info, recount)
 
         pending_path = self.layout.pending(self.run, batch_id)
         self.fs.write_json(pending_path, {
@@ -217,7 +221,7 @@ class ParquetTableWriter(TableWriter):
                 f"this one published it ({path}): two lakesink processes share this "
                 "checkpoint. Stop one of them; each table needs exactly one writer.")
         fault_point("after_manifest", batch_id)
-        self._tidy(batch_id)
+        self.tidy(batch_id)
         size = sum(f.bytes for f in files)
         self.measured(int(info.get("written", 0)), size)
         self._learn_dictionaries(batch_id, [(f.staged, f.name, f.bytes) for f in files])
@@ -232,14 +236,24 @@ class StagedFile:
     rows: int  #: from its footer
 
 
-def check_rows(batch_id: int, table: str, files: list[StagedFile], info: dict[str, Any]
-               ) -> None:
+def check_rows(batch_id: int, table: str, files: list[StagedFile], info: dict[str, Any],
+               recount: Recount | None = None) -> None:
     """The commit invariant: the rows about to be committed are exactly the rows the
-    batch counted as written. Raises :class:`CommitMismatch` before the commit point
-    otherwise (nothing is published; the query stops, loudly)."""
+    batch counted as written. When the observed count disagrees, ``recount`` (an exact
+    count) decides — an observation can count a re-run task twice — and ``info`` is
+    corrected; a real difference raises :class:`CommitMismatch` before the commit point
+    (nothing is published; the query stops, loudly)."""
     if "written" not in info:
         return
     staged = sum(f.rows for f in files)
+    if staged != int(info["written"]) and recount is not None:
+        exact = recount()
+        if exact == staged:
+            logger.warning("batch %d: the observed count (%d written) was off; an exact "
+                           "count agrees with the %d staged row(s)", batch_id,
+                           int(info["written"]), staged)
+            info["written"] = exact
+            info["records"] = exact + int(info.get("rejected", 0))
     if staged != int(info["written"]):
         raise CommitMismatch(
             f"batch {batch_id} of {table}: {int(info['written'])} row(s) counted as written "

@@ -21,6 +21,7 @@ table), ``topic``, ``partition``, ``offset``, ``kafka_timestamp``, ``batch_id``,
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lakesink.errors import CommitMismatch, SinkError
@@ -96,10 +97,11 @@ class RejectedWriter:
         self.fs.delete(self._outbox(batch_id))
 
     def stage(self, batch_id: int, df: DataFrame, *, expected: int | None = None,
-              only_if_any: bool = False) -> int:
+              recount: Callable[[], int] | None = None, only_if_any: bool = False) -> int:
         """Write the batch's rejected rows to the outbox; returns their number. With
         ``expected``, a different number of staged rows raises :class:`CommitMismatch`
-        (before the table's commit); with ``only_if_any`` nothing is staged for none."""
+        (before the table's commit) unless ``recount`` (an exact count) agrees with the
+        staged rows; with ``only_if_any`` nothing is staged for none."""
         outbox = self._outbox(batch_id)
         self.fs.delete(outbox)
         if only_if_any:
@@ -107,7 +109,7 @@ class RejectedWriter:
             try:
                 if df.isEmpty():
                     return 0
-                return self.stage(batch_id, df, expected=expected)
+                return self.stage(batch_id, df, expected=expected, recount=recount)
             finally:
                 df.unpersist()
         df.coalesce(1).write.mode("overwrite").parquet(outbox)
@@ -115,6 +117,8 @@ class RejectedWriter:
         if len(files) != 1:
             raise SinkError(f"expected one rejected file in {outbox}, found {len(files)}")
         rows = self.fs.parquet_rows(files[0].path)
+        if expected is not None and rows != expected and recount is not None:
+            expected = recount()
         if expected is not None and rows != expected:
             raise CommitMismatch(
                 f"batch {batch_id} of {self.layout.table}: {expected} record(s) counted as "
