@@ -112,7 +112,15 @@ class ParquetTableWriter(TableWriter):
     def is_committed(self, batch_id: int) -> bool:
         """Whether this app id's manifest of ``batch_id`` exists (the app id inside it is
         checked: the run tag in the path is only its first 8 characters)."""
-        manifest = self.fs.read_json(self.layout.manifest(self.run, batch_id))
+        try:
+            manifest = self.fs.read_json(self.layout.manifest(self.run, batch_id))
+        except ValueError:
+            # an empty manifest (a kill mid-write, before manifests were written all or
+            # nothing): it is created only after every file is published, so the
+            # batch is in the table
+            logger.warning("batch %d: its manifest is unreadable; the batch counts as "
+                           "committed (its files were published before it)", batch_id)
+            return True
         if manifest is None:
             return False
         if manifest.get("app_id") != self.app_id:
