@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -526,7 +526,28 @@ def _merged(base: BaseModel, overrides: dict[str, Any], model: type[BaseModel], 
         raise ValueError(f"{key}{'.' + loc if loc else ''}: {msg}") from None
 
 
-class S3Storage(_Section):
+class _StoreSection(_Section):
+    """What every storage section has: ``options`` (plain, refused when a key holds a
+    secret) and ``secret_options`` (env or secret file only)."""
+
+    store: ClassVar[str] = ""
+    secret_options: dict[str, SecretStr] = Field(
+        default_factory=dict, description="options whose values are secret (encryption "
+        "keys, tokens…): env or secret file only")
+
+    _strings = field_validator("options", "secret_options", mode="before",
+                               check_fields=False)(_stringify_map)
+
+    @field_validator("options", check_fields=False)
+    @classmethod
+    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        refuse_secrets(value, f"storage.{cls.store}.options",
+                       f"storage.{cls.store}.secret_options or the section's credential "
+                       "fields")
+        return value
+
+
+class S3Storage(_StoreSection):
     """S3 and S3-compatible stores (Hadoop S3A) for ``s3a://`` and ``s3://`` paths.
 
     Unset values fall back to the standard AWS variables (``AWS_ENDPOINT_URL_S3`` /
@@ -553,20 +574,9 @@ class S3Storage(_Section):
                                 "— the DynamoDB table (created if missing)")
     dynamodb_region: str | None = Field(default=None, description="its region; default: "
                                         "storage.s3.region")
+    store: ClassVar[str] = "s3"
     options: dict[str, str] = Field(default_factory=dict,
                                     description="any other S3A option, fs.s3a.<name> -> value")
-    secret_options: dict[str, SecretStr] = Field(
-        default_factory=dict, description="options whose values are secret (encryption "
-        "keys, tokens…): env or secret file only")
-
-    _strings = field_validator("options", "secret_options", mode="before")(_stringify_map)
-
-    @field_validator("options")
-    @classmethod
-    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
-        refuse_secrets(value, "storage.s3.options", "storage.s3.secret_options or "
-                       "the section's credential fields")
-        return value
 
     @field_validator("endpoint")
     @classmethod
@@ -583,7 +593,7 @@ class S3Storage(_Section):
         return self
 
 
-class GcsStorage(_Section):
+class GcsStorage(_StoreSection):
     """Google Cloud Storage (``gs://``, the GCS connector). Unset: Application Default
     Credentials (``GOOGLE_APPLICATION_CREDENTIALS``, the metadata server)."""
 
@@ -592,23 +602,12 @@ class GcsStorage(_Section):
         default=None, description="path of a service account JSON key file")
     endpoint: str | None = Field(default=None, description="root URL of the JSON API "
                                  "(an emulator such as fake-gcs-server)")
+    store: ClassVar[str] = "gcs"
     options: dict[str, str] = Field(default_factory=dict,
                                     description="any other connector option, fs.gs.<name>")
-    secret_options: dict[str, SecretStr] = Field(
-        default_factory=dict, description="options whose values are secret (encryption "
-        "keys, tokens…): env or secret file only")
-
-    _strings = field_validator("options", "secret_options", mode="before")(_stringify_map)
-
-    @field_validator("options")
-    @classmethod
-    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
-        refuse_secrets(value, "storage.gcs.options", "storage.gcs.secret_options or "
-                       "the section's credential fields")
-        return value
 
 
-class AzureStorage(_Section):
+class AzureStorage(_StoreSection):
     """Azure Data Lake Storage Gen2 (``abfss://container@account.dfs.core.windows.net``,
     hadoop-azure ABFS). Credentials: an account key, a SAS token, or a service principal
     (client id/secret/tenant); unset values fall back to the ``AZURE_*`` variables."""
@@ -619,20 +618,9 @@ class AzureStorage(_Section):
     client_id: str | None = None
     client_secret: SecretStr | None = None
     tenant_id: str | None = None
+    store: ClassVar[str] = "azure"
     options: dict[str, str] = Field(default_factory=dict,
                                     description="any other ABFS option, fs.azure.<name>")
-    secret_options: dict[str, SecretStr] = Field(
-        default_factory=dict, description="options whose values are secret (encryption "
-        "keys, tokens…): env or secret file only")
-
-    _strings = field_validator("options", "secret_options", mode="before")(_stringify_map)
-
-    @field_validator("options")
-    @classmethod
-    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
-        refuse_secrets(value, "storage.azure.options", "storage.azure.secret_options or "
-                       "the section's credential fields")
-        return value
 
 
 class StorageConfig(_Section):
