@@ -419,7 +419,8 @@ def routes_fingerprint(cfg: LakesinkConfig) -> str:
                             "table": r.table.get("name"),
                             "message_type": r.message_type.model_dump()
                             if r.message_type else None} for r in cfg.routes],
-                "unrouted": cfg.unrouted}
+                "unrouted": cfg.unrouted,
+                "subscription": [cfg.source.kafka.topics, cfg.source.kafka.topic_pattern]}
     return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -258,3 +258,18 @@ def test_an_unreadable_newest_step_is_watched_then_taken_over() -> None:
     lease.acquire()
     assert lease.seq == 5
     lease.release()
+
+
+def test_a_stalled_writer_cannot_take_a_step_the_new_holder_already_deleted() -> None:
+    """A writer paused past the TTL comes back after the new holder moved on and deleted
+    its old steps: creating the free-again next step must not count as a renewal."""
+    store, clock = Store(), Clock()
+    holder = make(store, clock, ttl_s=6)
+    holder.acquire()
+    for seq in range(1, 5):
+        foreign(store, seq, host="newhost")
+    del store.files[f"{FOLDER}/lease-{1:012d}.json"]  # the taker's step 4 deleted step 1
+    clock.now += 20
+    with pytest.raises(LeaseLost):
+        holder.check()
+    assert holder.lost

@@ -213,13 +213,14 @@ class RoutePlans:
     def _path(self, batch_id: int) -> str:
         return f"{self.folder}/{batch_id:010d}.json"
 
-    def begin(self, batch_id: int, *, maybe_committed: bool) -> None:
+    def begin(self, batch_id: int) -> None:
         """Before any table writes ``batch_id``: refuse it if it began under other routes
-        and some table may hold it already; else record the current routes for it."""
+        (a table the current routes do not know may hold it already); else record the
+        current routes for it."""
         plan = self.fs.read_json(self._path(batch_id))
         if plan is not None and plan.get("routes") == self.fingerprint:
             return
-        if plan is not None and maybe_committed:
+        if plan is not None:
             raise ConfigError(
                 "routes",
                 f"batch {batch_id} may be partly committed (some routes' tables may hold "
@@ -289,11 +290,7 @@ class Router:
             if self.lease is not None:
                 self.lease.check()
             if self.plans is not None:
-                # a message-type route's tables that this run's routes no longer make
-                # cannot be asked whether they hold the batch: then any started batch
-                # counts as possibly half committed
-                types = any(r.types is not None for r in self.routes)
-                self.plans.begin(batch_id, maybe_committed=replay or types)
+                self.plans.begin(batch_id)
             if not self.exhaustive and not replay:
                 self._stage_unrouted(tagged, plans, batch_id)
             for r, planned in zip(self.routes, plans, strict=True):

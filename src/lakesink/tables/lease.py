@@ -143,6 +143,12 @@ class WriterLease:
                 mine = False
             if not mine:
                 return False
+        # a writer that stalled while others moved the lease on (and deleted their old
+        # steps) can create a step number that is free again: a higher step means the
+        # lease is someone else's
+        newest = self.newest()
+        if newest is not None and newest[0] > seq:
+            return False
         self.seq, self.renewed_at = seq, started
         if seq >= KEEP:
             self.fs.delete(self._path(seq - KEEP), recursive=False)

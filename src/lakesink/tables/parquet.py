@@ -206,8 +206,8 @@ class ParquetTableWriter(TableWriter):
             "batch_id": batch_id, "app_id": self.app_id, "rows_per_file": rows_per_file,
             "files": [join(self.layout.table, f.name) for f in files],
         })
-        self.fence()  # a writer that lost its lease publishes nothing
         for i, f in enumerate(files):
+            self.fence()  # a writer that lost its lease stops before its next rename
             if i == len(files) // 2 and i > 0:
                 fault_point("mid_publish", batch_id)
             self.fs.replace(f.staged, join(self.layout.table, f.name))
