@@ -54,7 +54,11 @@ class DeltaTableWriter(TableWriter):
 
     @property
     def exists(self) -> bool:
-        return self.fs.exists(join(self.layout.table, "_delta_log"))
+        """Whether the table has a commit. A ``_delta_log`` folder alone is not enough:
+        a kill during the very first append can leave it empty (or holding only
+        ``_staged_commits/``), and such a folder is not a Delta table yet."""
+        return any(f.relative.endswith((".json", ".parquet"))
+                   for f in self.fs.list_files(join(self.layout.table, "_delta_log")))
 
     def _snapshot(self) -> Any:
         jvm = self.spark.sparkContext._jvm
