@@ -84,14 +84,15 @@ def test_random_kills_while_publishing(kafka_broker, topic, tmp_path, fmt) -> No
     kills = []
     try:
         for _ in range(KILLS):
-            run = subprocess.Popen(lakesink_cmd("run", "-c", str(cfg)), env=env,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                   start_new_session=True)
+            log = tmp_path / f"run-{len(kills)}.log"  # a file: a full pipe would block it
+            with log.open("w") as out:
+                run = subprocess.Popen(lakesink_cmd("run", "-c", str(cfg)), env=env,
+                                       stdout=out, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
             after = rng.uniform(6.0, 20.0)  # start-up is ~6 s: kills land in batches
             time.sleep(after)
             if run.poll() is not None:
-                pytest.fail(f"seed {seed}: lakesink ended by itself: "
-                            f"{run.stderr.read().decode()[-2000:] if run.stderr else ''}")
+                pytest.fail(f"seed {seed}: lakesink ended by itself: {log.read_text()[-2000:]}")
             os.killpg(run.pid, signal.SIGKILL)
             run.wait()  # reaped: its pid is gone, so the restart takes its lease at once
             kills.append(round(after, 1))

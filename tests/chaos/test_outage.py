@@ -32,13 +32,13 @@ def _ids(server: SeaweedS3, table: str) -> list[int]:
         return []
 
 
-def _wait(what: str, check: Any, timeout_s: float) -> None:  # noqa: ANN401
+def _wait(check: Any, timeout_s: float) -> bool:  # noqa: ANN401
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if check():
-            return
+            return True
         time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}")
+    return False
 
 
 def test_s3_down_mid_run_then_back(kafka_broker, topic, tmp_path) -> None:
@@ -48,6 +48,9 @@ def test_s3_down_mid_run_then_back(kafka_broker, topic, tmp_path) -> None:
         data = config_dict(kafka_broker, topic, tmp_path / "unused")
         data["table"].pop("base_path")
         data["retry"] = {"initial_backoff_s": 2, "max_backoff_s": 8}
+        # the outage outlasts the writer lease's TTL: renewals fail meanwhile, and the
+        # first check after it must renew, not declare the lease lost
+        data["table"]["writer_lease_s"] = 12
         cfg = write_config(tmp_path / "c.yaml", data)
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("LAKESINK_")},
                **s3.env(), "S3_BUCKET": "lake", "S3_PREFIX": "outage",
@@ -55,23 +58,30 @@ def test_s3_down_mid_run_then_back(kafka_broker, topic, tmp_path) -> None:
                "LAKESINK_STORAGE__S3__OPTIONS": '{"retry.limit": "1", "attempts.maximum": "1"}'}
         table = "s3://lake/outage/events"
         produce_events(kafka_broker, topic, range(0, 1000))
-        proc = subprocess.Popen(lakesink_cmd("run", "-c", str(cfg)), env=env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
+        # the log goes to a file, not a pipe: an outage logs many stack traces, and a
+        # pipe nobody reads fills up and blocks the run's next log line (CI, stop 25)
+        log = tmp_path / "run.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(lakesink_cmd("run", "-c", str(cfg)), env=env, text=True,
+                                    stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
         try:
-            _wait("the first records on S3", lambda: len(_ids(s3, table)) >= 1000, 240)
+            assert _wait(lambda: len(_ids(s3, table)) >= 1000, 240), (
+                f"timed out waiting for the first records on S3:\n{log.read_text()[-4000:]}")
             s3.stop(keep_data=True)
             produce_events(kafka_broker, topic, range(1000, 2000))
             time.sleep(20)  # batches fail and back off meanwhile
             if proc.poll() is not None:
                 raise AssertionError("the run stopped during the outage:\n"
-                                     + proc.communicate()[1][-4000:])
+                                     + log.read_text()[-4000:])
             s3.start()
             produce_events(kafka_broker, topic, range(2000, 3000))
-            _wait("every record", lambda: len(_ids(s3, table)) >= 3000, 300)
+            waited = _wait(lambda: len(_ids(s3, table)) >= 3000, 300)
         finally:
             proc.send_signal(signal.SIGTERM)
-            _, stderr = proc.communicate(timeout=120)
+            proc.wait(timeout=120)
+        stderr = log.read_text()
+        assert waited, f"timed out waiting for every record; the run's log:\n{stderr[-6000:]}"
         ids = _ids(s3, table)
         print(f"outage backend=s3 down=20s produced=3000 lost={3000 - len(set(ids))} "
               f"duplicated={len(ids) - len(set(ids))}")

@@ -27,9 +27,11 @@ answer was lost is recognised by the attempt id it wrote):
   another process took the table: the lease is **lost**.
 * **check** (before every commit point: Parquet's publish and manifest, Delta's
   append) — a lost lease, or one not renewed for two thirds of ``ttl_s`` (a pause, a
-  storage outage: a taker may be about to take over), stops the batch with
-  :class:`LeaseLost` unless a renewal made right then succeeds. A writer that lost its lease therefore
-  never commits again; its query stops (the error is not retried).
+  storage outage: a taker may be about to take over) is renewed right then. If the
+  renewal finds the next step taken, the batch stops with :class:`LeaseLost`: a writer
+  that lost its lease never commits again; its query stops (not retried). If the
+  store cannot be reached, the batch fails with that storage error and is retried
+  like any other (nothing was committed; the retry's check decides).
 * **release** (a clean stop) — create ``seq + 1`` marked ``released``: the next start
   takes over at once.
 
@@ -137,11 +139,14 @@ class WriterLease:
         if not self.fs.write_once(self._path(seq), self._record(step, released=released)):
             # a create that succeeded but whose answer was lost (and retried) looks
             # like "exists": the step is ours if it carries this attempt's id
+            # -- or one this writer made in an earlier call that failed after the create
+            # (the store went down before the answer or the listing below): a renewal
+            # must not mistake its own step for a takeover
             try:
-                mine = (self.fs.read_json(self._path(seq)) or {}).get("step") == step
+                record = self.fs.read_json(self._path(seq)) or {}
             except ValueError:
-                mine = False
-            if not mine:
+                record = {}
+            if record.get("step") != step and record.get("writer") != self.writer:
                 return False
         # a writer that stalled while others moved the lease on (and deleted their old
         # steps) can create a step number that is free again: a higher step means the
@@ -264,8 +269,12 @@ class WriterLease:
         try:
             if self.renew():
                 return
-        except Exception as exc:  # noqa: BLE001 - the store is down: cannot tell
+        except Exception as exc:
+            # the store is down: the lease cannot be confirmed, so nothing is committed,
+            # but it is not known lost either. The batch fails like any storage error
+            # and is retried; the retry's check renews (or finds the lease taken)
             logger.warning("could not renew the writer lease of %s: %s", self.table, exc)
+            raise
         raise LeaseLost(
             f"the writer lease of {self.table} was lost or could not be renewed for "
             f"{self.clock() - self.renewed_at:.0f}s (TTL {self.ttl_s:.0f}s): another writer "
