@@ -3,7 +3,8 @@
 One command, one run, everything on this machine:
 
     .venv/bin/python bench/run.py [--events 5000000] [--partitions 4]
-        [--cases lakesink-parquet,lakesink-delta,spark-handwritten,quix,pyarrow]
+        [--cases lakesink-parquet,lakesink-parquet-spark,lakesink-delta,spark-handwritten,
+                 spark-kafka-floor,quix,pyarrow] [--repeat 3]
         [--latency-rate 2000 --latency-seconds 40]
 
 1. starts the local Kafka broker (KRaft, from the jars) and produces ``--events`` JSON
@@ -65,8 +66,13 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 QUIX_VENV = BENCH / ".venv-quix"
 QUIX_REQ = "quixstreams[quixdatalake]==3.28.1"
-ALL_CASES = ["lakesink-parquet", "lakesink-delta", "spark-handwritten", "quix", "pyarrow"]
-STREAMING = ["lakesink-parquet", "lakesink-delta", "spark-handwritten", "quix"]
+ALL_CASES = ["lakesink-parquet", "lakesink-parquet-spark", "lakesink-delta",
+             "spark-handwritten", "spark-kafka-floor", "quix", "pyarrow"]
+STREAMING = ["lakesink-parquet", "lakesink-parquet-spark", "lakesink-delta",
+             "spark-handwritten", "quix"]
+#: the engine of each lakesink case (lakesink-parquet: the default, the Arrow path)
+ENGINES = {"lakesink-parquet": "arrow", "lakesink-parquet-spark": "spark",
+           "lakesink-delta": "spark"}
 LAKESINK_LINE = re.compile(r"batch \d+: committed in [\d.]+s \((\d+) written")
 PROGRESS_LINE = re.compile(r"^PROGRESS (\d+)")
 
@@ -107,19 +113,21 @@ class Case:
                 "decode": {"schema": LAKESINK_SCHEMA},
                 "table": {"name": "sensors", "base_path": str(self.work / "lake"),
                           "format": self.fmt, "partition_by": PARTITION_BY,
-                          "timestamp_column": "ts_ms"},
+                          "timestamp_column": "ts_ms", "engine": ENGINES[self.name]},
                 "trigger": {"interval": "1 second"},
             }
             path = self.work / "lakesink.yaml"
             path.write_text(yaml.safe_dump(cfg))
             cmd = [py, "-m", "lakesink.cli", "run", "-c", str(path)]
             return cmd if stream else [*cmd, "--until-caught-up"]
-        if self.name == "spark-handwritten":
+        if self.name in ("spark-handwritten", "spark-kafka-floor"):
             cmd = [py, str(BENCH / "cases/handwritten_spark.py"),
                    "--bootstrap", self.broker.bootstrap_servers, "--topic", topic,
                    "--out", str(self.table), "--checkpoint", str(self.work / "chk"),
                    "--jars", ",".join(str(j) for j in connector_jars()), "--schema", SPARK_DDL,
                    "--max-offsets", str(self.args.max_offsets)]
+            if self.name == "spark-kafka-floor":
+                cmd.append("--floor")
             return [*cmd, "--stream"] if stream else cmd
         if self.name == "quix":
             cmd = [str(QUIX_VENV / "bin/python"), str(BENCH / "cases/quix_sink.py"),
@@ -240,8 +248,11 @@ def throughput(case: Case, topic: str, n: int, ndjson: Path, value_bytes: float,
     if rc != 0:
         row.update(valid=False, error="\n".join(run.tail))
         return row
-    rows, distinct = read_back(case.table, case.fmt)
-    files = parquet_files(case.table)
+    if case.name == "spark-kafka-floor":  # nothing written: its own count is the check
+        rows = distinct = run.progress[-1][1] if run.progress else 0
+    else:
+        rows, distinct = read_back(case.table, case.fmt)
+    files = parquet_files(case.table) if case.table.exists() else []
     sizes = [p.stat().st_size for p in files]
     steady = steady_rate(run, n)
     row.update(
@@ -386,44 +397,85 @@ def ensure_quix_venv() -> str | None:
     return None
 
 
+def _ratio(a: dict, b: dict, key: str = "events_per_s") -> str:
+    if a.get(key) and b.get(key) and a.get("valid") and b.get("valid"):
+        return f"{a[key] / b[key]:.2f}×"
+    return "—"
+
+
 def render(info: dict[str, object]) -> str:
+    """The results table: every case with its ratios to the hand-written job, to Quix
+    and to the Kafka floor (whole run / steady), then its resources and latency."""
     rows = {r["case"]: r for r in info["throughput"]}  # type: ignore[index]
     lat = {r["case"]: r for r in info["latency"]}  # type: ignore[index]
-    base = rows.get("spark-handwritten", {})
+    bases = [(rows.get(b, {}), label) for b, label in (
+        ("spark-handwritten", "hand-written"), ("quix", "Quix"), ("spark-kafka-floor", "floor"))]
 
-    def ratio(a: dict, b: dict, key: str = "events_per_s") -> str:
-        if a.get(key) and b.get(key) and a.get("valid") and b.get("valid"):
-            return f"{a[key] / b[key]:.2f}×"
-        return "—"
-
-    lines = ["| case | valid | rows | seconds | events/s | MB/s | steady events/s | steady MB/s "
-             "| vs hand-written (whole / steady) | peak RSS MiB | files | mean file KiB "
-             "| latency p50 ms | p99 ms |", "|" + "---|" * 14]
+    lines = ["| case | valid | rows | seconds | events/s | steady events/s "
+             + "".join(f"| vs {label} (whole / steady) " for _, label in bases)
+             + "| peak RSS MiB | files | mean file KiB | latency p50 ms | p99 ms |",
+             "|" + "---|" * (11 + len(bases))]
     for name in info["cases"]:  # type: ignore[union-attr]
         r, lr = rows.get(name, {}), lat.get(name, {})
         if "events_per_s" not in r:
             lines.append(f"| {name} | {r.get('valid', False)} | — | {r.get('seconds', '—')} | "
                          f"not measured: {r.get('note') or (r.get('error') or '')[-200:]!r} "
-                         + "| " * 10)
+                         + "| " * (6 + len(bases)))
             continue
+        ratios = "".join(f"| {_ratio(r, b)} / {_ratio(r, b, 'steady_events_per_s')} "
+                         for b, _ in bases)
         lines.append(
             f"| {name} | {r['valid']} | {r['rows']:,} | {seconds_cell(r)} | {r['events_per_s']:,} "
-            f"| {r['mb_per_s']} | {r['steady_events_per_s'] or '—'} | {r['steady_mb_per_s'] or '—'} "
-            f"| {ratio(r, base)} / {ratio(r, base, 'steady_events_per_s')} "
+            f"| {r['steady_events_per_s'] or '—'} {ratios}"
             f"| {r['peak_rss_mib']:,} | {r['files']:,} | {r['mean_file_kib']} "
             f"| {lr.get('p50_ms', '—')} | {lr.get('p99_ms', '—')} |")
     extra = []
     for name in ("lakesink-parquet", "lakesink-delta"):
         r = rows.get(name, {})
-        for other in ("quix", "pyarrow"):
-            if r and rows.get(other):
-                extra.append(f"- {name} vs {other}: {ratio(r, rows[other])} (whole run), "
-                             f"{ratio(r, rows[other], 'steady_events_per_s')} (steady)")
+        if r and rows.get("pyarrow"):
+            extra.append(f"- {name} vs pyarrow (one process, no broker): "
+                         f"{_ratio(r, rows['pyarrow'])} (whole run)")
     for r in info["latency"]:  # type: ignore[union-attr]
         if "error" in r or r.get("seen") != r.get("produced"):
             extra.append(f"- latency {r['case']}: {r.get('seen')} of {r.get('produced')} events "
                          f"seen {r.get('error', '')[-300:]}")
     return "\n".join(lines) + ("\n\n" + "\n".join(extra) if extra else "") + "\n"
+
+
+def chart(info: dict[str, object], path: Path) -> bool:
+    """The throughput table as a bar chart (PNG): events/s per case, whole run and
+    steady, each bar labelled with its ratio to the hand-written job. False without
+    matplotlib (the ``bench`` extra)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    rows = [r for r in info["throughput"] if r.get("events_per_s")]  # type: ignore[union-attr]
+    base = next((r for r in rows if r["case"] == "spark-handwritten"), None)
+    names = [str(r["case"]) for r in rows]
+    whole = [float(r["events_per_s"]) for r in rows]
+    steady = [float(r.get("steady_events_per_s") or 0) for r in rows]
+    fig, ax = plt.subplots(figsize=(10, 4.8), dpi=120)
+    xs = range(len(rows))
+    bars = ax.bar([x - 0.2 for x in xs], [w / 1000 for w in whole], 0.4, label="whole run")
+    ax.bar([x + 0.2 for x in xs], [s / 1000 for s in steady], 0.4, label="steady")
+    if base is not None:
+        for bar, value in zip(bars, whole, strict=True):
+            ax.annotate(f"{value / float(base['events_per_s']):.2f}×",
+                        (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(list(xs), names, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("thousand events / s")
+    ax.set_title(f"{info.get('produced', 0):,} events — ratio to the hand-written Spark job "
+                 "above each whole-run bar", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
 
 
 def main() -> None:
@@ -510,6 +562,8 @@ def main() -> None:
           f"{args.partitions} topic partitions, max offsets per trigger "
           f"{args.max_offsets:,} (Spark cases); latency: {args.latency_rate} events/s for "
           f"{args.latency_seconds} s, 1 s trigger (Quix: 1 s commit interval).\n\n{table}")
+    if chart(info, out / f"bench-{stamp}.png"):
+        md += f"\n![throughput](bench-{stamp}.png)\n"
     (out / f"bench-{stamp}.md").write_text(md)
     print(md)
 

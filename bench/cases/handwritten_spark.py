@@ -1,4 +1,5 @@
-"""The job a user writes without lakesink: Kafka -> from_json -> partitioned Parquet.
+"""The job a user writes without lakesink: Kafka -> from_json -> partitioned Parquet
+(and, with ``--floor``, the bound of any Spark job: read the topic, discard it).
 
 Plain PySpark Structured Streaming with Spark's own file sink and default settings
 (local[*], 2g driver, the connector jar); the same schema, partitions and batch size
@@ -16,6 +17,7 @@ import time
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter
 
 
 def main() -> None:
@@ -28,6 +30,9 @@ def main() -> None:
     ap.add_argument("--schema", required=True)
     ap.add_argument("--max-offsets", type=int, default=0)
     ap.add_argument("--stream", action="store_true", help="1 s trigger until killed")
+    ap.add_argument("--floor", action="store_true",
+                    help="read the topic and discard it (format noop): the bound of any "
+                    "Spark job on this topic")
     args = ap.parse_args()
 
     spark = (SparkSession.builder.master("local[*]").appName("handwritten")
@@ -40,6 +45,10 @@ def main() -> None:
     if args.max_offsets:
         reader = reader.option("maxOffsetsPerTrigger", args.max_offsets)
     raw = reader.load()
+    if args.floor:
+        writer = (raw.select("value").writeStream.format("noop")
+                  .option("checkpointLocation", args.checkpoint))
+        return run(spark, writer, args.stream)
     events = raw.select(F.from_json(F.col("value").cast("string"), args.schema).alias("e"))
     ts = F.timestamp_millis(F.col("e.ts_ms"))
     out = events.select("e.*", F.year(ts).alias("year"), F.month(ts).alias("month"),
@@ -47,7 +56,11 @@ def main() -> None:
     writer = (out.writeStream.format("parquet").option("path", args.out)
               .option("checkpointLocation", args.checkpoint)
               .partitionBy("location", "year", "month", "day"))
-    writer = (writer.trigger(processingTime="1 second") if args.stream
+    run(spark, writer, args.stream)
+
+
+def run(spark: SparkSession, writer: DataStreamWriter, stream: bool) -> None:
+    writer = (writer.trigger(processingTime="1 second") if stream
               else writer.trigger(availableNow=True))
     query = writer.start()
     print("READY", flush=True)

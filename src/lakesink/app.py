@@ -206,6 +206,8 @@ class TableParts:
                                     lease=storage.lease_options(self.cfg, self.cfg.dlq.format)),
             app_id=app_id,
             source_columns=self.source_columns, transforms=self.transforms,
+            engine=table.engine,
+            task_filesystem=storage.task_filesystem(self.cfg, layout.base),
         )
 
 

@@ -51,8 +51,8 @@ def test_a_redo_names_the_same_files_with_the_first_attempts_file_size() -> None
                    "location=rome/part-00001-aaaa.c000.snappy.parquet"]
     store = Store(first_spark)
     first = writer(store, bytes_per_row=40.0)  # learned by earlier batches
-    rows_first = first._begin(7)
-    names_first = [f.name for f in first._staged(7, "staging")]
+    rows_first = first.begin(7)
+    names_first = [f.name for f in first.named(7, first.listed("staging"))]
     # the process dies mid-publish; the new one has learned nothing yet and Spark
     # names the staged files differently
     store.staged = ["location=rome/part-00003-bbbb.c000.snappy.parquet",
@@ -60,8 +60,8 @@ def test_a_redo_names_the_same_files_with_the_first_attempts_file_size() -> None
                     "location=oslo/part-00001-bbbb.c001.snappy.parquet"]
     redo = writer(store, bytes_per_row=200.0)
     assert redo.rows_per_file() != rows_first
-    assert redo._begin(7) == rows_first  # the first attempt's split, from pending
-    assert sorted(f.name for f in redo._staged(7, "staging")) == sorted(names_first)
+    assert redo.begin(7) == rows_first  # the first attempt's split, from pending
+    assert sorted(f.name for f in redo.named(7, redo.listed("staging"))) == sorted(names_first)
     assert sorted(names_first) == [
         "location=oslo/part-0000000007-aaaaaaaa-00000.parquet",
         "location=oslo/part-0000000007-aaaaaaaa-00001.parquet",

@@ -259,6 +259,13 @@ class TableConfig(_Section):
         description="when the timestamp is null: 'kafka' uses the record's Kafka timestamp",
     )
     compression: Compression = "snappy"
+    engine: Literal["auto", "arrow", "spark"] = Field(
+        default="spark",
+        description="the per-row work: 'arrow' decodes and writes in pyarrow inside "
+        "Spark's tasks (Parquet tables of JSON records on local disk, flat schemas; "
+        "refused at start otherwise), 'spark' in Spark's row expressions, 'auto' arrow "
+        "where it can (see docs/architecture.md, 'The Arrow data path')",
+    )
     null_partition_value: str = "__HIVE_DEFAULT_PARTITION__"
     delta_checkpoint_interval: int | None = Field(
         default=None, gt=0,

@@ -44,10 +44,15 @@ from pyspark.sql import types as T
 from lakesink.decode.evolution import WIDEST, EvolutionPolicy, evolve, widenable
 from lakesink.decode.base import Decoder
 from lakesink.decode.json import SCHEMA_MISMATCH, _path, infer_schema
+from lakesink.errors import ConfigError
 from lakesink.faults import fault_point
+from lakesink.pipeline.arrow_path import arrow_spec, stage_in_tasks, suspects_frame
+from lakesink.pipeline.arrow_task import TaskSpec
 from lakesink.pipeline.columns import PartitionSpec, SourceColumns
 from lakesink.pipeline.transforms import FAILED_INDEX, TRANSFORM_FAILED, Transforms
-from lakesink.tables.base import TableWriter
+from lakesink.tables.base import BatchResult, TableWriter
+from lakesink.tables.fs import join
+from lakesink.tables.parquet import ParquetTableWriter
 from lakesink.tables.rejected import RejectedWriter
 
 if TYPE_CHECKING:
@@ -105,7 +110,16 @@ class BatchProcessor:
         app_id: str,
         source_columns: SourceColumns | None = None,
         transforms: Transforms | None = None,
+        engine: str = "spark",
+        task_filesystem: tuple[str, dict[str, Any]] | str = "no filesystem for the tasks",
     ) -> None:
+        """``engine``: ``spark`` (JVM row expressions), ``arrow`` (pyarrow in the tasks;
+        refused at start for a table it cannot write) or ``auto`` (arrow where it can);
+        ``task_filesystem``: where the Arrow tasks write
+        (:func:`~lakesink.runtime.storage.task_filesystem`)."""
+        self.engine = engine
+        self.task_filesystem = task_filesystem
+        self.arrow: TaskSpec | None = None
         self.source_columns = source_columns or SourceColumns()
         self.transforms = transforms or Transforms([])
         self.policy = policy
@@ -121,10 +135,28 @@ class BatchProcessor:
         """Decode with ``schema`` from now on (at start and after an evolution)."""
         self.schema = schema
         self.decoder, self.partitions, self.columns = self.rebuild(schema)
+        if self.engine != "spark":
+            self._choose_engine()
         # Column expressions built once per schema and reused by every batch: they name
         # columns, so they do not depend on the batch's DataFrame, and building them
         # anew (hundreds of py4j calls) cost ~0.6 s of driver time per batch
         self._exprs: dict[Any, Any] = {}
+
+    def _choose_engine(self) -> None:
+        """Use the Arrow path when this table and schema allow it (see
+        :func:`~lakesink.pipeline.arrow_path.arrow_spec`)."""
+        spec = arrow_spec(decoder=self.decoder, transforms=self.transforms,
+                          writer=self.writer, schema=self.schema,
+                          partitions=self.partitions, source_columns=self.source_columns,
+                          filesystem=self.task_filesystem)
+        was = self.arrow
+        self.arrow = spec if isinstance(spec, TaskSpec) else None
+        if self.arrow is None and self.engine == "arrow" and was is None:
+            raise ConfigError("table.engine", f"arrow: {spec}; use engine auto or spark")
+        if self.arrow is None and (was is not None or self.engine == "auto"):
+            logger.info("%s: Spark data path (%s)", self.writer.layout.table, spec)
+        elif self.arrow is not None and was is None:
+            logger.info("%s: Arrow data path", self.writer.layout.table)
 
     def _memo(self, key: Any, build: Callable[[], Any]) -> Any:  # noqa: ANN401
         if key not in self._exprs:
@@ -337,9 +369,14 @@ class BatchProcessor:
             self._replayed(batch_id, started)
             return
         self.rejected.discard(batch_id)  # an earlier attempt's: this one stages its own
-        write = self._write_staged if self.writer.stages_before_commit else self._write_guarded
+        if self.arrow is not None:
+            write = self._write_arrow
+        else:
+            write = (self._write_staged if self.writer.stages_before_commit
+                     else self._write_guarded)
         result, counts, info, marked = write(df, batch_id)
-        marked.unpersist()
+        if marked is not None:
+            marked.unpersist()
         if result.skipped:  # committed meanwhile (cannot happen with one writer)
             self._replayed(batch_id, started)
             return
@@ -503,6 +540,48 @@ class BatchProcessor:
                 continue
             return result, seen.get("counts") or {"records": 0, "rejected": 0}, \
                 seen.get("info") or {"written": 0}, marked
+        raise AssertionError("unreachable: the last attempt never evolves")
+
+    def _write_arrow(self, df: DataFrame, batch_id: int) -> tuple[Any, ...]:
+        """The Arrow path (:mod:`lakesink.pipeline.arrow_path`): the tasks stage what
+        they certify; Spark's decoder takes the suspects (dead letters, schema changes,
+        records only Spark reads); then the staged files are committed together."""
+        writer = self.writer
+        assert isinstance(writer, ParquetTableWriter)
+        for attempt in range(MAX_EVOLUTIONS_PER_BATCH + 1):
+            if self.arrow is None:  # an evolved schema the Arrow path does not read
+                return self._write_staged(df, batch_id)
+            if writer.skip_committed(batch_id):
+                return BatchResult(batch_id, skipped=True), {}, {}, None
+            rows_per_file = writer.begin(batch_id)
+            staging = writer.layout.staging(writer.run, batch_id)
+            tasks = stage_in_tasks(df, self.arrow, join(staging, "a"), rows_per_file)
+            fault_point("after_staging", batch_id)
+            counts = {"records": tasks.records, "rejected": 0}
+            marked, spark_files = None, []
+            if tasks.suspects.num_rows:
+                marked = self._marked(suspects_frame(df, tasks.suspects)).persist(
+                    StorageLevel.MEMORY_AND_DISK_DESER)
+                found = self._count(marked)
+                if (attempt < MAX_EVOLUTIONS_PER_BATCH and self._needs_evolution(found)
+                        and self._evolve(marked, found, batch_id)):
+                    marked.unpersist()
+                    continue  # the whole batch again, with the new schema
+                self._stage_rejected(marked, found, batch_id)
+                counts["rejected"] = found["rejected"]
+                if found.get("unknown"):
+                    counts["unknown"] = found["unknown"]
+                if found["records"] > found["rejected"]:
+                    folder = join(staging, "s")
+                    writer.stage(self._good(marked), folder, rows_per_file)
+                    spark_files = writer.listed(folder)
+            info = {**self._info(counts, marked, batch_id), "arrow_rows": tasks.rows}
+            files = writer.named(batch_id, tasks.files + spark_files)
+            good = self._good(marked) if marked is not None else None
+            result = writer.commit_staged(
+                batch_id, files, info, rows_per_file,
+                recount=lambda good=good: tasks.rows + (good.count() if good else 0))
+            return result, counts, info, marked
         raise AssertionError("unreachable: the last attempt never evolves")
 
     def _replayed(self, batch_id: int, started: float) -> None:

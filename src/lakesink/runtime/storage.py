@@ -197,3 +197,42 @@ def apply(spark: SparkSession, cfg: LakesinkConfig) -> None:
     for key, value in opts.items():
         conf.set(key, value)
     logger.debug("storage options: %s", describe(opts))
+
+
+#: S3A options that change where credentials come from: the Arrow tasks' S3 client
+#: (pyarrow) cannot follow them, so such tables stay on Spark's writer
+_CREDENTIAL_OPTIONS = ("aws.credentials.provider", "assumed.role", "custom.signers",
+                       "bucket.", "delegation.token")
+
+
+def task_filesystem(cfg: LakesinkConfig, base: str) -> tuple[str, dict[str, Any]] | str:
+    """How the Arrow path's tasks write under ``base``: ``("local", {})``, ``("s3",
+    pyarrow.fs.S3FileSystem keywords)``, or why they cannot (the table then keeps
+    Spark's writer). The keywords hold secrets: they travel with the task function, as
+    the Hadoop options do, and are never logged."""
+    if base.startswith("file:"):
+        return "local", {}
+    if not on_s3(base):
+        return f"the Arrow path writes to local disk and S3; {base.split(':', 1)[0]}:// " \
+            "keeps Spark's writer"
+    s3 = cfg.storage.s3
+    if s3.profile:
+        return "storage.s3.profile is read by S3A only; the table keeps Spark's writer"
+    odd = [k for k in {**s3.options, **s3.secret_options}
+           if any(k.removeprefix("fs.s3a.").startswith(p) for p in _CREDENTIAL_OPTIONS)]
+    if odd:
+        return f"storage.s3 options {', '.join(sorted(odd))} are S3A's own; the table " \
+            "keeps Spark's writer"
+    kwargs: dict[str, Any] = {}
+    if s3.endpoint:
+        scheme, _, host = s3.endpoint.partition("://")
+        kwargs.update(endpoint_override=host, scheme=scheme)
+    kwargs["region"] = s3.region or "us-east-1"
+    path_style = s3.path_style_access if s3.path_style_access is not None else bool(s3.endpoint)
+    kwargs["force_virtual_addressing"] = not path_style
+    if s3.access_key_id and s3.secret_access_key:
+        kwargs["access_key"] = s3.access_key_id.get_secret_value()
+        kwargs["secret_key"] = s3.secret_access_key.get_secret_value()
+        if s3.session_token:
+            kwargs["session_token"] = s3.session_token.get_secret_value()
+    return "s3", kwargs

@@ -136,7 +136,7 @@ class ParquetTableWriter(TableWriter):
         self.fs.delete(self.layout.pending(self.run, batch_id), recursive=False)
         self.fs.delete(self.layout.staging(self.run, batch_id))
 
-    def _begin(self, batch_id: int) -> int | None:
+    def begin(self, batch_id: int) -> int | None:
         """Start an attempt at an uncommitted batch: remove what an earlier attempt left
         (the files its pending record lists, its staging folder) and record this
         attempt. Returns the rows per file to use: the first attempt's, so a redo
@@ -155,24 +155,44 @@ class ParquetTableWriter(TableWriter):
                                           "rows_per_file": rows_per_file, "files": []})
         return rows_per_file
 
-    def _staged(self, batch_id: int, staging: str) -> list[StagedFile]:
+    def skip_committed(self, batch_id: int) -> bool:
+        """True (and its bookkeeping tidied) when ``batch_id`` is already committed."""
+        if not self.is_committed(batch_id):
+            return False
+        logger.info("batch %d already committed: skipped", batch_id)
+        self.tidy(batch_id)
+        return True
+
+    def stage(self, df: DataFrame, folder: str, rows_per_file: int | None) -> None:
+        """Spark writes ``df`` partitioned into the private ``folder``."""
+        writer = (self.shuffled(df).write.mode("overwrite")
+                  .options(**self.write_options(rows_per_file)))
+        if self.partition_by:
+            writer = writer.partitionBy(*self.partition_by)
+        writer.parquet(folder)
+
+    def listed(self, folder: str) -> list[tuple[str, str, int]]:
+        """(path, path below ``folder``, bytes) of the Parquet files staged there."""
+        return [(f.path, f.relative, f.size)
+                for f in self.fs.list_files(folder, suffix=".parquet")]
+
+    def named(self, batch_id: int, staged: list[tuple[str, str, int]]) -> list[StagedFile]:
         """The staged files with their names in the table and their rows (from the
         footers). Names derive from the batch, the partition folder and the file's
         place in that folder: ``<folder>/part-<batch>-<run>-<n>.parquet``."""
-        staged = self.fs.list_files(staging, suffix=".parquet")
         out: list[StagedFile] = []
         per_folder: dict[str, int] = {}
-        for f in staged:
-            rel_dir = f.relative.rpartition("/")[0]
+        for path, relative, size in staged:
+            rel_dir = relative.rpartition("/")[0]
             if not is_safe_relative_dir(rel_dir, self.partition_by):
                 raise SinkError(
-                    f"unexpected staged path {f.relative!r} for partitions {self.partition_by}"
+                    f"unexpected staged path {relative!r} for partitions {self.partition_by}"
                 )
             n = per_folder.get(rel_dir, 0)
             per_folder[rel_dir] = n + 1
             name = f"part-{batch_id:010d}-{self.run}-{n:05d}.parquet"
-            out.append(StagedFile(f.path, f"{rel_dir}/{name}" if rel_dir else name, f.size,
-                                  self.fs.parquet_rows(f.path)))
+            out.append(StagedFile(path, f"{rel_dir}/{name}" if rel_dir else name, size,
+                                  self.fs.parquet_rows(path)))
         return out
 
     def write_batch(
@@ -183,22 +203,21 @@ class ParquetTableWriter(TableWriter):
         commit_info: CommitInfo | None = None,
         recount: Recount | None = None,
     ) -> BatchResult:
-        if self.is_committed(batch_id):
-            logger.info("batch %d already committed: skipped", batch_id)
-            self.tidy(batch_id)
+        if self.skip_committed(batch_id):
             return BatchResult(batch_id, skipped=True)
-        rows_per_file = self._begin(batch_id)
-
+        rows_per_file = self.begin(batch_id)
         staging = self.layout.staging(self.run, batch_id)
-        writer = (self.shuffled(df).write.mode("overwrite")
-                  .options(**self.write_options(rows_per_file)))
-        if self.partition_by:
-            writer = writer.partitionBy(*self.partition_by)
-        writer.parquet(staging)
+        self.stage(df, staging, rows_per_file)
         fault_point("after_staging", batch_id)
-
         info = commit_info() if commit_info else {}
-        files = self._staged(batch_id, staging)
+        files = self.named(batch_id, self.listed(staging))
+        return self.commit_staged(batch_id, files, info, rows_per_file, recount)
+
+    def commit_staged(self, batch_id: int, files: list[StagedFile], info: dict[str, Any],
+                      rows_per_file: int | None, recount: Recount | None = None
+                      ) -> BatchResult:
+        """Steps 4-7: check the staged rows, record the final names, publish, and write
+        the manifest (the commit point)."""
         check_rows(batch_id, self.layout.table, files, info, recount)
 
         pending_path = self.layout.pending(self.run, batch_id)

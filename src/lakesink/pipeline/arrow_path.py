@@ -1,0 +1,141 @@
+"""The driver half of the Arrow data path (``table.engine: arrow``).
+
+Spark still reads Kafka (offsets, security, scale-out) and plans the tasks; the per-row
+work moves out of JVM row expressions into pyarrow inside the tasks
+(:mod:`lakesink.pipeline.arrow_task`). Per micro-batch, inside the same exactly-once
+frame as the Spark path (:class:`~lakesink.tables.parquet.ParquetTableWriter`):
+
+1. **begin** the batch (an earlier attempt's leftovers are removed);
+2. **stage**: ``mapInArrow`` over the raw records; each task decodes, certifies and
+   writes its good rows to ``staging/<run>/<b>/a/`` and returns its files, its record
+   count and its *suspects* (records it does not certify) — one Spark job;
+3. **suspects** go through Spark's decoder, the same code as the Spark path: their
+   counts may evolve the schema (then the whole batch is redone with the new schema),
+   their dead letters are staged in the outbox, and the good ones among them are
+   written by Spark to ``staging/<run>/<b>/s/``;
+4. **commit**: the files the tasks reported (never a listing: a failed task attempt's
+   leftovers are not the batch's) and Spark's are checked against the counted rows
+   (footers), published and recorded in the manifest.
+
+Why ``foreachBatch`` + ``mapInArrow`` rather than a Python streaming data source's
+``DataSourceStreamArrowWriter``: the batch function already owns skip-if-committed,
+schema evolution, dead letters and the lease, and the suspects need a Spark job of their
+own between the tasks and the commit; a data source writer's ``commit(messages,
+batchId)`` would have to do all of that from inside Spark's commit protocol.
+
+Which tables take this path is decided per table and schema (:func:`arrow_spec`);
+the rest stay on the Spark path, said once in the log.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import types as T
+
+from lakesink.decode.json import JsonDecoder
+from lakesink.pipeline.arrow_task import ARROW_TYPES, RAW_COLUMNS, RESULT_DDL, TaskSpec, run_task
+from lakesink.tables.fs import join, local_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from lakesink.decode.base import Decoder
+    from lakesink.pipeline.columns import PartitionSpec, SourceColumns
+    from lakesink.pipeline.transforms import Transforms
+    from lakesink.tables.base import TableWriter
+
+logger = logging.getLogger(__name__)
+
+#: partition folder values Spark and this path spell alike (floats print differently)
+_FOLDER_TYPES = ("string", "boolean", "tinyint", "smallint", "int", "bigint")
+_TIMESTAMP_TYPES = ("string", "tinyint", "smallint", "int", "bigint", "float", "double")
+RAW_DDL = ("key binary, value binary, topic string, partition int, offset long, "
+           "timestamp timestamp, timestampType int")
+
+
+def arrow_spec(*, decoder: Decoder, transforms: Transforms, writer: TableWriter,
+               schema: T.StructType, partitions: PartitionSpec,
+               source_columns: SourceColumns,
+               filesystem: tuple[str, dict[str, Any]] | str) -> TaskSpec | str:
+    """The tasks' spec for this table, or why the table stays on the Spark path.
+    ``filesystem``: :func:`lakesink.runtime.storage.task_filesystem` of the table."""
+    if writer.format != "parquet":
+        return f"the Arrow path writes Parquet tables; this one is {writer.format}"
+    if isinstance(filesystem, str):
+        return filesystem
+    if type(decoder) is not JsonDecoder:
+        return "the Arrow path decodes JSON so far"
+    if transforms:
+        return "tables with transforms run them as Spark SQL"
+    fields = []
+    for f in schema.fields:
+        name = f.dataType.simpleString()
+        if name not in ARROW_TYPES:
+            return f"field {f.name!r} is a {name} (the Arrow path reads {', '.join(ARROW_TYPES)})"
+        fields.append((f.name, name, f.nullable))
+    types = dict((n, t) for n, t, _ in fields)
+    for col in partitions.columns:
+        if col not in partitions.derived and types.get(col) not in _FOLDER_TYPES:
+            return f"partition column {col!r} is a {types.get(col)}"
+    if partitions.timestamp_column and types.get(partitions.timestamp_column) \
+            not in _TIMESTAMP_TYPES:
+        return f"timestamp column {partitions.timestamp_column!r} is a " \
+            f"{types.get(partitions.timestamp_column)}"
+    return TaskSpec(
+        fields=tuple(fields), partition_by=tuple(partitions.columns),
+        timestamp_column=partitions.timestamp_column,
+        use_kafka_timestamp=partitions.use_kafka_timestamp,
+        null_value=partitions.null_value, derived=tuple(partitions.derived),
+        key_column=source_columns.key_column, key_format=source_columns.key_format,
+        metadata_column=source_columns.metadata_column, compression=writer.compression,
+        filesystem=filesystem)
+
+
+def _in_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    yield from run_task(spec, batches, context.partitionId() if context else 0)
+
+
+class StagedByTasks:
+    """What the tasks of one batch reported."""
+
+    def __init__(self, results: pa.Table, folder: str) -> None:
+        kind = results.column("kind")
+        files = results.filter(pc.equal(kind, "file")).sort_by("path")
+        self.files = [(join(folder, rel), rel, int(size)) for rel, size in zip(
+            files.column("path").to_pylist(), files.column("bytes").to_pylist(), strict=True)]
+        self.rows = sum(files.column("rows").to_pylist())
+        self.records = sum(results.filter(pc.equal(kind, "count")).column("rows").to_pylist())
+        self.suspects = results.filter(pc.equal(kind, "suspect")).select(list(RAW_COLUMNS))
+
+
+def stage_in_tasks(df: DataFrame, spec: TaskSpec, folder: str, rows_per_file: int | None
+                   ) -> StagedByTasks:
+    """Step 2: one Spark job; each task stages its good rows under ``folder``."""
+    spec = replace(spec, staging=task_path(spec, folder), rows_per_file=rows_per_file)
+    results = (df.select(*RAW_COLUMNS)
+               .mapInArrow(functools.partial(_in_task, spec), RESULT_DDL)
+               .toArrow())
+    return StagedByTasks(results, folder)
+
+
+def task_path(spec: TaskSpec, uri: str) -> str:
+    """A Hadoop URI as the tasks' filesystem spells it (S3: ``bucket/key``)."""
+    if spec.filesystem[0] == "s3":
+        return uri.split("://", 1)[1]
+    return str(local_path(uri))
+
+
+def suspects_frame(df: DataFrame, suspects: pa.Table) -> DataFrame:
+    """The suspects as a DataFrame of raw records, for Spark's decoder."""
+    spark = df.sparkSession
+    return spark.createDataFrame(suspects, schema=RAW_DDL)

@@ -1,0 +1,434 @@
+"""The per-task half of the Arrow data path: raw Kafka records in, staged Parquet files out.
+
+Runs inside Spark's Python workers (``mapInArrow``), on the Arrow batches of one Spark
+partition (one Kafka partition's offset range of the micro-batch). Plain pyarrow, no
+Spark: unit-tested without a JVM. Per task:
+
+1. **gather** the task's Arrow batches of raw records (``key``, ``value``, ``topic``,
+   ``partition``, ``offset``, ``timestamp``, ``timestampType``);
+2. **decode** the values with ``pyarrow.json`` against the table's schema, strictly:
+   any field of another JSON type, a number that does not fit, an unknown field, a value
+   that is not one JSON object. A block that fails is bisected down to the records that
+   fail, so one bad record costs a few small parses, not the block;
+3. **certify** the decoded rows: a row is *good* only when the Arrow decode is surely
+   what Spark's decoder gives for it (required fields present, no float overflow, valid
+   UTF-8, a timestamp this module reads exactly). Every other record is a **suspect**:
+   it is returned raw, and the driver runs Spark's decoder on the suspects — the same
+   code, reasons and details as the Spark path — which rejects them (dead letters) or
+   writes them. Being strict only costs speed, never a different result;
+4. **derive** the partition columns (the rules of :mod:`lakesink.pipeline.partitioning`:
+   epoch unit per value, UTC, zero-padded ``year/month/day/hour``, Hive escaping, the
+   null folder) and the key/metadata columns;
+5. **write** each partition folder's rows to ``<staging>/<c=v/…>/part-<task>-<n>.parquet``
+   (at most ``rows_per_file`` rows a file). Names derive from the task's partition id and
+   the rows, so a re-run task attempt writes the same names over its predecessor's;
+6. **report** one row per file (relative path, rows, bytes), the suspects, and the
+   task's record count. The driver checks and commits (:mod:`lakesink.pipeline.arrow_path`).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.json as pj
+import pyarrow.parquet as pq
+
+from lakesink.pipeline.partitioning import TIME_PARTS, UNIT_THRESHOLDS, escape_value
+
+#: Spark type names -> Arrow types the Arrow path decodes exactly like Spark's from_json
+ARROW_TYPES: dict[str, pa.DataType] = {
+    "string": pa.string(), "boolean": pa.bool_(), "tinyint": pa.int8(),
+    "smallint": pa.int16(), "int": pa.int32(), "bigint": pa.int64(),
+    "float": pa.float32(), "double": pa.float64(),
+}
+#: what a task reports (the driver's ``mapInArrow`` schema)
+RESULT_DDL = ("kind string, path string, rows long, bytes long, key binary, value binary, "
+              "topic string, partition int, offset long, timestamp timestamp, "
+              "timestampType int")
+RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
+#: timestamps Spark and Arrow both represent: years 0001-9999, in microseconds
+_MIN_US, _MAX_US = -62135596800 * 10**6, 253402300799 * 10**6
+#: an epoch number as text (Spark's ``trim`` removes spaces only; anything else, such as
+#: ``NaN``, ``1d`` or ISO-8601, is left to Spark's path)
+_NUMBER = r"^ *[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)? *$"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything a task needs, picklable (sent to the workers with the function)."""
+
+    fields: tuple[tuple[str, str, bool], ...]  # (name, Spark type name, nullable)
+    partition_by: tuple[str, ...] = ()
+    timestamp_column: str | None = None
+    use_kafka_timestamp: bool = False
+    null_value: str = "__HIVE_DEFAULT_PARTITION__"
+    key_column: str | None = None
+    key_format: str = "string"
+    metadata_column: str | None = None
+    staging: str = ""  # the batch's Arrow staging folder, as ``filesystem`` spells it
+    compression: str = "snappy"
+    rows_per_file: int | None = None
+    block_rows: int = 65_536  # records per pyarrow.json parse
+    chunk_rows: int = 262_144  # records decoded and written at a time (bounds memory)
+    derived: tuple[str, ...] = field(default=())
+    #: ("local", {}) or ("s3", pyarrow S3FileSystem keywords: secrets, never shown)
+    filesystem: tuple[str, dict] = field(default=("local", {}), repr=False)
+
+    def open_filesystem(self) -> pafs.FileSystem:
+        kind, kwargs = self.filesystem
+        if kind == "s3":
+            return pafs.S3FileSystem(**kwargs)
+        return pafs.LocalFileSystem()
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.schema([pa.field(n, ARROW_TYPES[t], True) for n, t, _ in self.fields])
+
+
+def run_task(spec: TaskSpec, batches: Iterable[pa.RecordBatch], task: int
+             ) -> Iterator[pa.RecordBatch]:
+    """Steps 1-6 for one task (``task``: its Spark partition id), ``spec.chunk_rows``
+    records at a time; a folder's file numbers go on across chunks."""
+    numbers: dict[str, int] = {}  # files written per folder so far
+    records = 0
+    for raw in _chunks(batches, spec.chunk_rows):
+        records += raw.num_rows
+        decoded, ok = decode(spec, raw.column("value"))
+        good, ok = certify(spec, raw, decoded, ok)
+        if good.num_rows:
+            for path, rows, size in write_folders(spec, good, task, numbers):
+                yield _file(path, rows, size)
+        suspects = raw.filter(pc.invert(ok))
+        if suspects.num_rows:
+            yield _suspects(suspects)
+    yield _count(records)
+
+
+def _chunks(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
+    """The task's Arrow batches regrouped into tables of about ``rows`` records."""
+    pending: list[pa.RecordBatch] = []
+    size = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        pending.append(batch)
+        size += batch.num_rows
+        if size >= rows:
+            yield pa.Table.from_batches(pending).combine_chunks()
+            pending, size = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending).combine_chunks()
+
+
+# -- decode ------------------------------------------------------------------------------
+
+
+def decode(spec: TaskSpec, values: pa.ChunkedArray | pa.Array) -> tuple[pa.Table, pa.Array]:
+    """(rows decoded against the schema, one per record; a mask of the records that
+    decoded). Rows of records that did not decode are all null."""
+    schema = spec.schema
+    values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    n = len(values)
+    parts: list[tuple[int, pa.Table | None]] = []  # (start, table or None), in order
+    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
+    for start in range(0, n, spec.block_rows):
+        block = values.slice(start, spec.block_rows).cast(pa.binary())
+        # a literal newline in a JSON text is whitespace (in strings it must be escaped)
+        flat = pc.replace_substring(pc.replace_substring(block, b"\n", b" "), b"\r", b" ")
+        present = pc.fill_null(pc.greater(pc.binary_length(flat), 0), False)
+        block_parts: list[tuple[int, pa.Table | None]] = []
+        _parse_range(flat, present, 0, len(flat), options, schema, block_parts)
+        parts += [(start + at, table) for at, table in block_parts]
+    ok = []
+    tables = []
+    for begin, end, table in _spans(parts, n):
+        if table is None:
+            ok.append(pa.array([False] * (end - begin)))
+            tables.append(_nulls(schema, end - begin))
+        else:
+            ok.append(pa.array([True] * (end - begin)))
+            tables.append(table)
+    decoded = pa.concat_tables(tables).combine_chunks() if tables else _nulls(schema, 0)
+    mask = pa.concat_arrays(ok) if ok else pa.array([], pa.bool_())
+    return decoded, mask
+
+
+def _parse_range(flat: pa.Array, present: pa.Array, start: int, stop: int,
+                 options: pj.ParseOptions, schema: pa.Schema,
+                 out: list[tuple[int, pa.Table | None]]) -> None:
+    """Parse records [start, stop) in one go; on failure, bisect. Appends (start, table)
+    for ranges that parsed, (index, None) for single records that did not."""
+    count = stop - start
+    table = _parse(flat, present, start, stop, options)
+    if table is not None and table.num_rows == count:
+        out.append((start, table.cast(schema)))
+        return
+    if count == 1:
+        out.append((start, None))
+        return
+    middle = start + count // 2
+    _parse_range(flat, present, start, middle, options, schema, out)
+    _parse_range(flat, present, middle, stop, options, schema, out)
+
+
+def _parse(flat: pa.Array, present: pa.Array, start: int, stop: int,
+           options: pj.ParseOptions) -> pa.Table | None:
+    if not pc.all(present.slice(start, stop - start)).as_py():
+        return None  # a null or empty value: the range cannot parse one row per record
+    piece = flat.slice(start, stop - start)
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(piece)], pa.int32()),
+                                                     piece), b"\n")
+    data = joined[0].as_buffer()
+    # one block, one thread: two tasks share two cores, and a block must hold a record
+    read = pj.ReadOptions(use_threads=False, block_size=max(1 << 20, data.size + 1))
+    try:
+        return pj.read_json(io.BytesIO(data), parse_options=options, read_options=read)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
+
+
+def _spans(parts: list[tuple[int, pa.Table | None]], n: int
+           ) -> Iterator[tuple[int, int, pa.Table | None]]:
+    for i, (start, table) in enumerate(parts):
+        end = parts[i + 1][0] if i + 1 < len(parts) else n
+        yield start, end, table
+
+
+def _nulls(schema: pa.Schema, n: int) -> pa.Table:
+    return pa.table({f.name: pa.nulls(n, f.type) for f in schema}, schema=schema)
+
+
+# -- certify -----------------------------------------------------------------------------
+
+
+def certify(spec: TaskSpec, raw: pa.Table, decoded: pa.Table, ok: pa.Array
+            ) -> tuple[pa.Table, pa.Array]:
+    """The table rows (payload, derived partition columns, key/metadata columns) of the
+    records whose Arrow decode is surely Spark's, and the final mask of those records."""
+    checks = [ok]
+    for name, type_name, nullable in spec.fields:
+        col = decoded.column(name)
+        if not nullable:
+            checks.append(pc.is_valid(col))
+        if type_name == "float":  # Spark rejects a float that overflowed to infinity
+            checks.append(pc.fill_null(pc.invert(pc.is_inf(col)), True))
+        if type_name == "string":  # Arrow's JSON reader does not check UTF-8
+            checks.append(_valid_utf8(col))
+    columns: dict[str, pa.Array] = {}
+    for name, _, _ in spec.fields:
+        if name not in spec.derived:
+            columns[name] = decoded.column(name).combine_chunks()
+    if spec.timestamp_column:  # Spark's path rejects an unreadable one (derived or not)
+        micros, valid = timestamp_micros(spec, decoded.column(spec.timestamp_column),
+                                         raw.column("timestamp"))
+        checks.append(valid)
+        ts = micros.cast(pa.timestamp("us", tz="UTC"))
+        for name in spec.derived:
+            columns[name] = time_part(ts, name)
+    if spec.key_column:
+        key = raw.column("key").combine_chunks()
+        if spec.key_format == "string":
+            checks.append(_valid_utf8(key))
+            key = _as_string(key)
+        columns[spec.key_column] = key
+    if spec.metadata_column:
+        columns[spec.metadata_column] = pa.StructArray.from_arrays(
+            [raw.column(c).combine_chunks().cast(t) for c, t in (
+                ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()))],
+            names=["topic", "partition", "offset", "timestamp", "timestamp_type"])
+    mask = checks[0]
+    for check in checks[1:]:
+        mask = pc.and_(mask, pc.fill_null(check, False))
+    table = pa.table(columns)
+    return table.filter(mask), mask
+
+
+def _valid_utf8(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Per value: valid UTF-8 (or null). Checked once per column; per value only when
+    the column as a whole is not."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    try:
+        col.cast(pa.binary()).cast(pa.string()).validate(full=True)
+        return pa.array([True] * len(col), pa.bool_())
+    except (pa.ArrowInvalid, ValueError):
+        pass
+    return pa.array([_decodes(v) for v in col.cast(pa.binary()).to_pylist()], pa.bool_())
+
+
+def _decodes(value: bytes | None) -> bool:
+    if value is None:
+        return True
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _as_string(col: pa.Array) -> pa.Array:
+    """Binary -> string; invalid values (already suspects) become null."""
+    try:
+        return col.cast(pa.string())
+    except pa.ArrowInvalid:
+        texts = []
+        for v in col.to_pylist():
+            try:
+                texts.append(None if v is None else v.decode("utf-8"))
+            except UnicodeDecodeError:
+                texts.append(None)
+        return pa.array(texts, pa.string())
+
+
+def timestamp_micros(spec: TaskSpec, col: pa.ChunkedArray | pa.Array,
+                     kafka_ts: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, pa.Array]:
+    """(UTC microseconds, certified) per record: the timestamp column read as an epoch
+    number whose unit is told by its magnitude (numeric strings too). ISO-8601 text and
+    values outside years 0001-9999 are not certified (Spark's path reads them)."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if pa.types.is_string(col.type):
+        numeric = pc.fill_null(pc.match_substring_regex(col, _NUMBER), False)
+        text = pc.if_else(numeric, pc.utf8_trim(col, " "), pa.scalar(None, pa.string()))
+        number = pc.cast(text, pa.float64())
+        certified = pc.or_(pc.is_null(col), numeric)
+    else:
+        # like Spark's cast to double: a bigint past 2**53 rounds (no error)
+        number = pc.cast(col, pa.float64(), safe=False)
+        certified = pa.array([True] * len(col), pa.bool_())
+    magnitude = pc.abs(number)
+    micros = None
+    for bound, _unit, per in reversed(UNIT_THRESHOLDS):
+        scaled = pc.multiply(number, pa.scalar(per, pa.float64()))
+        micros = scaled if micros is None else pc.if_else(
+            pc.greater_equal(magnitude, pa.scalar(bound, pa.float64())), scaled, micros)
+    assert micros is not None
+    floored = pc.floor(micros)
+    in_range = pc.and_(pc.greater_equal(floored, float(_MIN_US)),
+                       pc.less_equal(floored, float(_MAX_US)))
+    certified = pc.and_(certified, pc.fill_null(in_range, True))  # null: no timestamp
+    safe = pc.if_else(pc.fill_null(in_range, False), floored, pa.scalar(None, pa.float64()))
+    result = pc.cast(safe, pa.int64())
+    if spec.use_kafka_timestamp:
+        kafka = kafka_ts.combine_chunks() if isinstance(kafka_ts, pa.ChunkedArray) else kafka_ts
+        kafka_us = kafka.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        result = pc.if_else(pc.is_null(col), kafka_us, result)
+    return result, certified
+
+
+def time_part(ts: pa.Array, name: str) -> pa.Array:
+    """``year`` (4 digits), ``month``/``day``/``hour`` (2), zero-padded strings."""
+    assert name in TIME_PARTS
+    value = {"year": pc.year, "month": pc.month, "day": pc.day, "hour": pc.hour}[name](ts)
+    width = 4 if name == "year" else 2
+    return pc.utf8_lpad(value.cast(pa.string()), width=width, padding="0")
+
+
+# -- write -------------------------------------------------------------------------------
+
+
+def folder_names(spec: TaskSpec, table: pa.Table) -> pa.Array:
+    """Each row's partition folder ``c1=v1/…`` (Hive-escaped; null and empty values
+    go to the null folder), computed once per distinct value."""
+    parts = []
+    for col in spec.partition_by:
+        values = table.column(col).combine_chunks()
+        if pa.types.is_boolean(values.type):
+            text = pc.if_else(values, "true", "false")
+        else:
+            text = values.cast(pa.string())
+        text = pc.if_else(pc.fill_null(pc.equal(text, ""), True),
+                          pa.scalar(None, pa.string()), text)
+        distinct = pc.unique(text)
+        names = [f"{escape_value(col)}="
+                 f"{escape_value(spec.null_value if v is None else v)}"
+                 for v in distinct.to_pylist()]
+        index = pc.index_in(text, value_set=distinct, skip_nulls=False)
+        parts.append(pc.take(pa.array(names, pa.string()), index))
+    if not parts:
+        return pa.array([""] * table.num_rows, pa.string())
+    return pc.binary_join_element_wise(*parts, "/")
+
+
+def write_folders(spec: TaskSpec, table: pa.Table, task: int,
+                  numbers: dict[str, int] | None = None) -> list[tuple[str, int, int]]:
+    """Write the rows into their partition folders under ``spec.staging``; returns
+    (path relative to the staging folder, rows, bytes) per file. ``numbers``: files
+    per folder written before (by earlier chunks of the task), updated."""
+    numbers = {} if numbers is None else numbers
+    fs = spec.open_filesystem()
+    folders = folder_names(spec, table)
+    data = table.drop_columns(list(spec.partition_by)) if spec.partition_by else table
+    order = pc.sort_indices(folders)  # stable: rows keep their order within a folder
+    folders = pc.take(folders, order)
+    data = data.take(order)
+    encoded = pc.run_end_encode(folders)
+    ends = encoded.run_ends.to_pylist()
+    names = encoded.values.to_pylist()
+    out = []
+    start = 0
+    for end, folder in zip(ends, names, strict=True):
+        rows = end - start
+        step = spec.rows_per_file or rows
+        for offset in range(start, end, step):
+            piece = data.slice(offset, min(step, end - offset))
+            n = numbers.get(folder, 0)
+            numbers[folder] = n + 1
+            rel = f"{folder}/part-{task:05d}-{n:05d}.parquet" if folder else \
+                f"part-{task:05d}-{n:05d}.parquet"
+            out.append((rel, piece.num_rows, _put(fs, f"{spec.staging}/{rel}", piece,
+                                                  spec.compression)))
+        start = end
+    return out
+
+
+def _put(fs: pafs.FileSystem, path: str, piece: pa.Table, compression: str) -> int:
+    """Encode ``piece`` in memory and store it with one write (one PUT on S3: a file
+    appears whole or not at all); returns its size."""
+    buffer = pa.BufferOutputStream()
+    pq.write_table(piece, buffer, compression=compression)
+    data = buffer.getvalue()
+    if isinstance(fs, pafs.LocalFileSystem):
+        fs.create_dir(path.rpartition("/")[0], recursive=True)
+    with fs.open_output_stream(path) as out:
+        out.write(data)
+    return data.size
+
+
+# -- report ------------------------------------------------------------------------------
+
+_RESULT = pa.schema([
+    ("kind", pa.string()), ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()),
+    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+    ("partition", pa.int32()), ("offset", pa.int64()),
+    ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
+])
+
+
+def _row(n: int, **columns: pa.Array) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [columns[f.name].cast(f.type) if f.name in columns else pa.nulls(n, f.type)
+         for f in _RESULT], schema=_RESULT)
+
+
+def _file(path: str, rows: int, size: int) -> pa.RecordBatch:
+    return _row(1, kind=pa.array(["file"]), path=pa.array([path]), rows=pa.array([rows]),
+                bytes=pa.array([size]))
+
+
+def _count(records: int) -> pa.RecordBatch:
+    return _row(1, kind=pa.array(["count"]), rows=pa.array([records]))
+
+
+def _suspects(raw: pa.Table) -> pa.RecordBatch:
+    n = raw.num_rows
+    return _row(n, kind=pa.array(["suspect"] * n),
+                **{c: raw.column(c).combine_chunks() for c in RAW_COLUMNS})
+
+
+__all__ = ["RESULT_DDL", "TaskSpec", "certify", "decode", "folder_names", "run_task",
+           "timestamp_micros", "write_folders"]

@@ -1,0 +1,189 @@
+"""The Arrow path's task half (pure pyarrow, no Spark): every record is either a row of
+exactly one staged file or a suspect handed back raw; folders and timestamps follow the
+reference implementation in :mod:`lakesink.pipeline.partitioning`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from lakesink.pipeline.arrow_task import (
+    TaskSpec,
+    decode,
+    folder_names,
+    run_task,
+    timestamp_micros,
+    write_folders,
+)
+from lakesink.pipeline.partitioning import (
+    partition_path,
+    time_parts,
+    to_utc,
+    unescape_value,
+)
+
+FIELDS = (("id", "bigint", False), ("location", "string", True), ("ts", "bigint", True),
+          ("ratio", "float", True))
+
+
+def _spec(tmp_path: Path, **kw: object) -> TaskSpec:
+    base = {"fields": FIELDS, "partition_by": ("location", "year", "month"),
+            "timestamp_column": "ts", "derived": ("year", "month"),
+            "staging": str(tmp_path / "staging")}
+    return TaskSpec(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def _batch(values: list[bytes | None]) -> pa.RecordBatch:
+    n = len(values)
+    return pa.RecordBatch.from_pydict({
+        "key": pa.array([b"k"] * n, pa.binary()), "value": pa.array(values, pa.binary()),
+        "topic": ["t"] * n, "partition": pa.array([0] * n, pa.int32()),
+        "offset": pa.array(range(n), pa.int64()),
+        "timestamp": pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+        "timestampType": pa.array([0] * n, pa.int32())})
+
+
+def _read(staging: Path, files: list[tuple[str, int, int]]) -> list[dict[str, object]]:
+    rows = []
+    for rel, count, size in files:
+        path = staging / rel
+        assert path.stat().st_size == size
+        table = pq.read_table(path)
+        assert table.num_rows == count
+        folder = dict(p.split("=", 1) for p in rel.split("/")[:-1])
+        rows += [{**r, **{k: unescape_value(v) for k, v in folder.items()}}
+                 for r in table.to_pylist()]
+    return rows
+
+
+def test_one_bad_record_in_a_block_costs_only_itself(tmp_path) -> None:
+    rng = random.Random(7)
+    values: list[bytes | None] = [json.dumps({"id": i, "location": "a", "ts": 1795000000000})
+                                  .encode() for i in range(5000)]
+    bad = sorted(rng.sample(range(5000), 12))
+    for i in bad:
+        values[i] = rng.choice([b"{", b'{"id": "x"}', b"[1]", None, b"", b'{"id": 1, "z": 2}',
+                                b'{"id": 1} {"id": 2}', b'{"ratio": 1e39, "id": 3}'])
+    decoded, ok = decode(_spec(tmp_path, block_rows=1024), pa.array(values, pa.binary()))
+    assert decoded.num_rows == len(values)
+    failed = [i for i, good in enumerate(ok.to_pylist()) if not good]
+    # the float overflow decodes (Arrow makes it inf); certify() turns it into a suspect
+    overflow = [i for i in bad if values[i] == b'{"ratio": 1e39, "id": 3}']
+    assert failed == [i for i in bad if i not in overflow]
+    ids = decoded.column("id").to_pylist()
+    assert all(ids[i] == i for i in range(5000) if i not in bad)
+
+
+def test_every_record_is_a_staged_row_or_a_suspect(tmp_path) -> None:
+    values: list[bytes | None] = [
+        b'{"id": 1, "location": "oslo", "ts": 1795000000}',
+        b'{"id": 2, "location": "a/b", "ts": 1795000000123, "ratio": 0.5}',
+        b'{"location": "no id", "ts": 1795000000}',  # required id missing
+        b'{"id": 4, "ratio": 1e39, "ts": 1}',  # float overflow
+        b'{"id": 5, "location": "\xff", "ts": 1}',  # not UTF-8
+        b'{"id": 6, "location": "", "ts": 1e30}',  # year past 9999
+        b'{"id": 7, "location": null, "ts": null}',
+        b"not json", None,
+    ]
+    spec = _spec(tmp_path, key_column="k", metadata_column="meta")
+    out = pa.Table.from_batches(list(run_task(spec, [_batch(values)], task=3)))
+    kinds = out.column("kind").to_pylist()
+    assert kinds.count("count") == 1
+    assert out.filter(pc.equal(out.column("kind"), "count")).column("rows")[0].as_py() == 9
+    suspects = out.filter(pc.equal(out.column("kind"), "suspect"))
+    assert suspects.column("offset").to_pylist() == [2, 3, 4, 5, 7, 8]
+    assert suspects.column("value").to_pylist() == [values[i] for i in (2, 3, 4, 5, 7, 8)]
+    files = out.filter(pc.equal(out.column("kind"), "file"))
+    staged = list(zip(files.column("path").to_pylist(), files.column("rows").to_pylist(),
+                      files.column("bytes").to_pylist(), strict=True))
+    rows = _read(Path(spec.staging), staged)
+    assert sorted(r["id"] for r in rows) == [1, 2, 7]
+    by_id = {r["id"]: r for r in rows}
+    assert by_id[2]["location"] == "a/b" and by_id[2]["meta"]["offset"] == 1
+    assert by_id[1]["year"] == "2026" and by_id[1]["k"] == "k"
+    assert all(p.startswith("location=") and "part-00003-" in p for p, *_ in staged)
+
+
+def test_ts_none_row_is_staged_with_null_time_folders(tmp_path) -> None:
+    spec = _spec(tmp_path)
+    out = pa.Table.from_batches(list(run_task(
+        spec, [_batch([b'{"id": 7, "location": null, "ts": null}'])], task=0)))
+    files = out.filter(pc.equal(out.column("kind"), "file"))
+    assert files.column("path").to_pylist() == [
+        "location=__HIVE_DEFAULT_PARTITION__/year=__HIVE_DEFAULT_PARTITION__/"
+        "month=__HIVE_DEFAULT_PARTITION__/part-00000-00000.parquet"]
+
+
+@pytest.mark.parametrize("value", [0, 1, -1, 1795000000, 1795000000.5, 99999999999,
+                                   100000000000, 1795000000123, 1795000000123456,
+                                   1795000000123456789, -1795000000123, 2**53 + 1])
+def test_epoch_numbers_match_the_reference(value: float) -> None:
+    number = (pa.array([value], pa.int64()) if isinstance(value, int)
+              else pa.array([value], pa.float64()))
+    for col in (number, pa.array([str(value)], pa.string())):
+        micros, ok = timestamp_micros(_spec(Path("/x")), col, pa.array([0]))
+        assert ok.to_pylist() == [True]
+        want = to_utc(float(value))
+        assert want is not None
+        got = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(
+            microseconds=micros[0].as_py())
+        assert got == want
+
+
+@pytest.mark.parametrize("text", ["2026-11-27T08:00:00Z", "yesterday", "NaN", "1e400", "",
+                                  "\t5", "1d", "1e30", "-1e30"])
+def test_texts_only_spark_reads_are_not_certified(text: str) -> None:
+    _, ok = timestamp_micros(_spec(Path("/x")), pa.array([text]), pa.array([0]))
+    assert ok.to_pylist() == [False]
+
+
+def test_time_parts_and_folders_match_the_reference(tmp_path) -> None:
+    locations = ["oslo", "a/b", "x=y", "..", "", None, "%41", "ünï", "\x01\x7f", "#?*:[]{}^'\""]
+    ts = [1795000000000 + i * 86_400_000 * 40 for i in range(len(locations))]
+    table = pa.table({"location": pa.array(locations, pa.string()),
+                      "year": [time_parts(to_utc(t))["year"] for t in ts],
+                      "month": [time_parts(to_utc(t))["month"] for t in ts]})
+    got = folder_names(_spec(tmp_path), table).to_pylist()
+    want = [partition_path({"location": loc, **time_parts(to_utc(t))},
+                           ["location", "year", "month"]) for loc, t in zip(locations, ts,
+                                                                             strict=True)]
+    assert got == want
+
+
+def test_rows_per_file_splits_a_folder_and_a_rerun_names_the_same_files(tmp_path) -> None:
+    spec = _spec(tmp_path, rows_per_file=40, partition_by=("location",), derived=())
+    table = pa.table({"id": pa.array(range(100), pa.int64()),
+                      "location": ["a"] * 70 + ["b"] * 30})
+    first = write_folders(spec, table, task=1)
+    assert [(p, r) for p, r, _ in first] == [
+        ("location=a/part-00001-00000.parquet", 40), ("location=a/part-00001-00001.parquet", 30),
+        ("location=b/part-00001-00000.parquet", 30)]
+    again = write_folders(spec, table, task=1)  # a re-run task attempt
+    assert [p for p, *_ in again] == [p for p, *_ in first]
+    files = sorted(Path(spec.staging).rglob("*.parquet"))
+    assert len(files) == 3
+    assert sorted(i for f in files for i in pq.read_table(f).column("id").to_pylist()) == \
+        list(range(100))
+
+
+def test_chunks_bound_memory_and_number_a_folders_files_on(tmp_path) -> None:
+    spec = _spec(tmp_path, chunk_rows=100, block_rows=32)
+    values: list[bytes | None] = [json.dumps({"id": i, "location": "a", "ts": 1795000000})
+                                  .encode() for i in range(250)]
+    values[120] = b"{"
+    batches = [_batch(values[i:i + 50]) for i in range(0, 250, 50)]
+    out = pa.Table.from_batches(list(run_task(spec, batches, task=2)))
+    files = out.filter(pc.equal(out.column("kind"), "file"))
+    assert files.column("path").to_pylist() == [
+        f"location=a/year=2026/month=11/part-00002-0000{n}.parquet" for n in range(3)]
+    assert sum(files.column("rows").to_pylist()) == 249
+    assert out.filter(pc.equal(out.column("kind"), "count")).column("rows").to_pylist() == [250]
+    suspects = out.filter(pc.equal(out.column("kind"), "suspect"))
+    assert suspects.column("value").to_pylist() == [b"{"]
