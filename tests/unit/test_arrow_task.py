@@ -118,7 +118,7 @@ def test_ts_none_row_is_staged_with_null_time_folders(tmp_path) -> None:
     files = out.filter(pc.equal(out.column("kind"), "file"))
     assert files.column("path").to_pylist() == [
         "location=__HIVE_DEFAULT_PARTITION__/year=__HIVE_DEFAULT_PARTITION__/"
-        "month=__HIVE_DEFAULT_PARTITION__/part-00000-00000.parquet"]
+        "month=__HIVE_DEFAULT_PARTITION__/part-00000-0-00000.parquet"]
 
 
 @pytest.mark.parametrize("value", [0, 1, -1, 1795000000, 1795000000.5, 99999999999,
@@ -157,20 +157,23 @@ def test_time_parts_and_folders_match_the_reference(tmp_path) -> None:
     assert got == want
 
 
-def test_rows_per_file_splits_a_folder_and_a_rerun_names_the_same_files(tmp_path) -> None:
+def test_rows_per_file_splits_a_folder_and_attempts_never_share_a_file(tmp_path) -> None:
     spec = _spec(tmp_path, rows_per_file=40, partition_by=("location",), derived=())
     table = pa.table({"id": pa.array(range(100), pa.int64()),
                       "location": ["a"] * 70 + ["b"] * 30})
-    first = write_folders(spec, table, task=1)
+    first = write_folders(spec, table, task=1, attempt=7)
     assert [(p, r) for p, r, _ in first] == [
-        ("location=a/part-00001-00000.parquet", 40), ("location=a/part-00001-00001.parquet", 30),
-        ("location=b/part-00001-00000.parquet", 30)]
-    again = write_folders(spec, table, task=1)  # a re-run task attempt
-    assert [p for p, *_ in again] == [p for p, *_ in first]
-    files = sorted(Path(spec.staging).rglob("*.parquet"))
-    assert len(files) == 3
-    assert sorted(i for f in files for i in pq.read_table(f).column("id").to_pylist()) == \
-        list(range(100))
+        ("location=a/part-00001-7-00000.parquet", 40),
+        ("location=a/part-00001-7-00001.parquet", 30),
+        ("location=b/part-00001-7-00000.parquet", 30)]
+    # another attempt of the same task (a retry, a speculative copy) writes its own files:
+    # it cannot truncate a file the driver already counted
+    again = write_folders(spec, table, task=1, attempt=8)
+    assert not {p for p, *_ in again} & {p for p, *_ in first}
+    for rel, rows, size in first:
+        path = Path(spec.staging) / rel
+        assert pq.read_table(path).num_rows == rows and path.stat().st_size == size
+    assert not list(Path(spec.staging).rglob("*.tmp"))  # written aside, then renamed
 
 
 def test_chunks_bound_memory_and_number_a_folders_files_on(tmp_path) -> None:
@@ -182,8 +185,43 @@ def test_chunks_bound_memory_and_number_a_folders_files_on(tmp_path) -> None:
     out = pa.Table.from_batches(list(run_task(spec, batches, task=2)))
     files = out.filter(pc.equal(out.column("kind"), "file"))
     assert files.column("path").to_pylist() == [
-        f"location=a/year=2026/month=11/part-00002-0000{n}.parquet" for n in range(3)]
+        f"location=a/year=2026/month=11/part-00002-0-0000{n}.parquet" for n in range(3)]
     assert sum(files.column("rows").to_pylist()) == 249
     assert out.filter(pc.equal(out.column("kind"), "count")).column("rows").to_pylist() == [250]
     suspects = out.filter(pc.equal(out.column("kind"), "suspect"))
     assert suspects.column("value").to_pylist() == [b"{"]
+
+
+@pytest.mark.parametrize("value", [b" ", b"\n", b" {\"id\": 1}", b"null", b" null",
+                                   b"\xef\xbb\xbf{\"id\": 1}", b'{"id": 1, "location": "a\nb"}',
+                                   b'{"id": 1, "location": "a\rb"}', b'{"id": 1}\t'])
+def test_records_only_spark_reads_are_suspects_and_shift_nothing(tmp_path, value) -> None:
+    """Review of the first version: a whitespace-only value (0 rows) beside a value of
+    two objects (2 rows) kept a range's row count and shifted rows onto other records;
+    ``null`` first in a range crashed pyarrow; raw newlines were made spaces."""
+    values = [b'{"id": 0}', value, b'{"id": 2} {"id": 3}', b'{"id": 4}', value, b'{"id": 5}']
+    decoded, ok = decode(_spec(tmp_path), pa.array(values, pa.binary()))
+    assert ok.to_pylist() == [True, False, False, True, False, True]
+    assert [decoded.column("id")[i].as_py() for i in (0, 3, 5)] == [0, 4, 5]
+
+
+@pytest.mark.parametrize("text", [b"Inf", b"-Inf", b"-NaN", b"NaN", b"1e400"])
+def test_non_finite_doubles_are_suspects(tmp_path, text) -> None:
+    spec = _spec(tmp_path, fields=(*FIELDS, ("score", "double", True)))
+    out = pa.Table.from_batches(list(run_task(
+        spec, [_batch([b'{"id": 1, "ts": 1, "score": ' + text + b"}"])], task=0)))
+    assert out.column("kind").to_pylist() == ["suspect", "count"]
+
+
+def test_a_kafka_timestamp_outside_years_1_to_9999_is_a_suspect(tmp_path) -> None:
+    spec = _spec(tmp_path, use_kafka_timestamp=True)
+    kafka = pa.array([1795000000000000, 2**62, None], pa.timestamp("us", tz="UTC"))
+    micros, ok = timestamp_micros(spec, pa.array([None, None, None], pa.int64()), kafka)
+    assert ok.to_pylist() == [True, False, True]
+    assert micros.to_pylist() == [1795000000000000, None, None]
+
+
+def test_too_many_suspects_hand_the_batch_to_spark(tmp_path) -> None:
+    spec = _spec(tmp_path, max_suspects=10)
+    out = pa.Table.from_batches(list(run_task(spec, [_batch([b"x"] * 11)], task=0)))
+    assert out.column("kind").to_pylist() == ["overflow"]

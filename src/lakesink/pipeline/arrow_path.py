@@ -60,34 +60,46 @@ RAW_DDL = ("key binary, value binary, topic string, partition int, offset long, 
            "timestamp timestamp, timestampType int")
 
 
+class NotArrow(str):
+    """Why a table stays on the Spark path; ``by_schema``: because of its (possibly
+    evolved) schema, not of its configuration."""
+
+    by_schema = False
+
+
+class NotArrowSchema(NotArrow):
+    by_schema = True
+
+
 def arrow_spec(*, decoder: Decoder, transforms: Transforms, writer: TableWriter,
                schema: T.StructType, partitions: PartitionSpec,
                source_columns: SourceColumns,
-               filesystem: tuple[str, dict[str, Any]] | str) -> TaskSpec | str:
+               filesystem: tuple[str, dict[str, Any]] | str) -> TaskSpec | NotArrow:
     """The tasks' spec for this table, or why the table stays on the Spark path.
     ``filesystem``: :func:`lakesink.runtime.storage.task_filesystem` of the table."""
     if writer.format != "parquet":
-        return f"the Arrow path writes Parquet tables; this one is {writer.format}"
+        return NotArrow(f"the Arrow path writes Parquet tables; this one is {writer.format}")
     if isinstance(filesystem, str):
-        return filesystem
+        return NotArrow(filesystem)
     if type(decoder) is not JsonDecoder:
-        return "the Arrow path decodes JSON so far"
+        return NotArrow("the Arrow path decodes JSON so far")
     if transforms:
-        return "tables with transforms run them as Spark SQL"
+        return NotArrow("tables with transforms run them as Spark SQL")
     fields = []
     for f in schema.fields:
         name = f.dataType.simpleString()
         if name not in ARROW_TYPES:
-            return f"field {f.name!r} is a {name} (the Arrow path reads {', '.join(ARROW_TYPES)})"
+            return NotArrowSchema(f"field {f.name!r} is a {name} (the Arrow path reads "
+                                  f"{', '.join(ARROW_TYPES)})")
         fields.append((f.name, name, f.nullable))
     types = dict((n, t) for n, t, _ in fields)
     for col in partitions.columns:
         if col not in partitions.derived and types.get(col) not in _FOLDER_TYPES:
-            return f"partition column {col!r} is a {types.get(col)}"
+            return NotArrowSchema(f"partition column {col!r} is a {types.get(col)}")
     if partitions.timestamp_column and types.get(partitions.timestamp_column) \
             not in _TIMESTAMP_TYPES:
-        return f"timestamp column {partitions.timestamp_column!r} is a " \
-            f"{types.get(partitions.timestamp_column)}"
+        return NotArrowSchema(f"timestamp column {partitions.timestamp_column!r} is a "
+                              f"{types.get(partitions.timestamp_column)}")
     return TaskSpec(
         fields=tuple(fields), partition_by=tuple(partitions.columns),
         timestamp_column=partitions.timestamp_column,
@@ -102,7 +114,10 @@ def _in_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     from pyspark import TaskContext
 
     context = TaskContext.get()
-    yield from run_task(spec, batches, context.partitionId() if context else 0)
+    if context is None:
+        yield from run_task(spec, batches, 0)
+    else:
+        yield from run_task(spec, batches, context.partitionId(), context.taskAttemptId())
 
 
 class StagedByTasks:
@@ -116,6 +131,8 @@ class StagedByTasks:
         self.rows = sum(files.column("rows").to_pylist())
         self.records = sum(results.filter(pc.equal(kind, "count")).column("rows").to_pylist())
         self.suspects = results.filter(pc.equal(kind, "suspect")).select(list(RAW_COLUMNS))
+        #: a task had more suspects than it hands back: the batch takes the Spark path
+        self.overflow = bool(pc.any(pc.equal(kind, "overflow")).as_py())
 
 
 def stage_in_tasks(df: DataFrame, spec: TaskSpec, folder: str, rows_per_file: int | None

@@ -29,6 +29,7 @@ Spark: unit-tested without a JVM. Per task:
 from __future__ import annotations
 
 import io
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -51,6 +52,11 @@ RESULT_DDL = ("kind string, path string, rows long, bytes long, key binary, valu
               "topic string, partition int, offset long, timestamp timestamp, "
               "timestampType int")
 RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
+#: bytes of records joined for one parse, and of raw records decoded at a time
+BLOCK_BYTES = 64 << 20
+CHUNK_BYTES = 256 << 20
+#: suspects' bytes a task hands back to the driver at most (else: overflow)
+SUSPECT_BYTES = 64 << 20
 #: timestamps Spark and Arrow both represent: years 0001-9999, in microseconds
 _MIN_US, _MAX_US = -62135596800 * 10**6, 253402300799 * 10**6
 #: an epoch number as text (Spark's ``trim`` removes spaces only; anything else, such as
@@ -73,8 +79,9 @@ class TaskSpec:
     staging: str = ""  # the batch's Arrow staging folder, as ``filesystem`` spells it
     compression: str = "snappy"
     rows_per_file: int | None = None
-    block_rows: int = 65_536  # records per pyarrow.json parse
+    block_rows: int = 65_536  # records per pyarrow.json parse (fewer if they are big)
     chunk_rows: int = 262_144  # records decoded and written at a time (bounds memory)
+    max_suspects: int = 50_000  # per task; beyond, the batch takes the Spark path
     derived: tuple[str, ...] = field(default=())
     #: ("local", {}) or ("s3", pyarrow S3FileSystem keywords: secrets, never shown)
     filesystem: tuple[str, dict] = field(default=("local", {}), repr=False)
@@ -90,22 +97,35 @@ class TaskSpec:
         return pa.schema([pa.field(n, ARROW_TYPES[t], True) for n, t, _ in self.fields])
 
 
-def run_task(spec: TaskSpec, batches: Iterable[pa.RecordBatch], task: int
-             ) -> Iterator[pa.RecordBatch]:
-    """Steps 1-6 for one task (``task``: its Spark partition id), ``spec.chunk_rows``
-    records at a time; a folder's file numbers go on across chunks."""
+def run_task(spec: TaskSpec, batches: Iterable[pa.RecordBatch], task: int,
+             attempt: int = 0) -> Iterator[pa.RecordBatch]:
+    """Steps 1-6 for one task (``task``: its Spark partition id; ``attempt``: this
+    attempt's id, in its file names), ``spec.chunk_rows`` records at a time; a folder's
+    file numbers go on across chunks. More than ``spec.max_suspects`` suspects: the
+    task reports ``overflow`` alone (the driver redoes the batch on the Spark path)."""
     numbers: dict[str, int] = {}  # files written per folder so far
-    records = 0
-    for raw in _chunks(batches, spec.chunk_rows):
-        records += raw.num_rows
-        decoded, ok = decode(spec, raw.column("value"))
-        good, ok = certify(spec, raw, decoded, ok)
-        if good.num_rows:
-            for path, rows, size in write_folders(spec, good, task, numbers):
-                yield _file(path, rows, size)
-        suspects = raw.filter(pc.invert(ok))
-        if suspects.num_rows:
-            yield _suspects(suspects)
+    records = handed = handed_bytes = 0
+    out: list[pa.RecordBatch] = []
+    try:
+        for raw in _chunks(batches, spec.chunk_rows):
+            records += raw.num_rows
+            decoded, ok = decode(spec, raw.column("value"), [spec.max_suspects - handed])
+            good, ok = certify(spec, raw, decoded, ok)
+            suspects = raw.filter(pc.invert(ok))
+            handed += suspects.num_rows
+            handed_bytes += suspects.nbytes
+            if handed > spec.max_suspects or handed_bytes > SUSPECT_BYTES:
+                raise TooManySuspects
+            if good.num_rows:
+                out += [_file(path, rows, size)
+                        for path, rows, size in write_folders(spec, good, task, numbers,
+                                                              attempt)]
+            if suspects.num_rows:
+                out.append(_suspects(suspects))
+    except TooManySuspects:
+        yield _row(1, kind=pa.array(["overflow"]))
+        return
+    yield from out
     yield _count(records)
 
 
@@ -118,7 +138,7 @@ def _chunks(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
             continue
         pending.append(batch)
         size += batch.num_rows
-        if size >= rows:
+        if size >= rows or sum(b.nbytes for b in pending) >= CHUNK_BYTES:
             yield pa.Table.from_batches(pending).combine_chunks()
             pending, size = [], 0
     if pending:
@@ -128,22 +148,53 @@ def _chunks(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
 # -- decode ------------------------------------------------------------------------------
 
 
-def decode(spec: TaskSpec, values: pa.ChunkedArray | pa.Array) -> tuple[pa.Table, pa.Array]:
+class TooManySuspects(Exception):
+    """More suspects than a task hands back: the batch takes the Spark path."""
+
+
+def candidates(values: pa.Array) -> pa.Array:
+    """Records worth a parse: a value that starts with ``{`` and holds no control byte.
+    Anything else (null, empty, whitespace first, a BOM, a raw newline or tab — Spark's
+    parser refuses control characters inside strings) is a suspect without a parse.
+    Every candidate then gives at least one row, so a range that parsed into as many
+    rows as it has records holds exactly one row per record."""
+    starts = pc.fill_null(pc.starts_with(values, b"{"), False)
+    control = pc.fill_null(pc.match_substring_regex(values, "[\\x00-\\x1f]"), True)
+    return pc.and_(starts, pc.invert(control))
+
+
+def decode(spec: TaskSpec, values: pa.ChunkedArray | pa.Array, budget: list[int] | None = None
+           ) -> tuple[pa.Table, pa.Array]:
     """(rows decoded against the schema, one per record; a mask of the records that
-    decoded). Rows of records that did not decode are all null."""
+    decoded). Rows of records that did not decode are all null. ``budget``: suspects
+    this task may still hand back (raises :class:`TooManySuspects` when spent)."""
     schema = spec.schema
     values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    values = values.cast(pa.binary())
+    budget = budget if budget is not None else [spec.max_suspects]
     n = len(values)
+    # records per parse: spec.block_rows, fewer for big records (a parse joins its
+    # records into one buffer, whose offsets are 32-bit)
+    mean = max(1, values.nbytes // max(1, n))
+    block = max(1, min(spec.block_rows, BLOCK_BYTES // mean))
+    ok_parse = candidates(values).to_pylist() if n else []
     parts: list[tuple[int, pa.Table | None]] = []  # (start, table or None), in order
     options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
-    for start in range(0, n, spec.block_rows):
-        block = values.slice(start, spec.block_rows).cast(pa.binary())
-        # a literal newline in a JSON text is whitespace (in strings it must be escaped)
-        flat = pc.replace_substring(pc.replace_substring(block, b"\n", b" "), b"\r", b" ")
-        present = pc.fill_null(pc.greater(pc.binary_length(flat), 0), False)
-        block_parts: list[tuple[int, pa.Table | None]] = []
-        _parse_range(flat, present, 0, len(flat), options, schema, block_parts)
-        parts += [(start + at, table) for at, table in block_parts]
+    run_start = None
+    for i in range(n + 1):
+        if i < n and ok_parse[i]:
+            if run_start is None:
+                run_start = i
+            if i - run_start + 1 < block:
+                continue
+            stop = i + 1
+        else:
+            stop = i
+        if run_start is not None:
+            _parse_range(values, run_start, stop, options, schema, parts, budget)
+            run_start = None
+        if i < n and not ok_parse[i]:
+            _suspect(parts, i, budget)
     ok = []
     tables = []
     for begin, end, table in _spans(parts, n):
@@ -158,29 +209,34 @@ def decode(spec: TaskSpec, values: pa.ChunkedArray | pa.Array) -> tuple[pa.Table
     return decoded, mask
 
 
-def _parse_range(flat: pa.Array, present: pa.Array, start: int, stop: int,
-                 options: pj.ParseOptions, schema: pa.Schema,
-                 out: list[tuple[int, pa.Table | None]]) -> None:
+def _suspect(out: list[tuple[int, pa.Table | None]], index: int, budget: list[int]) -> None:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise TooManySuspects
+    out.append((index, None))
+
+
+def _parse_range(values: pa.Array, start: int, stop: int, options: pj.ParseOptions,
+                 schema: pa.Schema, out: list[tuple[int, pa.Table | None]],
+                 budget: list[int]) -> None:
     """Parse records [start, stop) in one go; on failure, bisect. Appends (start, table)
     for ranges that parsed, (index, None) for single records that did not."""
     count = stop - start
-    table = _parse(flat, present, start, stop, options)
+    table = _parse(values, start, stop, options)
     if table is not None and table.num_rows == count:
         out.append((start, table.cast(schema)))
         return
     if count == 1:
-        out.append((start, None))
+        _suspect(out, start, budget)
         return
     middle = start + count // 2
-    _parse_range(flat, present, start, middle, options, schema, out)
-    _parse_range(flat, present, middle, stop, options, schema, out)
+    _parse_range(values, start, middle, options, schema, out, budget)
+    _parse_range(values, middle, stop, options, schema, out, budget)
 
 
-def _parse(flat: pa.Array, present: pa.Array, start: int, stop: int,
-           options: pj.ParseOptions) -> pa.Table | None:
-    if not pc.all(present.slice(start, stop - start)).as_py():
-        return None  # a null or empty value: the range cannot parse one row per record
-    piece = flat.slice(start, stop - start)
+def _parse(values: pa.Array, start: int, stop: int, options: pj.ParseOptions
+           ) -> pa.Table | None:
+    piece = values.slice(start, stop - start)
     joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(piece)], pa.int32()),
                                                      piece), b"\n")
     data = joined[0].as_buffer()
@@ -215,8 +271,10 @@ def certify(spec: TaskSpec, raw: pa.Table, decoded: pa.Table, ok: pa.Array
         col = decoded.column(name)
         if not nullable:
             checks.append(pc.is_valid(col))
-        if type_name == "float":  # Spark rejects a float that overflowed to infinity
-            checks.append(pc.fill_null(pc.invert(pc.is_inf(col)), True))
+        if type_name in ("float", "double"):
+            # finite only: Spark rejects a float that overflowed to infinity, and reads
+            # NaN/Infinity tokens its own way (pyarrow also takes Inf and -NaN)
+            checks.append(pc.fill_null(pc.is_finite(col), True))
         if type_name == "string":  # Arrow's JSON reader does not check UTF-8
             checks.append(_valid_utf8(col))
     columns: dict[str, pa.Array] = {}
@@ -316,7 +374,12 @@ def timestamp_micros(spec: TaskSpec, col: pa.ChunkedArray | pa.Array,
     if spec.use_kafka_timestamp:
         kafka = kafka_ts.combine_chunks() if isinstance(kafka_ts, pa.ChunkedArray) else kafka_ts
         kafka_us = kafka.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-        result = pc.if_else(pc.is_null(col), kafka_us, result)
+        fallback = pc.is_null(col)
+        kafka_ok = pc.and_(pc.greater_equal(kafka_us, _MIN_US), pc.less_equal(kafka_us, _MAX_US))
+        certified = pc.and_(certified, pc.or_(pc.invert(fallback),
+                                              pc.fill_null(kafka_ok, True)))
+        result = pc.if_else(fallback, pc.if_else(pc.fill_null(kafka_ok, False), kafka_us,
+                                                 pa.scalar(None, pa.int64())), result)
     return result, certified
 
 
@@ -355,7 +418,8 @@ def folder_names(spec: TaskSpec, table: pa.Table) -> pa.Array:
 
 
 def write_folders(spec: TaskSpec, table: pa.Table, task: int,
-                  numbers: dict[str, int] | None = None) -> list[tuple[str, int, int]]:
+                  numbers: dict[str, int] | None = None, attempt: int = 0
+                  ) -> list[tuple[str, int, int]]:
     """Write the rows into their partition folders under ``spec.staging``; returns
     (path relative to the staging folder, rows, bytes) per file. ``numbers``: files
     per folder written before (by earlier chunks of the task), updated."""
@@ -378,8 +442,10 @@ def write_folders(spec: TaskSpec, table: pa.Table, task: int,
             piece = data.slice(offset, min(step, end - offset))
             n = numbers.get(folder, 0)
             numbers[folder] = n + 1
-            rel = f"{folder}/part-{task:05d}-{n:05d}.parquet" if folder else \
-                f"part-{task:05d}-{n:05d}.parquet"
+            # the attempt in the name: attempts of one task (a retry, a speculative
+            # copy, a straggler of an earlier batch attempt) never write the same file
+            name = f"part-{task:05d}-{attempt}-{n:05d}.parquet"
+            rel = f"{folder}/{name}" if folder else name
             out.append((rel, piece.num_rows, _put(fs, f"{spec.staging}/{rel}", piece,
                                                   spec.compression)))
         start = end
@@ -392,10 +458,14 @@ def _put(fs: pafs.FileSystem, path: str, piece: pa.Table, compression: str) -> i
     buffer = pa.BufferOutputStream()
     pq.write_table(piece, buffer, compression=compression)
     data = buffer.getvalue()
-    if isinstance(fs, pafs.LocalFileSystem):
+    target = path
+    if isinstance(fs, pafs.LocalFileSystem):  # written aside, then renamed: whole or absent
         fs.create_dir(path.rpartition("/")[0], recursive=True)
-    with fs.open_output_stream(path) as out:
+        target = f"{path}.{uuid.uuid4().hex}.tmp"
+    with fs.open_output_stream(target) as out:
         out.write(data)
+    if target != path:
+        fs.move(target, path)
     return data.size
 
 

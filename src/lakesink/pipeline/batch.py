@@ -151,9 +151,12 @@ class BatchProcessor:
                           filesystem=self.task_filesystem)
         was = self.arrow
         self.arrow = spec if isinstance(spec, TaskSpec) else None
-        if self.arrow is None and self.engine == "arrow" and was is None:
+        if self.arrow is None and self.engine == "arrow" and not spec.by_schema:
+            # a configuration the path cannot take is refused; a schema (declared, or
+            # evolved by the stream) it cannot read takes the Spark path, said below
             raise ConfigError("table.engine", f"arrow: {spec}; use engine auto or spark")
-        if self.arrow is None and (was is not None or self.engine == "auto"):
+        if self.arrow is None and (was is not None or self.engine == "auto"
+                                   or spec.by_schema):
             logger.info("%s: Spark data path (%s)", self.writer.layout.table, spec)
         elif self.arrow is not None and was is None:
             logger.info("%s: Arrow data path", self.writer.layout.table)
@@ -556,6 +559,11 @@ class BatchProcessor:
             rows_per_file = writer.begin(batch_id)
             staging = writer.layout.staging(writer.run, batch_id)
             tasks = stage_in_tasks(df, self.arrow, join(staging, "a"), rows_per_file)
+            if tasks.overflow:  # mostly suspects: Spark's path does it in one pass
+                logger.warning("batch %d: too many records the Arrow path does not certify "
+                               "(more than %d in a task): the batch takes the Spark path",
+                               batch_id, self.arrow.max_suspects)
+                return self._write_staged(df, batch_id)
             fault_point("after_staging", batch_id)
             counts = {"records": tasks.records, "rejected": 0}
             marked, spark_files = None, []
