@@ -35,7 +35,7 @@ EDGE_VALUES: list[bytes | None] = [
     None, b"", b" ", b"null", b"[1]", b"5", b'"text"', b"not json", b'{"id": 1} {"id": 2}',
     b'{"id": 1, "id": 2}', b'{"id": 1}x', b"\xef\xbb\xbf{\"id\": 1}", b"{'id': 1}",
     b'{"id": 1, "location": "a\xffb"}', b'{"id": 1, "location": "\\ud800"}',
-    b'{"id": 1, "location": "\\u00e9\\u0000/=..%"}', b'{"id": 1,\n"location":\r\n"nl"}',
+    b'{"id": 1, "location": "\\u00e9 /=..%"}', b'{"id": 1,\n"location":\r\n"nl"}',
     b'{"id": null}', b'{"location": "no id"}', b'{"id": 1.0}', b'{"id": 1e3}',
     b'{"id": "12"}', b'{"id": 9223372036854775808}', b'{"id": -9223372036854775808}',
     b'{"id": 1, "small": 40000}', b'{"id": 1, "small": -32768}', b'{"id": 1, "ratio": 1e39}',
@@ -96,7 +96,10 @@ def _rows(table: Path) -> list[tuple[Any, ...]]:
         f"SELECT meta.\"offset\", meta.\"partition\", * EXCLUDE (meta), meta.topic, "
         f"meta.\"timestamp\", meta.timestamp_type FROM read_parquet('{table}/**/*.parquet', "
         "hive_partitioning = true, hive_types_autocast = false)").fetchall()
-    return sorted(rows, key=lambda r: (r[1], r[0]))
+    def same_nan(v: Any) -> Any:  # noqa: ANN401 - NaN != NaN: compare it as a word
+        return "NaN" if isinstance(v, float) and v != v else v
+
+    return sorted((tuple(same_nan(v) for v in r) for r in rows), key=lambda r: (r[1], r[0]))
 
 
 def _folders(table: Path) -> set[str]:
