@@ -44,21 +44,33 @@ def dead_letters(lake: Path, table: str = "events") -> list[tuple[Any, ...]]:
                       "*.parquet')").fetchall()
 
 
+@pytest.mark.parametrize("engine", ["spark", "arrow"])
 def test_a_listing_that_loses_staged_files_stops_the_commit(spark, kafka_broker, topic,
-                                                            tmp_path, monkeypatch) -> None:
+                                                            tmp_path, monkeypatch,
+                                                            engine) -> None:
     """The invariant behind scenario 1: the `_kind=a/` listing bug lost every staged file
     and committed "0 files". Any listing that loses a staged file must now stop the batch
-    before its manifest; a run with a sound listing then writes every row once."""
+    before its manifest; a run with a sound listing then writes every row once. The
+    Arrow path commits the files its tasks report (no listing): losing one of those
+    must stop the batch the same way."""
+    from lakesink.pipeline import arrow_path
+
     produce(kafka_broker.bootstrap_servers, topic, json_events(range(300)))
     lake = tmp_path / "lake"
-    data = config_dict(kafka_broker, topic, lake)
+    data = config_dict(kafka_broker, topic, lake, engine=engine)
     real = fs_module._list_local
+    reported = arrow_path.StagedByTasks.__init__
 
     def lossy(uri: str, suffix: str) -> list[fs_module.FileInfo]:
         files = real(uri, suffix)
         return files[1:] if "/staging/" in uri else files  # drop one staged file
 
+    def lossy_report(self: Any, results: Any, folder: str) -> None:  # noqa: ANN401
+        reported(self, results, folder)
+        self.files = self.files[1:]  # a task's report that lost a file
+
     monkeypatch.setattr(fs_module, "_list_local", lossy)
+    monkeypatch.setattr(arrow_path.StagedByTasks, "__init__", lossy_report)
     with pytest.raises(Exception, match="CommitMismatch") as exc:
         run_once(spark, data)
     assert "counted as written" in str(exc.value)
@@ -66,6 +78,7 @@ def test_a_listing_that_loses_staged_files_stops_the_commit(spark, kafka_broker,
     assert duckdb_ids(lake / "events") == []  # nothing published
 
     monkeypatch.setattr(fs_module, "_list_local", real)
+    monkeypatch.setattr(arrow_path.StagedByTasks, "__init__", reported)
     stats = run_once(spark, data)
     assert sorted(duckdb_ids(lake / "events")) == list(range(300))
     assert stats.written == 300

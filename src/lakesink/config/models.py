@@ -260,7 +260,7 @@ class TableConfig(_Section):
     )
     compression: Compression = "snappy"
     engine: Literal["auto", "arrow", "spark"] = Field(
-        default="spark",
+        default="auto",
         description="the per-row work: 'arrow' decodes and writes in pyarrow inside "
         "Spark's tasks (Parquet tables of JSON records on local disk, flat schemas; "
         "refused at start otherwise), 'spark' in Spark's row expressions, 'auto' arrow "
