@@ -194,7 +194,9 @@ def test_chunks_bound_memory_and_number_a_folders_files_on(tmp_path) -> None:
 
 @pytest.mark.parametrize("value", [b" ", b"\n", b" {\"id\": 1}", b"null", b" null",
                                    b"\xef\xbb\xbf{\"id\": 1}", b'{"id": 1, "location": "a\nb"}',
-                                   b'{"id": 1, "location": "a\rb"}', b'{"id": 1}\t'])
+                                   b'{"id": 1, "location": "a\rb"}',
+                                   b'{"id": 1, "location": "a\tb"}', b'{"id": 1,\n"x": 2}',
+                                   b'{"id": 1}\n{"id": 9}', b'{"id": 1, "location": "\x01"}'])
 def test_records_only_spark_reads_are_suspects_and_shift_nothing(tmp_path, value) -> None:
     """Review of the first version: a whitespace-only value (0 rows) beside a value of
     two objects (2 rows) kept a range's row count and shifted rows onto other records;

@@ -153,14 +153,15 @@ class TooManySuspects(Exception):
 
 
 def candidates(values: pa.Array) -> pa.Array:
-    """Records worth a parse: a value that starts with ``{`` and holds no control byte.
-    Anything else (null, empty, whitespace first, a BOM, a raw newline or tab — Spark's
-    parser refuses control characters inside strings) is a suspect without a parse.
-    Every candidate then gives at least one row, so a range that parsed into as many
-    rows as it has records holds exactly one row per record."""
-    starts = pc.fill_null(pc.starts_with(values, b"{"), False)
-    control = pc.fill_null(pc.match_substring_regex(values, "[\\x00-\\x1f]"), True)
-    return pc.and_(starts, pc.invert(control))
+    """Records worth a parse: a value that starts with ``{``. Anything else (null,
+    empty, whitespace first, a BOM, ``null``) is a suspect without a parse. Every
+    candidate gives at least one row (its first line starts an object), so a range that
+    parsed into as many rows as it has records holds exactly one row per record, in
+    order. A raw newline inside a candidate splits it into lines of the joined text:
+    inside a string (which JSON forbids, and Spark refuses) or inside an object it
+    fails the parse; between two objects it makes two rows: a suspect either way.
+    pyarrow's parser refuses other raw control characters inside strings too."""
+    return pc.fill_null(pc.starts_with(values, b"{"), False)
 
 
 def decode(spec: TaskSpec, values: pa.ChunkedArray | pa.Array, budget: list[int] | None = None
