@@ -235,7 +235,46 @@ def test_a_renewal_whose_create_landed_before_the_store_failed_is_still_ours(
     monkeypatch.setattr(store, "list_files", listing)
     clock.now += 5
     holder.check()  # renews: step 1 is its own, so step 2 comes next
-    assert not holder.lost and holder.seq >= 1
+    assert not holder.lost and holder.seq == 2
+    holder.release()
+
+
+def test_an_adopted_old_step_is_not_a_fresh_renewal(monkeypatch) -> None:  # noqa: ANN001
+    """Review: a writer that adopted its own step of an earlier (failed) call used to
+    count it as renewed *now*, while a taker had been watching that step since it was
+    made: the taker took over at its TTL and the old writer's checks still passed for
+    two thirds of a TTL -- two writers on one table. The adoption now renews at once,
+    so the taker sees a newer step and is refused."""
+    store, clock = Store(), Clock()
+    holder = make(store, clock, ttl_s=6)
+    holder.acquire()
+    listing = store.list_files
+
+    def down_after_create(folder: str, suffix: str = "") -> list:  # noqa: ANN401
+        raise OSError("store unreachable")
+
+    monkeypatch.setattr(store, "list_files", down_after_create)
+    with pytest.raises(OSError):
+        holder.renew()  # step 1 created at t=0, the listing after it failed
+    monkeypatch.setattr(store, "list_files", listing)
+    taker = WriterLease(store, FOLDER, app_id="app", ttl_s=6, table="/lake/t",
+                        clock=clock, sleep=clock.sleep)
+    steps: list[Any] = []
+
+    def holder_returns_at_5() -> None:  # the taker watches step 1 from t=0
+        if clock.now >= 1005 and not steps:
+            steps.append(holder.check())  # adopts step 1, renews with step 2
+
+    clock.on_sleep.append(holder_returns_at_5)
+    # the taker is another process on another host
+    with monkeypatch.context() as other, pytest.raises(SecondWriterError,
+                                                       match="it renewed its lease"):
+        other.setattr(lease_module, "_HELD", {})
+        other.setattr(lease_module.socket, "gethostname", lambda: "elsewhere")
+        taker.acquire()  # the holder renewed while it watched
+    assert steps and holder.seq == 2 and not holder.lost
+    clock.now += 1.5
+    holder.check()  # still the only writer
     holder.release()
 
 

@@ -19,9 +19,10 @@ Spark: unit-tested without a JVM. Per task:
 4. **derive** the partition columns (the rules of :mod:`lakesink.pipeline.partitioning`:
    epoch unit per value, UTC, zero-padded ``year/month/day/hour``, Hive escaping, the
    null folder) and the key/metadata columns;
-5. **write** each partition folder's rows to ``<staging>/<c=v/…>/part-<task>-<n>.parquet``
-   (at most ``rows_per_file`` rows a file). Names derive from the task's partition id and
-   the rows, so a re-run task attempt writes the same names over its predecessor's;
+5. **write** each partition folder's rows to
+   ``<staging>/<c=v/…>/part-<task>-<attempt>-<n>.parquet`` (at most ``rows_per_file``
+   rows a file), each file whole or absent. Every task attempt writes names of its own,
+   so a retry or a speculative copy never truncates a file another attempt reported;
 6. **report** one row per file (relative path, rows, bytes), the suspects, and the
    task's record count. The driver checks and commits (:mod:`lakesink.pipeline.arrow_path`).
 """

@@ -148,6 +148,16 @@ class WriterLease:
                 record = {}
             if record.get("step") != step and record.get("writer") != self.writer:
                 return False
+            if record.get("step") != step:
+                # its own step of an earlier call: made back then, so a taker may have
+                # watched it for most of a TTL already. Adopt it, then renew at once
+                # (the next step proves this writer alive now; if a taker made it
+                # first, the lease is lost)
+                newest = self.newest()
+                if newest is not None and newest[0] > seq:
+                    return False
+                self.seq = seq
+                return self._step(seq + 1, released=released)
         # a writer that stalled while others moved the lease on (and deleted their old
         # steps) can create a step number that is free again: a higher step means the
         # lease is someone else's
