@@ -42,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -236,7 +237,10 @@ def median_run(rows: list[dict[str, object]]) -> dict[str, object]:
 
 
 def throughput(case: Case, topic: str, n: int, ndjson: Path, value_bytes: float,
-               timeout: float) -> dict[str, object]:
+               timeout: float, bad: int = 0) -> dict[str, object]:
+    """One run of ``case`` over the ``n`` records of ``topic`` (``bad`` of them
+    malformed: the table must hold the other ``n - bad``, the dead-letter table
+    those ``bad``)."""
     shutil.rmtree(case.work, ignore_errors=True)
     case.work.mkdir(parents=True)
     run = Running(case, case.command(topic, stream=False, count=n, ndjson=ndjson))
@@ -256,7 +260,7 @@ def throughput(case: Case, topic: str, n: int, ndjson: Path, value_bytes: float,
     sizes = [p.stat().st_size for p in files]
     steady = steady_rate(run, n)
     row.update(
-        rows=rows, distinct_ids=distinct, valid=rows == distinct == n,
+        rows=rows, distinct_ids=distinct, valid=rows == distinct == n - bad,
         events_per_s=round(n / seconds), mb_per_s=round(n * value_bytes / seconds / 1e6, 2),
         steady_events_per_s=round(steady) if steady else None,
         steady_mb_per_s=round(steady * value_bytes / 1e6, 2) if steady else None,
@@ -264,7 +268,29 @@ def throughput(case: Case, topic: str, n: int, ndjson: Path, value_bytes: float,
         progress_reports=len(run.progress),
         ready_after_s=round(run.ready_at, 1) if run.ready_at is not None else None,
     )
+    if bad:
+        rejected = rejected_rows(case.work / "lake" / "_rejected" / "sensors")
+        row.update(rejected=rejected, valid=row["valid"] and rejected == bad)
     return row
+
+
+def rejected_rows(folder: Path) -> int:
+    """Rows of a Parquet dead-letter table, as DuckDB reads them."""
+    import duckdb
+
+    files = [str(p) for p in parquet_files(folder)] if folder.exists() else []
+    if not files:
+        return 0
+    row = duckdb.sql(f"SELECT count(*) FROM read_parquet({files!r}, union_by_name=true)"
+                     ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def malformed(records: Iterator[tuple[bytes, bytes]], every: int
+              ) -> Iterator[tuple[bytes, bytes]]:
+    """The same records with one in ``every`` cut short (not JSON: a dead letter)."""
+    for i, (key, value) in enumerate(records):
+        yield key, (value[: len(value) // 2] if i % every == every // 2 else value)
 
 
 # -- latency -------------------------------------------------------------------------------
@@ -439,6 +465,17 @@ def render(info: dict[str, object]) -> str:
         if "error" in r or r.get("seen") != r.get("produced"):
             extra.append(f"- latency {r['case']}: {r.get('seen')} of {r.get('produced')} events "
                          f"seen {r.get('error', '')[-300:]}")
+    for r in info.get("bad_records", []):  # type: ignore[union-attr]
+        clean = rows.get(r["case"], {})
+        if r.get("valid") and clean.get("valid"):
+            extra.append(f"- {r['case']} with {r['bad']:,} malformed records of "
+                         f"{clean['rows']:,} ({r['rejected']:,} rejected, {r['rows']:,} "
+                         f"written): {r['seconds']} s against {clean['seconds']} s clean, "
+                         f"{r['seconds'] / clean['seconds']:.2f}× the clean run's time")
+        else:
+            extra.append(f"- {r['case']} with malformed records: not valid "
+                         f"(rows {r.get('rows')}, rejected {r.get('rejected')}) "
+                         f"{(r.get('error') or '')[-200:]}")
     return "\n".join(lines) + ("\n\n" + "\n".join(extra) if extra else "") + "\n"
 
 
@@ -489,6 +526,9 @@ def main() -> None:
     ap.add_argument("--latency-seconds", type=int, default=40)
     ap.add_argument("--no-latency", action="store_true")
     ap.add_argument("--timeout", type=float, default=7200, help="per case, seconds")
+    ap.add_argument("--bad-every", type=int, default=0,
+                    help="also run each lakesink case on a copy of the topic with one "
+                    "malformed record in N, and report its time against the clean run")
     ap.add_argument("--repeat", type=int, default=1,
                     help="throughput rounds (cases interleaved, each round starting with "
                     "the next case); the run with the median time is reported, with every "
@@ -504,7 +544,7 @@ def main() -> None:
     info: dict[str, object] = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H%M%SZ"), "machine": machine(),
         "command": "python bench/run.py " + " ".join(sys.argv[1:]), "args": vars(args),
-        "cases": cases, "throughput": [], "latency": [],
+        "cases": cases, "throughput": [], "latency": [], "bad_records": [],
     }
     ndjson = work / "values.ndjson"
     with KafkaBroker() as broker:
@@ -537,6 +577,22 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
                 runs[name].append(row)
                 shutil.rmtree(case.work, ignore_errors=True)
+        if args.bad_every:
+            bad = sum(1 for i in range(produced) if i % args.bad_every == args.bad_every // 2)
+            broker.create_topic("bench-bad", partitions=args.partitions)
+            produce(broker.bootstrap_servers, "bench-bad",
+                    malformed(events(args.events), args.bad_every))
+            for round_ in range(max(1, args.repeat)):
+                for name in [c for c in cases if c.startswith("lakesink")]:
+                    case = Case(name, work / f"bad-{name}", broker, args)
+                    row = throughput(case, "bench-bad", produced, ndjson, value_bytes,
+                                     args.timeout, bad=bad)
+                    row["bad"] = bad
+                    print(json.dumps(row), flush=True)
+                    runs[f"{name}+bad"] = [*runs.get(f"{name}+bad", []), row]
+                    shutil.rmtree(case.work, ignore_errors=True)
+            for name in [c for c in cases if c.startswith("lakesink")]:
+                info["bad_records"].append(median_run(runs[f"{name}+bad"]))
         for name in cases:
             if name == "quix" and quix_problem:
                 info["throughput"].append({"case": name, "valid": False, "note": quix_problem})

@@ -14,12 +14,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from lakesink.pipeline import arrow_task
 from lakesink.pipeline.arrow_task import (
     TaskSpec,
     decode,
     folder_names,
     run_task,
     timestamp_micros,
+    well_formed,
     write_folders,
 )
 from lakesink.pipeline.partitioning import (
@@ -79,6 +81,31 @@ def test_one_bad_record_in_a_block_costs_only_itself(tmp_path) -> None:
     assert failed == [i for i in bad if i not in overflow]
     ids = decoded.column("id").to_pylist()
     assert all(ids[i] == i for i in range(5000) if i not in bad)
+
+
+def test_malformed_records_cost_a_scan_and_one_parse_per_run(tmp_path, monkeypatch) -> None:
+    """A block with malformed records is scanned once and its good runs parsed once each:
+    the parses grow with the bad records, not with a bisection's depth per record."""
+    values = [json.dumps({"id": i, "location": "a", "ts": 1795000000000}).encode()
+              for i in range(4096)]
+    bad = [5, 1000, 1001, 3000, 4095]
+    for i in bad:
+        values[i] = values[i][:9]  # cut short: not well-formed
+    calls = []
+    real = arrow_task._parse
+    monkeypatch.setattr(arrow_task, "_parse", lambda *a: calls.append(a[2] - a[1]) or real(*a))
+    decoded, ok = decode(_spec(tmp_path, block_rows=4096), pa.array(values, pa.binary()))
+    failed = [i for i, good in enumerate(ok.to_pylist()) if not good]
+    assert failed == bad
+    assert decoded.column("id").to_pylist() == [None if i in bad else i for i in range(4096)]
+    # the block, then its four good runs ([0,5) [6,1000) [1002,3000) [3001,4095))
+    assert calls == [4096, 5, 994, 1998, 1094]
+
+
+def test_well_formed_is_per_record_and_refuses_invalid_utf8() -> None:
+    values = pa.array([b'{"a": 1}', b'{"a": ', b'{"a": "\xff"}', b"", None, b'{"a": "\xc3\xa9"}',
+                       b'{"a": 1} {"b": 2}'], pa.binary())
+    assert well_formed(values).to_pylist() == [True, False, False, False, False, True, False]
 
 
 def test_every_record_is_a_staged_row_or_a_suspect(tmp_path) -> None:

@@ -8,8 +8,10 @@ Spark: unit-tested without a JVM. Per task:
    ``partition``, ``offset``, ``timestamp``, ``timestampType``);
 2. **decode** the values with ``pyarrow.json`` against the table's schema, strictly:
    any field of another JSON type, a number that does not fit, an unknown field, a value
-   that is not one JSON object. A block that fails is bisected down to the records that
-   fail, so one bad record costs a few small parses, not the block;
+   that is not one JSON object. When a block fails, one syntax scan (DuckDB's
+   ``json_valid``) sets its malformed records apart and the runs between them are parsed
+   again; a well-formed record of another shape is found by bisecting its run. Bad
+   records cost about one scan plus a parse per run, not the block again per record;
 3. **certify** the decoded rows: a row is *good* only when the Arrow decode is surely
    what Spark's decoder gives for it (required fields present, no float overflow, valid
    UTF-8, a timestamp this module reads exactly). Every other record is a **suspect**:
@@ -34,6 +36,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
@@ -56,6 +59,8 @@ RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "tim
 #: bytes of records joined for one parse, and of raw records decoded at a time
 BLOCK_BYTES = 64 << 20
 CHUNK_BYTES = 256 << 20
+#: a failed parse of at least this many records is scanned for malformed ones first
+SCAN_MIN_RECORDS = 64
 #: suspects' bytes a task hands back to the driver at most (else: overflow)
 SUSPECT_BYTES = 64 << 20
 #: timestamps Spark and Arrow both represent: years 0001-9999, in microseconds
@@ -179,24 +184,16 @@ def decode(spec: TaskSpec, values: pa.ChunkedArray | pa.Array, budget: list[int]
     # records into one buffer, whose offsets are 32-bit)
     mean = max(1, values.nbytes // max(1, n))
     block = max(1, min(spec.block_rows, BLOCK_BYTES // mean))
-    ok_parse = candidates(values).to_pylist() if n else []
     parts: list[tuple[int, pa.Table | None]] = []  # (start, table or None), in order
     options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
-    run_start = None
-    for i in range(n + 1):
-        if i < n and ok_parse[i]:
-            if run_start is None:
-                run_start = i
-            if i - run_start + 1 < block:
-                continue
-            stop = i + 1
-        else:
-            stop = i
-        if run_start is not None:
-            _parse_range(values, run_start, stop, options, schema, parts, budget)
-            run_start = None
-        if i < n and not ok_parse[i]:
-            _suspect(parts, i, budget)
+    for start, stop, candidate in _runs(candidates(values)):
+        if not candidate:
+            for i in range(start, stop):
+                _suspect(parts, i, budget)
+            continue
+        for first in range(start, stop, block):
+            _parse_range(values, first, min(stop, first + block), options, schema, parts,
+                         budget)
     ok = []
     tables = []
     for begin, end, table in _spans(parts, n):
@@ -211,6 +208,17 @@ def decode(spec: TaskSpec, values: pa.ChunkedArray | pa.Array, budget: list[int]
     return decoded, mask
 
 
+def _runs(mask: pa.Array) -> Iterator[tuple[int, int, bool]]:
+    """(start, stop, value) of the runs of equal values of a boolean mask (no nulls)."""
+    flags = np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+    if not len(flags):
+        return
+    edges = np.flatnonzero(flags[1:] != flags[:-1]) + 1
+    bounds = [0, *edges.tolist(), len(flags)]
+    for start, stop in zip(bounds, bounds[1:]):
+        yield start, stop, bool(flags[start])
+
+
 def _suspect(out: list[tuple[int, pa.Table | None]], index: int, budget: list[int]) -> None:
     budget[0] -= 1
     if budget[0] < 0:
@@ -220,9 +228,13 @@ def _suspect(out: list[tuple[int, pa.Table | None]], index: int, budget: list[in
 
 def _parse_range(values: pa.Array, start: int, stop: int, options: pj.ParseOptions,
                  schema: pa.Schema, out: list[tuple[int, pa.Table | None]],
-                 budget: list[int]) -> None:
-    """Parse records [start, stop) in one go; on failure, bisect. Appends (start, table)
-    for ranges that parsed, (index, None) for single records that did not."""
+                 budget: list[int], scanned: bool = False) -> None:
+    """Parse records [start, stop) in one go. On failure, a syntax scan of the range
+    (one fast pass) sets the records that are not well-formed JSON apart and the runs
+    between them are parsed again; what still fails (a well-formed record of another
+    shape) is bisected. So the cost of bad records grows with their number, not with
+    the block's size times the depth of a bisection. Appends (start, table) for ranges
+    that parsed, (index, None) for single records that did not."""
     count = stop - start
     table = _parse(values, start, stop, options)
     if table is not None and table.num_rows == count:
@@ -231,9 +243,44 @@ def _parse_range(values: pa.Array, start: int, stop: int, options: pj.ParseOptio
     if count == 1:
         _suspect(out, start, budget)
         return
+    if not scanned and count >= SCAN_MIN_RECORDS:
+        runs = list(_runs(well_formed(values.slice(start, count))))
+        if len(runs) > 1 or not runs[0][2]:
+            for first, last, good in runs:
+                if good:
+                    _parse_range(values, start + first, start + last, options, schema, out,
+                                 budget, scanned=True)
+                else:
+                    for i in range(start + first, start + last):
+                        _suspect(out, i, budget)
+            return
     middle = start + count // 2
-    _parse_range(values, start, middle, options, schema, out, budget)
-    _parse_range(values, middle, stop, options, schema, out, budget)
+    _parse_range(values, start, middle, options, schema, out, budget, scanned=True)
+    _parse_range(values, middle, stop, options, schema, out, budget, scanned=True)
+
+
+def well_formed(values: pa.Array) -> pa.Array:
+    """Per record: one well-formed JSON text, by DuckDB's ``json_valid`` (yyjson; one
+    thread, about 1 GB/s). Only a hint for where to split a failed parse: it accepts a
+    few texts pyarrow refuses (``NaN``, a trailing comma), which the parse that follows
+    then sets apart. Invalid UTF-8 counts as not well-formed (a suspect either way)."""
+    global _DUCKDB
+    import duckdb
+
+    if _DUCKDB is None:  # one per Python worker, made on first use (after the fork)
+        _DUCKDB = duckdb.connect(config={"threads": 1})
+    utf8 = _valid_utf8(values)
+    text = pc.if_else(utf8, values, pa.scalar(b"", pa.binary()))
+    _DUCKDB.register("lakesink_values", pa.table({"v": text.cast(pa.string())}))
+    try:
+        result = _DUCKDB.sql("SELECT coalesce(json_valid(v), false) AS ok "
+                             "FROM lakesink_values").arrow().read_all()
+    finally:
+        _DUCKDB.unregister("lakesink_values")
+    return pc.and_(result.column("ok").combine_chunks(), utf8)
+
+
+_DUCKDB = None
 
 
 def _parse(values: pa.Array, start: int, stop: int, options: pj.ParseOptions
