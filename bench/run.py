@@ -3,7 +3,8 @@
 One command, one run, everything on this machine:
 
     .venv/bin/python bench/run.py [--events 5000000] [--partitions 4]
-        [--cases lakesink-parquet,lakesink-parquet-spark,lakesink-delta,spark-handwritten,
+        [--cases lakesink-parquet,lakesink-parquet-spark,lakesink-delta,lakesink-delta-spark,
+                 spark-handwritten,
                  spark-kafka-floor,quix,pyarrow] [--repeat 3]
         [--latency-rate 2000 --latency-seconds 40]
 
@@ -68,12 +69,12 @@ BENCH = ROOT / "bench"
 QUIX_VENV = BENCH / ".venv-quix"
 QUIX_REQ = "quixstreams[quixdatalake]==3.28.1"
 ALL_CASES = ["lakesink-parquet", "lakesink-parquet-spark", "lakesink-delta",
-             "spark-handwritten", "spark-kafka-floor", "quix", "pyarrow"]
+             "lakesink-delta-spark", "spark-handwritten", "spark-kafka-floor", "quix", "pyarrow"]
 STREAMING = ["lakesink-parquet", "lakesink-parquet-spark", "lakesink-delta",
-             "spark-handwritten", "quix"]
+             "lakesink-delta-spark", "spark-handwritten", "quix"]
 #: the engine of each lakesink case (lakesink-parquet: the default, the Arrow path)
 ENGINES = {"lakesink-parquet": "arrow", "lakesink-parquet-spark": "spark",
-           "lakesink-delta": "spark"}
+           "lakesink-delta": "arrow", "lakesink-delta-spark": "spark"}
 LAKESINK_LINE = re.compile(r"batch \d+: committed in [\d.]+s \((\d+) written")
 PROGRESS_LINE = re.compile(r"^PROGRESS (\d+)")
 
@@ -85,7 +86,7 @@ class Case:
 
     def __init__(self, name: str, work: Path, broker: KafkaBroker, args: argparse.Namespace):
         self.name, self.work, self.broker, self.args = name, work, broker, args
-        self.fmt = "delta" if name == "lakesink-delta" else "parquet"
+        self.fmt = "delta" if name.startswith("lakesink-delta") else "parquet"
 
     @property
     def table(self) -> Path:

@@ -189,7 +189,7 @@ def test_rows_per_file_splits_a_folder_and_attempts_never_share_a_file(tmp_path)
     table = pa.table({"id": pa.array(range(100), pa.int64()),
                       "location": ["a"] * 70 + ["b"] * 30})
     first = write_folders(spec, table, task=1, attempt=7)
-    assert [(p, r) for p, r, _ in first] == [
+    assert [(p, r) for p, r, *_ in first] == [
         ("location=a/part-00001-7-00000.parquet", 40),
         ("location=a/part-00001-7-00001.parquet", 30),
         ("location=b/part-00001-7-00000.parquet", 30)]
@@ -197,10 +197,30 @@ def test_rows_per_file_splits_a_folder_and_attempts_never_share_a_file(tmp_path)
     # it cannot truncate a file the driver already counted
     again = write_folders(spec, table, task=1, attempt=8)
     assert not {p for p, *_ in again} & {p for p, *_ in first}
-    for rel, rows, size in first:
+    for rel, rows, size, stats in first:
+        assert stats is None  # Parquet tables: no Delta statistics
         path = Path(spec.staging) / rel
         assert pq.read_table(path).num_rows == rows and path.stat().st_size == size
     assert not list(Path(spec.staging).rglob("*.tmp"))  # written aside, then renamed
+
+
+def test_delta_files_carry_a_tag_and_exact_statistics(tmp_path) -> None:
+    spec = _spec(tmp_path, partition_by=("location",), derived=(), file_tag="-b0000000003-run1",
+                 stats=True, metadata_column="meta")
+    table = pa.table({"id": pa.array([5, -2, 9], pa.int64()), "location": ["a", "a", "b"],
+                      "ts": pa.array([None, None, None], pa.int64()),
+                      "ratio": pa.array([0.5, None, float("1e30")], pa.float32()),
+                      "name": ["x", None, "y"],
+                      "meta": pa.array([{"offset": 1}] * 3)})
+    files = write_folders(spec, table, task=2, attempt=4)
+    assert [p for p, *_ in files] == ["location=a/part-00002-4-00000-b0000000003-run1.parquet",
+                                      "location=b/part-00002-4-00000-b0000000003-run1.parquet"]
+    a = json.loads(files[0][3])
+    assert a == {"numRecords": 2, "minValues": {"id": -2, "ratio": 0.5},
+                 "maxValues": {"id": 5, "ratio": 0.5},
+                 "nullCount": {"id": 0, "ts": 2, "ratio": 1, "name": 1}}
+    b = json.loads(files[1][3])
+    assert b["maxValues"]["ratio"] == pytest.approx(1e30, rel=1e-6)
 
 
 def test_chunks_bound_memory_and_number_a_folders_files_on(tmp_path) -> None:

@@ -77,8 +77,9 @@ def arrow_spec(*, decoder: Decoder, transforms: Transforms, writer: TableWriter,
                filesystem: tuple[str, dict[str, Any]] | str) -> TaskSpec | NotArrow:
     """The tasks' spec for this table, or why the table stays on the Spark path.
     ``filesystem``: :func:`lakesink.runtime.storage.task_filesystem` of the table."""
-    if writer.format != "parquet":
-        return NotArrow(f"the Arrow path writes Parquet tables; this one is {writer.format}")
+    refused = writer.arrow_refusal()
+    if refused:
+        return NotArrow(refused)
     if isinstance(filesystem, str):
         return NotArrow(filesystem)
     if type(decoder) is not JsonDecoder:
@@ -107,7 +108,7 @@ def arrow_spec(*, decoder: Decoder, transforms: Transforms, writer: TableWriter,
         null_value=partitions.null_value, derived=tuple(partitions.derived),
         key_column=source_columns.key_column, key_format=source_columns.key_format,
         metadata_column=source_columns.metadata_column, compression=writer.compression,
-        filesystem=filesystem)
+        filesystem=filesystem, stats=writer.format == "delta")
 
 
 def _in_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -128,6 +129,9 @@ class StagedByTasks:
         files = results.filter(pc.equal(kind, "file")).sort_by("path")
         self.files = [(join(folder, rel), rel, int(size)) for rel, size in zip(
             files.column("path").to_pylist(), files.column("bytes").to_pylist(), strict=True)]
+        #: (path below ``folder``, rows, bytes, Delta statistics) per file
+        self.reported = list(zip(*(files.column(c).to_pylist()
+                                   for c in ("path", "rows", "bytes", "stats")), strict=True))
         self.rows = sum(files.column("rows").to_pylist())
         self.records = sum(results.filter(pc.equal(kind, "count")).column("rows").to_pylist())
         self.suspects = results.filter(pc.equal(kind, "suspect")).select(list(RAW_COLUMNS))
@@ -135,10 +139,12 @@ class StagedByTasks:
         self.overflow = bool(pc.any(pc.equal(kind, "overflow")).as_py())
 
 
-def stage_in_tasks(df: DataFrame, spec: TaskSpec, folder: str, rows_per_file: int | None
-                   ) -> StagedByTasks:
-    """Step 2: one Spark job; each task stages its good rows under ``folder``."""
-    spec = replace(spec, staging=task_path(spec, folder), rows_per_file=rows_per_file)
+def stage_in_tasks(df: DataFrame, spec: TaskSpec, folder: str, rows_per_file: int | None,
+                   file_tag: str = "") -> StagedByTasks:
+    """Step 2: one Spark job; each task stages its good rows under ``folder``, its file
+    names ending in ``file_tag``."""
+    spec = replace(spec, staging=task_path(spec, folder), rows_per_file=rows_per_file,
+                   file_tag=file_tag)
     results = (df.select(*RAW_COLUMNS)
                .mapInArrow(functools.partial(_in_task, spec), RESULT_DDL)
                .toArrow())

@@ -32,6 +32,7 @@ Spark: unit-tested without a JVM. Per task:
 from __future__ import annotations
 
 import io
+import json
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -52,9 +53,9 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "float": pa.float32(), "double": pa.float64(),
 }
 #: what a task reports (the driver's ``mapInArrow`` schema)
-RESULT_DDL = ("kind string, path string, rows long, bytes long, key binary, value binary, "
-              "topic string, partition int, offset long, timestamp timestamp, "
-              "timestampType int")
+RESULT_DDL = ("kind string, path string, rows long, bytes long, stats string, key binary, "
+              "value binary, topic string, partition int, offset long, "
+              "timestamp timestamp, timestampType int")
 RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
 #: bytes of records joined for one parse, and of raw records decoded at a time
 BLOCK_BYTES = 64 << 20
@@ -89,6 +90,11 @@ class TaskSpec:
     chunk_rows: int = 262_144  # records decoded and written at a time (bounds memory)
     max_suspects: int = 50_000  # per task; beyond, the batch takes the Spark path
     derived: tuple[str, ...] = field(default=())
+    #: appended to file names (a Delta table's files are written in place, so their
+    #: names carry the batch and the run)
+    file_tag: str = ""
+    #: report Delta statistics per file (numRecords, nullCount, min/max of numbers)
+    stats: bool = False
     #: ("local", {}) or ("s3", pyarrow S3FileSystem keywords: secrets, never shown)
     filesystem: tuple[str, dict] = field(default=("local", {}), repr=False)
 
@@ -123,9 +129,8 @@ def run_task(spec: TaskSpec, batches: Iterable[pa.RecordBatch], task: int,
             if handed > spec.max_suspects or handed_bytes > SUSPECT_BYTES:
                 raise TooManySuspects
             if good.num_rows:
-                out += [_file(path, rows, size)
-                        for path, rows, size in write_folders(spec, good, task, numbers,
-                                                              attempt)]
+                out += [_file(*written)
+                        for written in write_folders(spec, good, task, numbers, attempt)]
             if suspects.num_rows:
                 out.append(_suspects(suspects))
     except TooManySuspects:
@@ -468,10 +473,11 @@ def folder_names(spec: TaskSpec, table: pa.Table) -> pa.Array:
 
 def write_folders(spec: TaskSpec, table: pa.Table, task: int,
                   numbers: dict[str, int] | None = None, attempt: int = 0
-                  ) -> list[tuple[str, int, int]]:
+                  ) -> list[tuple[str, int, int, str | None]]:
     """Write the rows into their partition folders under ``spec.staging``; returns
-    (path relative to the staging folder, rows, bytes) per file. ``numbers``: files
-    per folder written before (by earlier chunks of the task), updated."""
+    (path relative to the staging folder, rows, bytes, Delta statistics as JSON or
+    None) per file. ``numbers``: files per folder written before (by earlier chunks of
+    the task), updated."""
     numbers = {} if numbers is None else numbers
     fs = spec.open_filesystem()
     folders = folder_names(spec, table)
@@ -493,12 +499,35 @@ def write_folders(spec: TaskSpec, table: pa.Table, task: int,
             numbers[folder] = n + 1
             # the attempt in the name: attempts of one task (a retry, a speculative
             # copy, a straggler of an earlier batch attempt) never write the same file
-            name = f"part-{task:05d}-{attempt}-{n:05d}.parquet"
+            name = f"part-{task:05d}-{attempt}-{n:05d}{spec.file_tag}.parquet"
             rel = f"{folder}/{name}" if folder else name
             out.append((rel, piece.num_rows, _put(fs, f"{spec.staging}/{rel}", piece,
-                                                  spec.compression)))
+                                                  spec.compression),
+                        file_stats(piece) if spec.stats else None))
         start = end
     return out
+
+
+def file_stats(piece: pa.Table) -> str:
+    """A file's statistics as a Delta ``add`` action carries them: ``numRecords`` and,
+    per top-level column, ``nullCount``; ``minValues``/``maxValues`` of number columns
+    only (exact, so a reader that skips files by them never skips a match; strings and
+    timestamps would need Delta's truncation rules). Struct columns are left out: no
+    statistics is always a safe answer."""
+    stats: dict[str, object] = {"numRecords": piece.num_rows}
+    nulls: dict[str, int] = {}
+    lows: dict[str, object] = {}
+    highs: dict[str, object] = {}
+    for name, col in zip(piece.column_names, piece.columns, strict=True):
+        if pa.types.is_nested(col.type):
+            continue
+        nulls[name] = col.null_count
+        if (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)) \
+                and col.null_count < len(col):
+            low, high = pc.min_max(col).values()
+            lows[name], highs[name] = low.as_py(), high.as_py()
+    stats.update(minValues=lows, maxValues=highs, nullCount=nulls)
+    return json.dumps(stats, separators=(",", ":"), allow_nan=False)
 
 
 def _put(fs: pafs.FileSystem, path: str, piece: pa.Table, compression: str) -> int:
@@ -522,6 +551,7 @@ def _put(fs: pafs.FileSystem, path: str, piece: pa.Table, compression: str) -> i
 
 _RESULT = pa.schema([
     ("kind", pa.string()), ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()),
+    ("stats", pa.string()),
     ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
     ("partition", pa.int32()), ("offset", pa.int64()),
     ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
@@ -534,9 +564,9 @@ def _row(n: int, **columns: pa.Array) -> pa.RecordBatch:
          for f in _RESULT], schema=_RESULT)
 
 
-def _file(path: str, rows: int, size: int) -> pa.RecordBatch:
+def _file(path: str, rows: int, size: int, stats: str | None) -> pa.RecordBatch:
     return _row(1, kind=pa.array(["file"]), path=pa.array([path]), rows=pa.array([rows]),
-                bytes=pa.array([size]))
+                bytes=pa.array([size]), stats=pa.array([stats], pa.string()))
 
 
 def _count(records: int) -> pa.RecordBatch:
@@ -549,5 +579,5 @@ def _suspects(raw: pa.Table) -> pa.RecordBatch:
                 **{c: raw.column(c).combine_chunks() for c in RAW_COLUMNS})
 
 
-__all__ = ["RESULT_DDL", "TaskSpec", "certify", "decode", "folder_names", "run_task",
+__all__ = ["RESULT_DDL", "TaskSpec", "certify", "decode", "file_stats", "folder_names", "run_task",
            "timestamp_micros", "write_folders"]

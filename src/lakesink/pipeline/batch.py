@@ -51,7 +51,9 @@ from lakesink.pipeline.arrow_task import TaskSpec
 from lakesink.pipeline.columns import PartitionSpec, SourceColumns
 from lakesink.pipeline.transforms import FAILED_INDEX, TRANSFORM_FAILED, Transforms
 from lakesink.tables.base import BatchResult, TableWriter
+from lakesink.tables.delta import DeltaTableWriter
 from lakesink.tables.fs import join
+from lakesink.tables.identity import run_tag
 from lakesink.tables.parquet import ParquetTableWriter
 from lakesink.tables.rejected import RejectedWriter
 
@@ -549,6 +551,8 @@ class BatchProcessor:
         """The Arrow path (:mod:`lakesink.pipeline.arrow_path`): the tasks stage what
         they certify; Spark's decoder takes the suspects (dead letters, schema changes,
         records only Spark reads); then the staged files are committed together."""
+        if isinstance(self.writer, DeltaTableWriter):
+            return self._write_arrow_delta(df, batch_id)
         writer = self.writer
         assert isinstance(writer, ParquetTableWriter)
         for attempt in range(MAX_EVOLUTIONS_PER_BATCH + 1):
@@ -591,6 +595,57 @@ class BatchProcessor:
                 recount=lambda good=good: tasks.rows + (good.count() if good else 0))
             return result, counts, info, marked
         raise AssertionError("unreachable: the last attempt never evolves")
+
+    def _write_arrow_delta(self, df: DataFrame, batch_id: int) -> tuple[Any, ...]:
+        """The Arrow path for a Delta table: the tasks write their files in place (names
+        carrying the batch and the run; a file is invisible until a commit lists it),
+        Spark's decoder judges the suspects (dead letters; the rows it accepts are
+        written by Spark and moved in beside the tasks' files), and one delta-rs commit
+        adds the files with the batch's ``SetTransaction``. A schema change sends the
+        batch to Spark's Delta writer (``mergeSchema``)."""
+        writer = self.writer
+        assert isinstance(writer, DeltaTableWriter) and self.arrow is not None
+        writer.ensure_table(lambda: self._good(self._marked(df.limit(0))))
+        rows_per_file = writer.rows_per_file()
+        tasks = stage_in_tasks(df, self.arrow, writer.layout.table, rows_per_file,
+                               file_tag=f"-b{batch_id:010d}-{run_tag(self.app_id)}")
+        if tasks.overflow:
+            logger.warning("batch %d: too many records the Arrow path does not certify "
+                           "(more than %d in a task): the batch takes the Spark path",
+                           batch_id, self.arrow.max_suspects)
+            writer.drop_files([rel for rel, *_ in tasks.reported])
+            return self._write_guarded(df, batch_id)
+        fault_point("after_staging", batch_id)
+        counts = {"records": tasks.records, "rejected": 0}
+        marked, files = None, list(tasks.reported)
+        try:
+            if tasks.suspects.num_rows:
+                marked = self._marked(suspects_frame(df, tasks.suspects)).persist(
+                    StorageLevel.MEMORY_AND_DISK_DESER)
+                found = self._count(marked)
+                if self._needs_evolution(found):
+                    logger.info("batch %d: the schema changes: the batch takes the Spark "
+                                "path", batch_id)
+                    marked.unpersist()
+                    writer.drop_files([rel for rel, *_ in files])
+                    return self._write_guarded(df, batch_id)
+                self._stage_rejected(marked, found, batch_id)
+                counts["rejected"] = found["rejected"]
+                if found.get("unknown"):
+                    counts["unknown"] = found["unknown"]
+                if found["records"] > found["rejected"]:
+                    files += writer.stage_in_place(self._good(marked), batch_id,
+                                                   rows_per_file)
+            info = {**self._info(counts, marked, batch_id), "arrow_rows": tasks.rows}
+            good = self._good(marked) if marked is not None else None
+            result = writer.commit_files(
+                batch_id, files, info,
+                recount=lambda: tasks.rows + (good.count() if good is not None else 0))
+        except BaseException:
+            if marked is not None:
+                marked.unpersist()
+            raise
+        return result, counts, info, marked
 
     def _replayed(self, batch_id: int, started: float) -> None:
         """A batch the table already holds: its dead letters were staged before the

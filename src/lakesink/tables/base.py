@@ -42,18 +42,21 @@ point and publishes them after it (:mod:`lakesink.tables.rejected`).
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lakesink.errors import LayoutError
+from lakesink.errors import CommitMismatch, LayoutError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from lakesink.tables.fs import HadoopFS
     from lakesink.tables.layout import TableLayout
+
+logger = logging.getLogger(__name__)
 
 CommitInfo = Callable[[], dict[str, Any]]
 #: an exact count of the rows a batch writes (a Spark job), asked for only when the
@@ -138,6 +141,10 @@ class TableWriter(ABC):
         if rows >= MIN_ROWS_PER_FILE and size > 0:
             self.bytes_per_row = size / rows
 
+    def arrow_refusal(self) -> str | None:
+        """Why the Arrow data path cannot write this table (None: it can)."""
+        return f"the Arrow path writes Parquet and Delta tables; this one is {self.format}"
+
     @abstractmethod
     def is_committed(self, batch_id: int) -> bool:
         """Whether ``batch_id`` of this app id is already part of the table."""
@@ -175,6 +182,19 @@ class TableWriter(ABC):
     def tidy(self, batch_id: int) -> None:  # noqa: B027 - optional hook
         """Remove bookkeeping a committed ``batch_id`` may have left (a crash right
         after its commit point); called when a replay finds it committed."""
+
+    def stage(self, df: DataFrame, folder: str, rows_per_file: int | None) -> None:
+        """Spark writes ``df`` as partitioned Parquet into the private ``folder``."""
+        writer = (self.shuffled(df).write.mode("overwrite")
+                  .options(**self.write_options(rows_per_file)))
+        if self.partition_by:
+            writer = writer.partitionBy(*self.partition_by)
+        writer.parquet(folder)
+
+    def listed(self, folder: str) -> list[tuple[str, str, int]]:
+        """(path, path below ``folder``, bytes) of the Parquet files staged there."""
+        return [(f.path, f.relative, f.size)
+                for f in self.fs.list_files(folder, suffix=".parquet")]
 
     def shuffled(self, df: DataFrame) -> DataFrame:
         """Rows grouped so each partition folder gets ``files_per_partition`` new files
@@ -218,3 +238,36 @@ def check_layout(fs: HadoopFS, layout: TableLayout, fmt: str,
         return False
     compare_layout(existing, fmt, partition_by, table=layout.table)
     return True
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    staged: str  #: where Spark wrote it
+    name: str  #: its path below the table folder once published
+    bytes: int
+    rows: int  #: from its footer
+
+
+def check_rows(batch_id: int, table: str, files: list[StagedFile], info: dict[str, Any],
+               recount: Recount | None = None) -> None:
+    """The commit invariant: the rows about to be committed are exactly the rows the
+    batch counted as written. When the observed count disagrees, ``recount`` (an exact
+    count) decides — an observation can count a re-run task twice — and ``info`` is
+    corrected; a real difference raises :class:`CommitMismatch` before the commit point
+    (nothing is published; the query stops, loudly)."""
+    if "written" not in info:
+        return
+    staged = sum(f.rows for f in files)
+    if staged != int(info["written"]) and recount is not None:
+        exact = recount()
+        if exact == staged:
+            logger.warning("batch %d: the observed count (%d written) was off; an exact "
+                           "count agrees with the %d staged row(s)", batch_id,
+                           int(info["written"]), staged)
+            info["written"] = exact
+            info["records"] = exact + int(info.get("rejected", 0))
+    if staged != int(info["written"]):
+        raise CommitMismatch(
+            f"batch {batch_id} of {table}: {int(info['written'])} row(s) counted as written "
+            f"but {staged} found in {len(files)} staged file(s); nothing was committed. "
+            "This is a lakesink bug: please report it with this message")

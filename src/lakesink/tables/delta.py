@@ -19,18 +19,30 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from lakesink.errors import CommitMismatch
+import pyarrow.parquet as pq
+
+from lakesink.errors import CommitMismatch, SinkError
 from lakesink.faults import fault_point
+from lakesink.pipeline.partitioning import (
+    HIVE_DEFAULT_PARTITION,
+    is_safe_relative_dir,
+    unescape_value,
+)
 from lakesink.tables.base import (
     BatchResult,
     CommitInfo,
     Recount,
+    StagedFile,
     TableWriter,
+    check_rows,
     compare_layout,
 )
-from lakesink.tables.fs import join
+from lakesink.tables.fs import join, local_path
+from lakesink.tables.identity import run_tag
 from lakesink.tables.layout import TableLayout
 
 if TYPE_CHECKING:
@@ -51,6 +63,8 @@ class DeltaTableWriter(TableWriter):
         self.type_widening = type_widening
         self._committed: int | None = None
         self._committed_known = False
+        self._has_commits = False
+        self._table: Any = None  # delta-rs's handle, for commit_files
 
     @property
     def exists(self) -> bool:
@@ -107,18 +121,8 @@ class DeltaTableWriter(TableWriter):
             logger.info("batch %d already committed to Delta (txn %d): skipped", batch_id,
                         committed)
             return BatchResult(batch_id, skipped=True)
-        writer = (self.shuffled(df).write.format("delta").mode("append")
-                  .option("txnAppId", self.app_id).option("txnVersion", str(batch_id))
-                  .options(**self.write_options()))
-        if self.merge_schema:
-            writer = writer.option("mergeSchema", "true")
-        if self.partition_by:
-            writer = writer.partitionBy(*self.partition_by)
-        if not exists:
-            if self.checkpoint_interval:
-                writer = writer.option("delta.checkpointInterval", str(self.checkpoint_interval))
-            if self.type_widening:
-                writer = writer.option("delta.enableTypeWidening", "true")
+        writer = (self._spark_writer(self.shuffled(df), exists)
+                  .option("txnAppId", self.app_id).option("txnVersion", str(batch_id)))
         self.fence()
         try:
             writer.save(self.layout.table)
@@ -151,6 +155,147 @@ class DeltaTableWriter(TableWriter):
                 "a lakesink bug: please report it with this message")
         self.measured(int(info.get("written", 0)), size)
         return BatchResult(batch_id, files=files, bytes=size, info=info)
+
+    # -- the Arrow data path: files written by the tasks, committed by delta-rs ----------
+
+    def arrow_refusal(self) -> str | None:
+        if not self.layout.table.startswith("file:"):
+            return ("the Arrow path commits Delta tables on local disk so far (delta-rs "
+                    "needs a locking or conditional-put setup per object store)")
+        if self.type_widening:
+            return "type widening is a Delta feature delta-rs does not write"
+        return None
+
+    def ensure_table(self, empty: Callable[[], DataFrame]) -> None:
+        """Create the table, if it has no commit yet, by Spark's writer appending the
+        zero rows of ``empty()`` (the batch's table columns): Spark decides the table's
+        schema and protocol exactly as for a first batch it writes, and delta-rs then
+        commits into it. No ``SetTransaction``: creating it commits no batch, so a crash
+        right after leaves only an empty table."""
+        if not self._has_commits:
+            self._has_commits = self._known_committed() is not None or self.exists
+        if not self._has_commits:
+            self.fence()
+            self._spark_writer(empty(), exists=False).save(self.layout.table)
+            logger.info("%s: Delta table created (schema from Spark)", self.layout.table)
+            self._has_commits = True
+
+    def commit_files(self, batch_id: int, files: list[tuple[str, int, int, str | None]],
+                     info: dict[str, Any], recount: Recount | None = None) -> BatchResult:
+        """Commit files the tasks wrote in place (paths below the table folder, rows,
+        bytes, statistics) as one delta-rs transaction carrying ``SetTransaction(app id,
+        batch id)``, the same keying as Spark's writer: no table-state rebuild per batch.
+        Before the commit, each file's footer must hold the rows reported for it and
+        their sum the rows the batch counted as written (else :class:`CommitMismatch`,
+        nothing committed). Files of a failed attempt are never in the log: readers do
+        not see them (``VACUUM`` removes them)."""
+        from deltalake import CommitProperties, Transaction
+        from deltalake.transaction import AddAction
+
+        root = local_path(self.layout.table)
+        staged = []
+        for rel, rows, size, _ in files:
+            meta = pq.read_metadata(root / rel)
+            if meta.num_rows != rows or (root / rel).stat().st_size != size:
+                raise CommitMismatch(
+                    f"batch {batch_id} of {self.layout.table}: {rel} was reported with "
+                    f"{rows} row(s), {size} bytes; its footer says {meta.num_rows} row(s), "
+                    f"the file has {(root / rel).stat().st_size} bytes. Nothing was "
+                    "committed. This is a lakesink bug: please report it with this message")
+            staged.append(StagedFile(rel, rel, size, rows))
+        check_rows(batch_id, self.layout.table, staged, info, recount)
+        now = int(time.time() * 1000)
+        adds = [AddAction(rel, size, self._partition_values(rel), now, True,
+                          stats or json.dumps({"numRecords": rows}))
+                for rel, rows, size, stats in files]
+        table = self._delta_rs()
+        self.fence()
+        try:
+            table.create_write_transaction(
+                adds, "append", table.schema(), partition_by=self.partition_by or None,
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(self.app_id, batch_id)],
+                    custom_metadata={"lakesink.app_id": self.app_id,
+                                     "lakesink.batch_id": batch_id,
+                                     "lakesink.rows": sum(f.rows for f in staged)}))
+            fault_point("raise_after_delta_commit", batch_id)
+        except BaseException:
+            self._committed_known = False  # see write_batch: it may have landed
+            raise
+        self._committed = batch_id
+        fault_point("after_delta_commit", batch_id)
+        size = sum(f.bytes for f in staged)
+        self.measured(int(info.get("written", 0)), size)
+        return BatchResult(batch_id, files=len(staged), bytes=size, info=info)
+
+    def stage_in_place(self, df: DataFrame, batch_id: int, rows_per_file: int | None
+                       ) -> list[tuple[str, int, int, str | None]]:
+        """Spark writes ``df`` (the suspects it accepted: few rows) into the batch's
+        staging folder; each file then moves into its partition folder of the table
+        under a name of the batch (``part-s-<n>-b<batch>-<run>.parquet``), still
+        invisible until :meth:`commit_files` lists it. Returns them as the tasks report
+        theirs (statistics: the row count only)."""
+        run = run_tag(self.app_id)
+        folder = self.layout.staging(run, batch_id)
+        self.fs.delete(folder)
+        self.stage(df, folder, rows_per_file)
+        out: list[tuple[str, int, int, str | None]] = []
+        for n, (path, relative, size) in enumerate(self.listed(folder)):
+            rel_dir = relative.rpartition("/")[0]
+            if not is_safe_relative_dir(rel_dir, self.partition_by):
+                raise SinkError(f"unexpected staged path {relative!r} for partitions "
+                                f"{self.partition_by}")
+            name = f"part-s-{n:05d}-b{batch_id:010d}-{run}.parquet"
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            rows = self.fs.parquet_rows(path)
+            self.fs.replace(path, join(self.layout.table, rel))
+            out.append((rel, rows, size, None))
+        self.fs.delete(folder)
+        return out
+
+    def drop_files(self, rels: list[str]) -> None:
+        """Delete files the tasks wrote for a batch that is not committed from them
+        (it takes Spark's writer instead); never in the log, so only tidying."""
+        for rel in rels:
+            self.fs.delete(join(self.layout.table, rel), recursive=False)
+
+    def _delta_rs(self) -> Any:
+        """delta-rs's handle of the table, brought up to date (it reads only the log
+        entries added since: Spark's writer may have committed some)."""
+        from deltalake import DeltaTable
+
+        if self._table is None:
+            self._table = DeltaTable(str(local_path(self.layout.table)))
+        else:
+            self._table.update_incremental()
+        return self._table
+
+    def _partition_values(self, rel: str) -> dict[str, str | None]:
+        """A file's partition values from its folder (``c=v/…``; the Hive null folder
+        is a null value, as Spark's writer records it)."""
+        values: dict[str, str | None] = {}
+        for part in rel.split("/")[:-1]:
+            column, _, text = part.partition("=")
+            value = unescape_value(text)
+            values[unescape_value(column)] = None if value == HIVE_DEFAULT_PARTITION else value
+        if list(values) != self.partition_by:
+            raise SinkError(f"unexpected file path {rel!r} for partitions {self.partition_by}")
+        return values
+
+    def _spark_writer(self, df: DataFrame, exists: bool) -> Any:
+        """Spark's Delta append of ``df`` (options, partitions; table properties for a
+        table it creates)."""
+        writer = df.write.format("delta").mode("append").options(**self.write_options())
+        if self.merge_schema:
+            writer = writer.option("mergeSchema", "true")
+        if self.partition_by:
+            writer = writer.partitionBy(*self.partition_by)
+        if not exists:
+            if self.checkpoint_interval:
+                writer = writer.option("delta.checkpointInterval", str(self.checkpoint_interval))
+            if self.type_widening:
+                writer = writer.option("delta.enableTypeWidening", "true")
+        return writer
 
     def _newest_commit(self) -> list[dict[str, Any]]:
         """The actions of the table's newest log entry (one small file read, not a

@@ -35,13 +35,19 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakesink.errors import CommitMismatch, SinkError
 from lakesink.faults import fault_point
 from lakesink.pipeline.partitioning import is_safe_relative_dir
-from lakesink.tables.base import BatchResult, CommitInfo, Recount, TableWriter
+from lakesink.tables.base import (
+    BatchResult,
+    CommitInfo,
+    Recount,
+    StagedFile,
+    TableWriter,
+    check_rows,
+)
 from lakesink.tables.fs import join
 from lakesink.tables.identity import run_tag
 from lakesink.tables.layout import TableLayout
@@ -107,6 +113,9 @@ class ParquetTableWriter(TableWriter):
                         ", ".join(sorted(dropped)))
             self.no_dictionary |= dropped
 
+    def arrow_refusal(self) -> str | None:
+        return None
+
     # -- one batch -----------------------------------------------------------------------
 
     def is_committed(self, batch_id: int) -> bool:
@@ -162,19 +171,6 @@ class ParquetTableWriter(TableWriter):
         logger.info("batch %d already committed: skipped", batch_id)
         self.tidy(batch_id)
         return True
-
-    def stage(self, df: DataFrame, folder: str, rows_per_file: int | None) -> None:
-        """Spark writes ``df`` partitioned into the private ``folder``."""
-        writer = (self.shuffled(df).write.mode("overwrite")
-                  .options(**self.write_options(rows_per_file)))
-        if self.partition_by:
-            writer = writer.partitionBy(*self.partition_by)
-        writer.parquet(folder)
-
-    def listed(self, folder: str) -> list[tuple[str, str, int]]:
-        """(path, path below ``folder``, bytes) of the Parquet files staged there."""
-        return [(f.path, f.relative, f.size)
-                for f in self.fs.list_files(folder, suffix=".parquet")]
 
     def named(self, batch_id: int, staged: list[tuple[str, str, int]]) -> list[StagedFile]:
         """The staged files with their names in the table and their rows (from the
@@ -253,36 +249,3 @@ class ParquetTableWriter(TableWriter):
         self.measured(int(info.get("written", 0)), size)
         self._learn_dictionaries(batch_id, [(f.staged, f.name, f.bytes) for f in files])
         return BatchResult(batch_id, files=len(files), bytes=size, info=info)
-
-
-@dataclass(frozen=True)
-class StagedFile:
-    staged: str  #: where Spark wrote it
-    name: str  #: its path below the table folder once published
-    bytes: int
-    rows: int  #: from its footer
-
-
-def check_rows(batch_id: int, table: str, files: list[StagedFile], info: dict[str, Any],
-               recount: Recount | None = None) -> None:
-    """The commit invariant: the rows about to be committed are exactly the rows the
-    batch counted as written. When the observed count disagrees, ``recount`` (an exact
-    count) decides — an observation can count a re-run task twice — and ``info`` is
-    corrected; a real difference raises :class:`CommitMismatch` before the commit point
-    (nothing is published; the query stops, loudly)."""
-    if "written" not in info:
-        return
-    staged = sum(f.rows for f in files)
-    if staged != int(info["written"]) and recount is not None:
-        exact = recount()
-        if exact == staged:
-            logger.warning("batch %d: the observed count (%d written) was off; an exact "
-                           "count agrees with the %d staged row(s)", batch_id,
-                           int(info["written"]), staged)
-            info["written"] = exact
-            info["records"] = exact + int(info.get("rejected", 0))
-    if staged != int(info["written"]):
-        raise CommitMismatch(
-            f"batch {batch_id} of {table}: {int(info['written'])} row(s) counted as written "
-            f"but {staged} found in {len(files)} staged file(s); nothing was committed. "
-            "This is a lakesink bug: please report it with this message")
