@@ -606,6 +606,18 @@ class BatchProcessor:
         writer = self.writer
         assert isinstance(writer, DeltaTableWriter) and self.arrow is not None
         writer.ensure_table(lambda: self._good(self._marked(df.limit(0))))
+        spec = self.arrow
+        columns: dict[str, str | None] = {
+            name: type_name for name, type_name, _ in spec.fields}
+        # partition columns: any type (their values live in the log, as text)
+        columns.update({c: None for c in (*spec.partition_by, spec.key_column,
+                                          spec.metadata_column) if c})
+        lacking = writer.lacks_columns(columns)
+        if lacking:
+            logger.info("batch %d: the Delta table lacks column(s) %s of the schema: the "
+                        "batch takes Spark's writer, which adds them", batch_id,
+                        ", ".join(lacking))
+            return self._write_guarded(df, batch_id)
         rows_per_file = writer.rows_per_file()
         tasks = stage_in_tasks(df, self.arrow, writer.layout.table, rows_per_file,
                                file_tag=f"-b{batch_id:010d}-{run_tag(self.app_id)}")

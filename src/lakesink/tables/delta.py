@@ -51,6 +51,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+#: Spark type names (as the Arrow path reads them) -> Delta's primitive type names
+_DELTA_TYPES = {"string": "string", "boolean": "boolean", "tinyint": "byte",
+                "smallint": "short", "int": "integer", "bigint": "long", "float": "float",
+                "double": "double"}
+
+
 class DeltaTableWriter(TableWriter):
     format = "delta"
 
@@ -179,6 +185,17 @@ class DeltaTableWriter(TableWriter):
             self._spark_writer(empty(), exists=False).save(self.layout.table)
             logger.info("%s: Delta table created (schema from Spark)", self.layout.table)
             self._has_commits = True
+
+    def lacks_columns(self, columns: dict[str, str | None]) -> list[str]:
+        """The ``columns`` (name -> Spark type name, None: any type) the table's schema
+        does not have with that type. The stored schema may be ahead of the table's:
+        Spark's writer adds new columns (``mergeSchema``) when it writes them, while a
+        delta-rs commit keeps the table's schema, so a batch with such columns must
+        take Spark's writer."""
+        fields = {f.name: getattr(f.type, "type", None) for f in self._delta_rs().schema().fields}
+        return [name for name, spark_type in columns.items()
+                if name not in fields or (spark_type is not None
+                                          and fields[name] != _DELTA_TYPES[spark_type])]
 
     def commit_files(self, batch_id: int, files: list[tuple[str, int, int, str | None]],
                      info: dict[str, Any], recount: Recount | None = None) -> BatchResult:
