@@ -114,7 +114,8 @@ def run_task(spec: TaskSpec, batches: Iterable[pa.RecordBatch], task: int,
     """Steps 1-6 for one task (``task``: its Spark partition id; ``attempt``: this
     attempt's id, in its file names), ``spec.chunk_rows`` records at a time; a folder's
     file numbers go on across chunks. More than ``spec.max_suspects`` suspects: the
-    task reports ``overflow`` alone (the driver redoes the batch on the Spark path)."""
+    task reports ``overflow`` and the files it wrote before (the driver removes them and
+    redoes the batch on the Spark path)."""
     numbers: dict[str, int] = {}  # files written per folder so far
     records = handed = handed_bytes = 0
     out: list[pa.RecordBatch] = []
@@ -133,7 +134,8 @@ def run_task(spec: TaskSpec, batches: Iterable[pa.RecordBatch], task: int,
                         for written in write_folders(spec, good, task, numbers, attempt)]
             if suspects.num_rows:
                 out.append(_suspects(suspects))
-    except TooManySuspects:
+    except TooManySuspects:  # the files written so far, so the driver can remove them
+        yield from (b for b in out if b.column(0)[0].as_py() == "file")
         yield _row(1, kind=pa.array(["overflow"]))
         return
     yield from out

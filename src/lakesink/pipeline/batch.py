@@ -32,6 +32,7 @@ import functools
 import logging
 import operator
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -122,6 +123,7 @@ class BatchProcessor:
         self.engine = engine
         self.task_filesystem = task_filesystem
         self.arrow: TaskSpec | None = None
+        self._said_refused = False  # a Delta table's features were said to refuse files
         self.source_columns = source_columns or SourceColumns()
         self.transforms = transforms or Transforms([])
         self.policy = policy
@@ -606,6 +608,13 @@ class BatchProcessor:
         writer = self.writer
         assert isinstance(writer, DeltaTableWriter) and self.arrow is not None
         writer.ensure_table(lambda: self._good(self._marked(df.limit(0))))
+        refused = writer.files_refusal()
+        if refused:
+            if not self._said_refused:
+                logger.warning("%s: Delta batches take Spark's writer: %s",
+                               writer.layout.table, refused)
+                self._said_refused = True
+            return self._write_guarded(df, batch_id)
         spec = self.arrow
         columns: dict[str, str | None] = {
             name: type_name for name, type_name, _ in spec.fields}
@@ -619,8 +628,11 @@ class BatchProcessor:
                         ", ".join(lacking))
             return self._write_guarded(df, batch_id)
         rows_per_file = writer.rows_per_file()
+        # file names of this attempt: the batch, the run, and a nonce (Spark's task
+        # attempt ids restart with every process)
+        tag = f"-b{batch_id:010d}-{run_tag(self.app_id)}-{uuid.uuid4().hex[:8]}"
         tasks = stage_in_tasks(df, self.arrow, writer.layout.table, rows_per_file,
-                               file_tag=f"-b{batch_id:010d}-{run_tag(self.app_id)}")
+                               file_tag=tag)
         if tasks.overflow:
             logger.warning("batch %d: too many records the Arrow path does not certify "
                            "(more than %d in a task): the batch takes the Spark path",
@@ -647,7 +659,7 @@ class BatchProcessor:
                     counts["unknown"] = found["unknown"]
                 if found["records"] > found["rejected"]:
                     files += writer.stage_in_place(self._good(marked), batch_id,
-                                                   rows_per_file)
+                                                   rows_per_file, tag)
             info = {**self._info(counts, marked, batch_id), "arrow_rows": tasks.rows}
             good = self._good(marked) if marked is not None else None
             result = writer.commit_files(

@@ -186,6 +186,18 @@ class DeltaTableWriter(TableWriter):
             logger.info("%s: Delta table created (schema from Spark)", self.layout.table)
             self._has_commits = True
 
+    def files_refusal(self) -> str | None:
+        """Why this table's batches cannot be committed from files (None: they can):
+        table features that Spark's writer enforces while writing rows, and delta-rs
+        cannot check for files it did not write (CHECK constraints, column mapping)."""
+        table = self._delta_rs()
+        config = table.metadata().configuration or {}
+        if any(k.startswith("delta.constraints.") for k in config):
+            return "the table has CHECK constraints (enforced by Spark's writer)"
+        if config.get("delta.columnMapping.mode", "none") != "none":
+            return "the table uses column mapping (physical column names)"
+        return None
+
     def lacks_columns(self, columns: dict[str, str | None]) -> list[str]:
         """The ``columns`` (name -> Spark type name, None: any type) the table's schema
         does not have with that type. The stored schema may be ahead of the table's:
@@ -226,6 +238,14 @@ class DeltaTableWriter(TableWriter):
                           stats or json.dumps({"numRecords": rows}))
                 for rel, rows, size, stats in files]
         table = self._delta_rs()
+        recorded = table.transaction_version(self.app_id)
+        if recorded is not None and recorded >= batch_id:
+            # committed meanwhile by another writer of this app id (a zombie's race):
+            # delta-rs does not refuse a txn version that is not newer, Spark's writer did
+            logger.warning("batch %d is already in the Delta log (txn %d): not committed "
+                           "again", batch_id, recorded)
+            self._committed = recorded
+            return BatchResult(batch_id, skipped=True)
         self.fence()
         try:
             table.create_write_transaction(
@@ -245,15 +265,15 @@ class DeltaTableWriter(TableWriter):
         self.measured(int(info.get("written", 0)), size)
         return BatchResult(batch_id, files=len(staged), bytes=size, info=info)
 
-    def stage_in_place(self, df: DataFrame, batch_id: int, rows_per_file: int | None
-                       ) -> list[tuple[str, int, int, str | None]]:
+    def stage_in_place(self, df: DataFrame, batch_id: int, rows_per_file: int | None,
+                       file_tag: str) -> list[tuple[str, int, int, str | None]]:
         """Spark writes ``df`` (the suspects it accepted: few rows) into the batch's
         staging folder; each file then moves into its partition folder of the table
-        under a name of the batch (``part-s-<n>-b<batch>-<run>.parquet``), still
-        invisible until :meth:`commit_files` lists it. Returns them as the tasks report
-        theirs (statistics: the row count only)."""
-        run = run_tag(self.app_id)
-        folder = self.layout.staging(run, batch_id)
+        as ``part-s-<n><file_tag>.parquet`` (the tag names the batch attempt, so no
+        other attempt's file is ever replaced), still invisible until
+        :meth:`commit_files` lists it. Returns them as the tasks report theirs
+        (statistics: the row count only)."""
+        folder = self.layout.staging(run_tag(self.app_id), batch_id)
         self.fs.delete(folder)
         self.stage(df, folder, rows_per_file)
         out: list[tuple[str, int, int, str | None]] = []
@@ -262,7 +282,7 @@ class DeltaTableWriter(TableWriter):
             if not is_safe_relative_dir(rel_dir, self.partition_by):
                 raise SinkError(f"unexpected staged path {relative!r} for partitions "
                                 f"{self.partition_by}")
-            name = f"part-s-{n:05d}-b{batch_id:010d}-{run}.parquet"
+            name = f"part-s-{n:05d}{file_tag}.parquet"
             rel = f"{rel_dir}/{name}" if rel_dir else name
             rows = self.fs.parquet_rows(path)
             self.fs.replace(path, join(self.layout.table, rel))
