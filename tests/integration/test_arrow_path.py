@@ -212,3 +212,7 @@ def test_arrow_path_commits_to_delta_what_the_spark_path_commits(spark, kafka_br
     assert stats["arrow"].rejected == stats["spark"].rejected
     assert _delta_rs_rows(lakes["spark"] / "events") == 0
     assert _delta_rs_rows(lakes["arrow"] / "events") > len(want_rs) * 0.5
+    # 12 commits: both writers follow the table's checkpoint interval of 10 (delta-rs'
+    # own default would be 100; it checkpoints the 10th commit, version 9)
+    for lake in lakes.values():
+        assert list((lake / "events" / "_delta_log").glob("*.checkpoint.parquet"))

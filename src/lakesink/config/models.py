@@ -270,7 +270,7 @@ class TableConfig(_Section):
     delta_checkpoint_interval: int | None = Field(
         default=None, gt=0,
         description="Delta: write a log checkpoint every N commits (set when the table is "
-        "created; Delta's default otherwise)",
+        "created; 10, delta-spark's default, otherwise)",
     )
     files_per_partition: int = Field(
         default=1, ge=0,

@@ -57,6 +57,10 @@ _DELTA_TYPES = {"string": "string", "boolean": "boolean", "tinyint": "byte",
                 "double": "double"}
 
 
+#: a log checkpoint every N commits unless configured: delta-spark's default
+CHECKPOINT_INTERVAL = 10
+
+
 class DeltaTableWriter(TableWriter):
     format = "delta"
 
@@ -327,9 +331,9 @@ class DeltaTableWriter(TableWriter):
             writer = writer.option("mergeSchema", "true")
         if self.partition_by:
             writer = writer.partitionBy(*self.partition_by)
-        if not exists:
-            if self.checkpoint_interval:
-                writer = writer.option("delta.checkpointInterval", str(self.checkpoint_interval))
+        if not exists:  # written down: delta-rs, which also commits, defaults to 100
+            writer = writer.option("delta.checkpointInterval",
+                                   str(self.checkpoint_interval or CHECKPOINT_INTERVAL))
             if self.type_widening:
                 writer = writer.option("delta.enableTypeWidening", "true")
         return writer
