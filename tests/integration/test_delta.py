@@ -84,3 +84,31 @@ def test_format_change_is_refused(spark, kafka_broker, topic, tmp_path) -> None:
         run_once(spark, config_dict(kafka_broker, topic, lake, format="delta"))
     assert info.value.key == "table.format"
     assert "is parquet, config says delta" in str(info.value)
+
+
+def test_a_batch_two_writers_commit_from_files_lands_once(spark, tmp_path) -> None:
+    """The second-writer window of the Arrow path's Delta commit: writer B (a successor)
+    commits batch 0 while writer A (a zombie with the same app id, which never saw that
+    commit) still has it in hand. A's later ``commit_files`` must see the batch's txn in
+    the log and commit nothing: delta-rs itself does not refuse an old txn version."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lakesink.tables.delta import DeltaTableWriter
+    from lakesink.tables.layout import TableLayout
+
+    layout = TableLayout.of(str(tmp_path / "lake"), "events")
+    a, b = (DeltaTableWriter(spark, layout, app_id="app-1", partition_by=[])
+            for _ in range(2))
+    a.ensure_table(lambda: spark.createDataFrame([], "id long"))
+    root = tmp_path / "lake" / "events"
+
+    def staged(name: str, ids: list[int]) -> tuple[str, int, int, None]:
+        pq.write_table(pa.table({"id": pa.array(ids, pa.int64())}), root / name)
+        return name, len(ids), (root / name).stat().st_size, None
+
+    done = b.commit_files(0, [staged("part-b.parquet", [1, 2, 3])], {"written": 3})
+    late = a.commit_files(0, [staged("part-a.parquet", [1, 2, 3])], {"written": 3})
+    assert not done.skipped and late.skipped
+    assert sorted(delta_ids(root)) == [1, 2, 3]
+    assert spark.read.format("delta").load(str(root)).count() == 3
