@@ -52,7 +52,13 @@ EDGE_VALUES: list[bytes | None] = [
     b'{"id": 1, "ts": "-62135596801"}', b'{"id": 1, "ts": "253402300800"}',
     b'{"id": 1, "ts": "1e20"}', b'{"id": 1, "ts": "+.5e3"}', b'{"id": 1, "ts": ""}',
     b'{"id": 1, "ts": 1795000000}', b'{"id": 1, "ts": null}',
+    # partition values that cannot name a folder (a NUL; over 255 bytes escaped) and
+    # the longest that can: the first three are dead letters, not a batch that fails
+    b'{"id": 1, "location": "a\\u0000b"}', b'{"id": 1, "location": "%s"}' % (b"a" * 247),
+    b'{"id": 1, "location": "%s"}' % (b"=" * 83), b'{"id": 1, "location": "%s"}' % (b"a" * 246),
 ]
+#: the edge values with reason ``invalid_partition_value``
+UNFIT_FOLDERS = 3
 
 
 def _random_records(rng: random.Random, n: int) -> list[bytes | None]:
@@ -139,6 +145,11 @@ def test_arrow_path_writes_what_the_spark_path_writes(spark, kafka_broker, topic
         assert got == want
     assert _folders(lakes["arrow"] / "events") == _folders(lakes["spark"] / "events")
     assert _dead_letters(lakes["arrow"]) == _dead_letters(lakes["spark"])
+    assert [r[2:5] for r in _dead_letters(lakes["spark"])
+            if r[2] == "invalid_partition_value"] == [
+        ("invalid_partition_value", "location: the value cannot name a partition folder (it "
+         "holds a NUL byte, or location=<value>, escaped, is over 255 bytes)", "schema")
+    ] * UNFIT_FOLDERS
     assert stats["arrow"].written == stats["spark"].written
     assert stats["arrow"].rejected == stats["spark"].rejected
     assert stats["arrow"].unknown_dropped == stats["spark"].unknown_dropped
@@ -208,6 +219,11 @@ def test_arrow_path_commits_to_delta_what_the_spark_path_commits(spark, kafka_br
     assert got_spark == want_spark == want_rs
     assert got_count == want_count == len(want_rs)
     assert _dead_letters(lakes["arrow"]) == _dead_letters(lakes["spark"])
+    assert [r[2:5] for r in _dead_letters(lakes["spark"])
+            if r[2] == "invalid_partition_value"] == [
+        ("invalid_partition_value", "location: the value cannot name a partition folder (it "
+         "holds a NUL byte, or location=<value>, escaped, is over 255 bytes)", "schema")
+    ] * UNFIT_FOLDERS
     assert stats["arrow"].written == stats["spark"].written
     assert stats["arrow"].rejected == stats["spark"].rejected
     assert _delta_rs_rows(lakes["spark"] / "events") == 0

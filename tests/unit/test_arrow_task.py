@@ -25,6 +25,7 @@ from lakesink.pipeline.arrow_task import (
     write_folders,
 )
 from lakesink.pipeline.partitioning import (
+    folder_fits,
     partition_path,
     time_parts,
     to_utc,
@@ -260,6 +261,21 @@ def test_non_finite_doubles_are_suspects(tmp_path, text) -> None:
     out = pa.Table.from_batches(list(run_task(
         spec, [_batch([b'{"id": 1, "ts": 1, "score": ' + text + b"}"])], task=0)))
     assert out.column("kind").to_pylist() == ["suspect", "count"]
+
+
+@pytest.mark.parametrize(("location", "fits"), [
+    ("a" * 246, True), ("a" * 247, False), ("/" * 82, True), ("/" * 83, False),
+    ("é" * 123, True), ("é" * 124, False), ("a\x00b", False), ("", True)])
+def test_a_partition_value_that_cannot_name_a_folder_is_a_suspect(tmp_path, location,
+                                                                   fits) -> None:
+    """A NUL, or ``location=<escaped value>`` over 255 bytes, would fail the batch on
+    every retry (ext4, XFS and HDFS refuse such a name): the record is a suspect, which
+    Spark's path rejects as ``invalid_partition_value``."""
+    assert folder_fits("location", location) is fits
+    record = json.dumps({"id": 1, "location": location, "ts": 1795000000}).encode()
+    out = pa.Table.from_batches(list(run_task(_spec(tmp_path), [_batch([record])], task=0)))
+    assert out.column("kind").to_pylist() == (["file", "count"] if fits
+                                              else ["suspect", "count"])
 
 
 def test_a_kafka_timestamp_outside_years_1_to_9999_is_a_suspect(tmp_path) -> None:

@@ -44,7 +44,13 @@ import pyarrow.fs as pafs
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
-from lakesink.pipeline.partitioning import TIME_PARTS, UNIT_THRESHOLDS, escape_value
+from lakesink.pipeline.partitioning import (
+    MAX_FOLDER_BYTES,
+    TIME_PARTS,
+    UNIT_THRESHOLDS,
+    escape_value,
+    folder_fits,
+)
 
 #: Spark type names -> Arrow types the Arrow path decodes exactly like Spark's from_json
 ARROW_TYPES: dict[str, pa.DataType] = {
@@ -333,6 +339,8 @@ def certify(spec: TaskSpec, raw: pa.Table, decoded: pa.Table, ok: pa.Array
             checks.append(pc.fill_null(pc.is_finite(col), True))
         if type_name == "string":  # Arrow's JSON reader does not check UTF-8
             checks.append(_valid_utf8(col))
+            if name in spec.partition_by and name not in spec.derived:
+                checks.append(_folders_fit(name, col))
     columns: dict[str, pa.Array] = {}
     for name, _, _ in spec.fields:
         if name not in spec.derived:
@@ -373,6 +381,21 @@ def _valid_utf8(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     except (pa.ArrowInvalid, ValueError):
         pass
     return pa.array([_decodes(v) for v in col.cast(pa.binary()).to_pylist()], pa.bool_())
+
+
+def _folders_fit(name: str, col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Per value of a text partition column: it can name a folder (``folder_fits``);
+    checked exactly only for values long enough or holding a NUL."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    prefix = len(f"{escape_value(name)}=".encode())
+    risky = pc.fill_null(pc.or_(
+        pc.greater(pc.add(pc.multiply(pc.binary_length(col), 3), prefix), MAX_FOLDER_BYTES),
+        pc.match_substring(col, "\x00")), False)
+    if not pc.any(risky).as_py():
+        return pa.array([True] * len(col), pa.bool_())
+    values = col.cast(pa.binary()).to_pylist()
+    return pa.array([not r or v is None or folder_fits(name, v.decode("utf-8", "replace"))
+                     for v, r in zip(values, risky.to_pylist(), strict=True)], pa.bool_())
 
 
 def _decodes(value: bytes | None) -> bool:

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 INVALID_TIMESTAMP = "invalid_timestamp"
+INVALID_PARTITION_VALUE = "invalid_partition_value"
 # rows of new fields sampled to type them (the rest are decoded with those types)
 EVOLUTION_SAMPLE = 10_000
 # how often one batch may evolve the schema before leftovers count as unknown
@@ -73,7 +74,8 @@ UNKNOWN_NAMES_REPORTED = 20
 GUARD_MESSAGE = "lakesink: this batch needs a schema change or its dead letters staged first"
 # reasons of the "schema" stage (the value decoded but does not fit the table); the
 # rest are "decode" (the value could not be read at all)
-SCHEMA_REASONS = ("schema_mismatch", "missing_required", "unknown_field", INVALID_TIMESTAMP)
+SCHEMA_REASONS = ("schema_mismatch", "missing_required", "unknown_field", INVALID_TIMESTAMP,
+                  INVALID_PARTITION_VALUE)
 
 # (schema, changes, batch id) -> None: store an evolved schema durably
 SchemaStore = Callable[[T.StructType, list[str], int], None]
@@ -221,6 +223,9 @@ class BatchProcessor:
         if self.partitions.timestamp_column is not None:
             ts, invalid = self.partitions.timestamp(F.col(self.record), F.col("kafka_timestamp"))
             fail = F.coalesce(fail, F.when(invalid, F.lit(INVALID_TIMESTAMP)))
+        folders = self.partitions.unfit_folders(F.col(self.record), self.columns)
+        if folders is not None:
+            fail = F.coalesce(fail, F.when(folders[0], F.lit(INVALID_PARTITION_VALUE)))
         return _MarkedPlan(select, extra, decode_fail, explode, ts, fail)
 
     def _widenable(self) -> list[T.StructField]:
@@ -342,6 +347,11 @@ class BatchProcessor:
             else F.lit("?"),
             F.lit(" as a timestamp (epoch s/ms/us/ns or ISO-8601)"),
         )
+        folders = self.partitions.unfit_folders(F.col(self.record), self.columns)
+        if folders is not None:  # the first check that failed names the reason
+            is_folder = F.col("_fail") == F.lit(INVALID_PARTITION_VALUE)
+            reason = F.when(is_folder, F.lit(INVALID_PARTITION_VALUE)).otherwise(reason)
+            detail = F.when(is_folder, folders[1]).otherwise(detail)
         stage = (F.when(is_ts | reason.isin(*SCHEMA_REASONS), F.lit("schema"))
                  .otherwise(F.lit("decode")))
         if self.transforms:

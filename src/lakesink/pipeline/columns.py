@@ -11,8 +11,10 @@ from pyspark.sql import types as T
 from lakesink.errors import ConfigError
 from lakesink.pipeline.partitioning import (
     HIVE_DEFAULT_PARTITION,
+    MAX_FOLDER_BYTES,
     TIME_PARTS,
     check_timestamp_type,
+    folder_unfit_expr,
     time_part_exprs,
     timestamp_column_expr,
 )
@@ -95,6 +97,27 @@ class PartitionSpec:
             return col
         text = col.cast("string")
         return F.when(text.isNull() | (text == ""), F.lit(self.null_value)).otherwise(text)
+
+    def unfit_folders(self, record: Column, schema: T.StructType
+                      ) -> tuple[Column, Column] | None:
+        """(unfit, detail) per record: whether one of its text partition values cannot
+        name a folder (:func:`~lakesink.pipeline.partitioning.folder_fits`), and which;
+        ``None`` when the table has no text partition column."""
+        from pyspark.sql import functions as F
+
+        names = [f.name for f in schema.fields if f.name in self.columns
+                 and f.name not in self.derived and isinstance(f.dataType, T.StringType)]
+        if not names:
+            return None
+        unfit = {name: folder_unfit_expr(name, record[name]) for name in names}
+        any_unfit = F.lit(False)
+        for check in unfit.values():
+            any_unfit = any_unfit | check
+        detail = F.coalesce(*[F.when(check, F.lit(
+            f"{name}: the value cannot name a partition folder (it holds a NUL byte, or "
+            f"{name}=<value>, escaped, is over {MAX_FOLDER_BYTES} bytes)"))
+            for name, check in unfit.items()])
+        return any_unfit, detail
 
     def output_columns(
         self, record: Column, schema: T.StructType, ts: Column | None

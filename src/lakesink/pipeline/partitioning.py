@@ -41,6 +41,11 @@ HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
 # Hive's FileUtils.escapePathName character set (what Spark's partitionBy uses).
 _ESCAPE = set('"#%\'*/:=?\\\x7f{[]^') | {chr(c) for c in range(0x01, 0x20)}
+# the same set as a Java regular expression character class
+_ESCAPE_CLASS = '[\\x01-\\x1F\\x7F"#%\'*/:=?\\\\{\\[\\]\\^]'
+#: the longest partition folder name ``<col>=<escaped value>``, in UTF-8 bytes: the
+#: name limit of ext4, XFS and HDFS (``dfs.namenode.fs-limits.max-component-length``)
+MAX_FOLDER_BYTES = 255
 
 
 def detect_unit(value: float) -> str:
@@ -86,6 +91,16 @@ def time_parts(ts: dt.datetime | None) -> dict[str, str | None]:
 def escape_value(value: str) -> str:
     """Hive path escaping of one partition value."""
     return "".join(f"%{ord(c):02X}" if c in _ESCAPE else c for c in value)
+
+
+def folder_fits(col: str, value: str) -> bool:
+    """Whether ``value`` can name a folder of partition column ``col`` on every backend:
+    it holds no NUL (no file system takes one, and Hive's escaping leaves it as it is)
+    and ``<col>=<escaped value>`` is at most :data:`MAX_FOLDER_BYTES`. A record whose
+    value does not fit is a dead letter (``invalid_partition_value``): written, it
+    would fail its batch on every retry."""
+    return "\x00" not in value and len(
+        f"{escape_value(col)}={escape_value(value)}".encode()) <= MAX_FOLDER_BYTES
 
 
 def unescape_value(value: str) -> str:
@@ -168,6 +183,20 @@ def timestamp_column_expr(col: Column, dtype: DataType) -> Column:
         )
     check_timestamp_type(dtype)
     raise AssertionError("unreachable")
+
+
+def folder_unfit_expr(col: str, value: Column) -> Column:
+    """Spark's :func:`folder_fits`, negated: true when the string ``value`` cannot name
+    a folder of ``col`` (false for null). The exact length is computed only for values
+    long enough to matter."""
+    from pyspark.sql import functions as F
+
+    prefix = len(f"{escape_value(col)}=".encode())
+    size = F.octet_length(value)
+    escaped = F.length(value) - F.length(F.regexp_replace(value, _ESCAPE_CLASS, ""))
+    too_long = F.when(size * 3 + prefix > MAX_FOLDER_BYTES,
+                      size + escaped * 2 + prefix > MAX_FOLDER_BYTES).otherwise(False)
+    return F.coalesce(too_long | (F.instr(value, "\x00") > 0), F.lit(False))
 
 
 def time_part_exprs(ts: Column) -> dict[str, Column]:
