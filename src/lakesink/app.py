@@ -194,7 +194,9 @@ class TableParts:
             writer = DeltaTableWriter(spark, layout, **common,
                                       checkpoint_interval=table.delta_checkpoint_interval,
                                       merge_schema=table.schema_evolution == "add_columns",
-                                      type_widening=table.widening)
+                                      type_widening=table.widening,
+                                      task_filesystem=storage.delta_task_filesystem(
+                                          self.cfg, layout.base))
         else:
             writer = ParquetTableWriter(spark, layout, **common)
         writer.prepare()

@@ -98,7 +98,8 @@ def test_a_batch_two_writers_commit_from_files_lands_once(spark, tmp_path) -> No
     from lakesink.tables.layout import TableLayout
 
     layout = TableLayout.of(str(tmp_path / "lake"), "events")
-    a, b = (DeltaTableWriter(spark, layout, app_id="app-1", partition_by=[])
+    a, b = (DeltaTableWriter(spark, layout, app_id="app-1", partition_by=[],
+                               task_filesystem=("local", {}))
             for _ in range(2))
     a.ensure_table(lambda: spark.createDataFrame([], "id long"))
     root = tmp_path / "lake" / "events"

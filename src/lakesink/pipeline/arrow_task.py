@@ -105,14 +105,19 @@ class TaskSpec:
     filesystem: tuple[str, dict] = field(default=("local", {}), repr=False)
 
     def open_filesystem(self) -> pafs.FileSystem:
-        kind, kwargs = self.filesystem
-        if kind == "s3":
-            return pafs.S3FileSystem(**kwargs)
-        return pafs.LocalFileSystem()
+        return open_filesystem(self.filesystem)
 
     @property
     def schema(self) -> pa.Schema:
         return pa.schema([pa.field(n, ARROW_TYPES[t], True) for n, t, _ in self.fields])
+
+
+def open_filesystem(filesystem: tuple[str, dict]) -> pafs.FileSystem:
+    """pyarrow's filesystem for ``("local", {})`` or ``("s3", S3FileSystem keywords)``."""
+    kind, kwargs = filesystem
+    if kind == "s3":
+        return pafs.S3FileSystem(**kwargs)
+    return pafs.LocalFileSystem()
 
 
 def run_task(spec: TaskSpec, batches: Iterable[pa.RecordBatch], task: int,

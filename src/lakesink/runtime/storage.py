@@ -236,3 +236,13 @@ def task_filesystem(cfg: LakesinkConfig, base: str) -> tuple[str, dict[str, Any]
         if s3.session_token:
             kwargs["session_token"] = s3.session_token.get_secret_value()
     return "s3", kwargs
+
+
+def delta_task_filesystem(cfg: LakesinkConfig, base: str) -> tuple[str, dict[str, Any]] | str:
+    """:func:`task_filesystem` for a Delta table, whose Arrow-path batches delta-rs
+    commits: on S3 with conditional puts, so not beside delta-spark's DynamoDB log
+    store (several writers by design, coordinated by a lock delta-rs would not take)."""
+    if on_s3(base) and cfg.storage.s3.delta_log_store == "dynamodb":
+        return ("storage.s3.delta_log_store: dynamodb: delta-spark's DynamoDB log store "
+                "coordinates the writers; the table keeps Spark's writer")
+    return task_filesystem(cfg, base)

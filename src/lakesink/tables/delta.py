@@ -61,16 +61,44 @@ _DELTA_TYPES = {"string": "string", "boolean": "boolean", "tinyint": "byte",
 CHECKPOINT_INTERVAL = 10
 
 
+def delta_rs_s3_options(kwargs: dict[str, Any]) -> dict[str, str]:
+    """delta-rs's ``storage_options`` for the S3 client the tasks use (pyarrow
+    ``S3FileSystem`` keywords, as :func:`~lakesink.runtime.storage.task_filesystem`
+    builds them): the same endpoint, region, addressing and credentials (none: the
+    AWS default chain), and conditional puts for the log, which S3 and SeaweedFS
+    honour. Secrets: never logged."""
+    opts = {"aws_region": kwargs.get("region", "us-east-1"), "aws_conditional_put": "etag",
+            "aws_virtual_hosted_style_request": str(
+                bool(kwargs.get("force_virtual_addressing"))).lower()}
+    if kwargs.get("endpoint_override"):
+        scheme = kwargs.get("scheme", "https")
+        opts["aws_endpoint_url"] = f"{scheme}://{kwargs['endpoint_override']}"
+        if scheme == "http":
+            opts["aws_allow_http"] = "true"
+    for ours, theirs in (("access_key", "aws_access_key_id"),
+                         ("secret_key", "aws_secret_access_key"),
+                         ("session_token", "aws_session_token")):
+        if kwargs.get(ours):
+            opts[theirs] = kwargs[ours]
+    return opts
+
+
 class DeltaTableWriter(TableWriter):
     format = "delta"
 
     def __init__(self, spark: SparkSession, layout: TableLayout, *,
                  checkpoint_interval: int | None = None, merge_schema: bool = True,
-                 type_widening: bool = False, **kwargs: Any) -> None:
+                 type_widening: bool = False,
+                 task_filesystem: tuple[str, dict[str, Any]] | str =
+                 "no filesystem for the tasks",
+                 **kwargs: Any) -> None:
+        """``task_filesystem``: where the Arrow tasks write the table's files and how
+        (:func:`~lakesink.runtime.storage.delta_task_filesystem`), or why they do not."""
         super().__init__(spark, layout, **kwargs)
         self.checkpoint_interval = checkpoint_interval
         self.merge_schema = merge_schema
         self.type_widening = type_widening
+        self.task_filesystem = task_filesystem
         self._committed: int | None = None
         self._committed_known = False
         self._has_commits = False
@@ -169,9 +197,8 @@ class DeltaTableWriter(TableWriter):
     # -- the Arrow data path: files written by the tasks, committed by delta-rs ----------
 
     def arrow_refusal(self) -> str | None:
-        if not self.layout.table.startswith("file:"):
-            return ("the Arrow path commits Delta tables on local disk so far (delta-rs "
-                    "needs a locking or conditional-put setup per object store)")
+        if isinstance(self.task_filesystem, str):
+            return self.task_filesystem
         if self.type_widening:
             return "type widening is a Delta feature delta-rs does not write"
         return None
@@ -225,15 +252,14 @@ class DeltaTableWriter(TableWriter):
         from deltalake import CommitProperties, Transaction
         from deltalake.transaction import AddAction
 
-        root = local_path(self.layout.table)
         staged = []
-        for rel, rows, size, _ in files:
-            meta = pq.read_metadata(root / rel)
-            if meta.num_rows != rows or (root / rel).stat().st_size != size:
+        for (rel, rows, size, _), (found_rows, found_size) in zip(
+                files, self._footers([rel for rel, *_ in files]), strict=True):
+            if found_rows != rows or found_size != size:
                 raise CommitMismatch(
                     f"batch {batch_id} of {self.layout.table}: {rel} was reported with "
-                    f"{rows} row(s), {size} bytes; its footer says {meta.num_rows} row(s), "
-                    f"the file has {(root / rel).stat().st_size} bytes. Nothing was "
+                    f"{rows} row(s), {size} bytes; its footer says {found_rows} row(s), "
+                    f"the file has {found_size} bytes. Nothing was "
                     "committed. This is a lakesink bug: please report it with this message")
             staged.append(StagedFile(rel, rel, size, rows))
         check_rows(batch_id, self.layout.table, staged, info, recount)
@@ -300,13 +326,47 @@ class DeltaTableWriter(TableWriter):
         for rel in rels:
             self.fs.delete(join(self.layout.table, rel), recursive=False)
 
+    def _footers(self, rels: list[str]) -> list[tuple[int, int]]:
+        """(rows in the footer, bytes) of each file below the table folder, read through
+        the tasks' filesystem (on S3 a few requests per file: read concurrently)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from lakesink.pipeline.arrow_task import open_filesystem
+
+        assert not isinstance(self.task_filesystem, str)
+        fs = open_filesystem(self.task_filesystem)
+        root = self._task_root()
+
+        def footer(rel: str) -> tuple[int, int]:
+            path = f"{root}/{rel}"
+            with fs.open_input_file(path) as f:
+                return pq.read_metadata(f).num_rows, f.size()
+
+        if len(rels) < 2 or self.task_filesystem[0] == "local":
+            return [footer(rel) for rel in rels]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            return list(pool.map(footer, rels))
+
+    def _task_root(self) -> str:
+        """The table folder as the tasks' filesystem spells it (S3: ``bucket/key``)."""
+        if self.task_filesystem[0] == "s3":
+            return self.layout.table.split("://", 1)[1].rstrip("/")
+        return str(local_path(self.layout.table))
+
     def _delta_rs(self) -> Any:
         """delta-rs's handle of the table, brought up to date (it reads only the log
-        entries added since: Spark's writer may have committed some)."""
+        entries added since: Spark's writer may have committed some). On S3 its log
+        commits are conditional puts (``If-None-Match: *``): a second commit of the same
+        version fails instead of replacing the first."""
         from deltalake import DeltaTable
 
         if self._table is None:
-            self._table = DeltaTable(str(local_path(self.layout.table)))
+            kind, kwargs = self.task_filesystem  # type: ignore[misc]
+            if kind == "s3":
+                self._table = DeltaTable(f"s3://{self._task_root()}",
+                                         storage_options=delta_rs_s3_options(kwargs))
+            else:
+                self._table = DeltaTable(self._task_root())
         else:
             self._table.update_incremental()
         return self._table
