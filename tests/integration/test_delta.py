@@ -113,3 +113,44 @@ def test_a_batch_two_writers_commit_from_files_lands_once(spark, tmp_path) -> No
     assert not done.skipped and late.skipped
     assert sorted(delta_ids(root)) == [1, 2, 3]
     assert spark.read.format("delta").load(str(root)).count() == 3
+
+
+def test_a_delta_rs_commit_whose_version_was_taken_reads_the_log_again(spark,
+                                                                       tmp_path) -> None:
+    """The window between the Arrow path's txn check and its delta-rs put: another
+    commit lands there (injected through the lease check, the last step before the
+    put), so the version the put wants is taken. lakesink then reads the log again
+    itself: a foreign commit is followed (the batch lands at the next version), a commit
+    of the same batch (a zombie's, or our own put whose response was lost) ends it.
+    (delta-rs' own retry, turned off, fails with "concurrent transaction" on the latter,
+    and the whole batch would be redone; with neither, the commit fails.)"""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable, write_deltalake
+
+    from lakesink.tables.delta import DeltaTableWriter
+    from lakesink.tables.layout import TableLayout
+
+    layout = TableLayout.of(str(tmp_path / "lake"), "events")
+    a, b = (DeltaTableWriter(spark, layout, app_id="app-1", partition_by=[],
+                               task_filesystem=("local", {}))
+            for _ in range(2))
+    a.ensure_table(lambda: spark.createDataFrame([], "id long"))
+    root = tmp_path / "lake" / "events"
+
+    def staged(name: str, ids: list[int]) -> tuple[str, int, int, None]:
+        pq.write_table(pa.table({"id": pa.array(ids, pa.int64())}), root / name)
+        return name, len(ids), (root / name).stat().st_size, None
+
+    def once(action):  # noqa: ANN001, ANN202 - runs ``action`` at the first lease check
+        pending = [action]
+        return lambda: pending and pending.pop()()
+
+    a.fence = once(lambda: write_deltalake(  # another app's append, in a's window
+        str(root), pa.table({"id": pa.array([100], pa.int64())}), mode="append"))
+    assert not a.commit_files(0, [staged("part-a0.parquet", [1, 2])], {"written": 2}).skipped
+    a.fence = once(lambda: b.commit_files(1, [staged("part-b1.parquet", [3])], {"written": 1}))
+    assert a.commit_files(1, [staged("part-a1.parquet", [3])], {"written": 1}).skipped
+    table = DeltaTable(str(root))
+    assert (table.version(), table.transaction_version("app-1")) == (3, 1)
+    assert sorted(delta_ids(root)) == [1, 2, 3, 100]

@@ -59,6 +59,8 @@ _DELTA_TYPES = {"string": "string", "boolean": "boolean", "tinyint": "byte",
 
 #: a log checkpoint every N commits unless configured: delta-spark's default
 CHECKPOINT_INTERVAL = 10
+#: tries of one batch's delta-rs commit when its log version was taken meanwhile
+COMMIT_ATTEMPTS = 5
 
 
 def delta_rs_s3_options(kwargs: dict[str, Any]) -> dict[str, str]:
@@ -250,6 +252,7 @@ class DeltaTableWriter(TableWriter):
         nothing committed). Files of a failed attempt are never in the log: readers do
         not see them (``VACUUM`` removes them)."""
         from deltalake import CommitProperties, Transaction
+        from deltalake.exceptions import CommitFailedError
         from deltalake.transaction import AddAction
 
         staged = []
@@ -267,28 +270,45 @@ class DeltaTableWriter(TableWriter):
         adds = [AddAction(rel, size, self._partition_values(rel), now, True,
                           stats or json.dumps({"numRecords": rows}))
                 for rel, rows, size, stats in files]
-        table = self._delta_rs()
-        recorded = table.transaction_version(self.app_id)
-        if recorded is not None and recorded >= batch_id:
-            # committed meanwhile by another writer of this app id (a zombie's race):
-            # delta-rs does not refuse a txn version that is not newer, Spark's writer did
-            logger.warning("batch %d is already in the Delta log (txn %d): not committed "
-                           "again", batch_id, recorded)
-            self._committed = recorded
-            return BatchResult(batch_id, skipped=True)
-        self.fence()
-        try:
-            table.create_write_transaction(
-                adds, "append", table.schema(), partition_by=self.partition_by or None,
-                commit_properties=CommitProperties(
-                    app_transactions=[Transaction(self.app_id, batch_id)],
-                    custom_metadata={"lakesink.app_id": self.app_id,
-                                     "lakesink.batch_id": batch_id,
-                                     "lakesink.rows": sum(f.rows for f in staged)}))
-            fault_point("raise_after_delta_commit", batch_id)
-        except BaseException:
-            self._committed_known = False  # see write_batch: it may have landed
-            raise
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            table = self._delta_rs()
+            recorded = table.transaction_version(self.app_id)
+            if recorded is not None and recorded >= batch_id:
+                # already in the log: another writer of this app id (a zombie's race) or
+                # our own put whose response was lost. delta-rs does not refuse a txn
+                # version that is not newer (Spark's writer did), so this check must
+                logger.warning("batch %d is already in the Delta log (txn %d): not "
+                               "committed again", batch_id, recorded)
+                self._committed = recorded
+                return BatchResult(batch_id, skipped=True)
+            self.fence()
+            try:
+                table.create_write_transaction(
+                    adds, "append", table.schema(), partition_by=self.partition_by or None,
+                    # no retry inside delta-rs: when the version is taken (by another
+                    # commit, or by our own put whose response was lost) this loop reads
+                    # the log again and skips or re-commits; delta-rs' retry would fail
+                    # on a commit of our app id ("concurrent transaction") and the whole
+                    # batch would be redone
+                    commit_properties=CommitProperties(
+                        max_commit_retries=0,
+                        app_transactions=[Transaction(self.app_id, batch_id)],
+                        custom_metadata={"lakesink.app_id": self.app_id,
+                                         "lakesink.batch_id": batch_id,
+                                         "lakesink.rows": sum(f.rows for f in staged)}))
+                fault_point("raise_after_delta_commit", batch_id)
+            except CommitFailedError:
+                if attempt < COMMIT_ATTEMPTS:
+                    logger.info("batch %d: the Delta log moved on meanwhile; reading it "
+                                "again (attempt %d of %d)", batch_id, attempt,
+                                COMMIT_ATTEMPTS)
+                    continue
+                self._committed_known = False
+                raise
+            except BaseException:
+                self._committed_known = False  # see write_batch: it may have landed
+                raise
+            break
         self._committed = batch_id
         fault_point("after_delta_commit", batch_id)
         size = sum(f.bytes for f in staged)
