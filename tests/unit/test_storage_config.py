@@ -133,3 +133,31 @@ def test_local_uris_are_taken_literally_like_hadoop(tmp_path) -> None:  # noqa: 
     assert local_path("file://host/a b") == Path("/a b")
     assert to_uri("s3a://bucket/x/") == "s3a://bucket/x"
     assert to_uri("file:///a b/") == "file:///a b"
+
+
+def test_delta_rs_gets_the_tasks_s3_client_settings_and_conditional_puts() -> None:
+    """The Arrow path's delta-rs commits on S3: the same endpoint, region, addressing
+    and keys as the tasks' pyarrow client, and a conditional put of the log entry; no
+    delta-rs beside delta-spark's DynamoDB log store."""
+    from lakesink.runtime.storage import delta_task_filesystem
+    from lakesink.tables.delta import delta_rs_s3_options
+
+    env = {"S3_BUCKET": "b", "AWS_REGION": "eu-west-1", "AWS_ENDPOINT_URL": "http://minio:9000",
+           "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": "s3cr3t-value"}
+    cfg = load_config(overrides=[*BASE, "table.format=delta"], env=env)
+    kind, kwargs = delta_task_filesystem(cfg, cfg.table.base_path)
+    assert kind == "s3"
+    assert delta_rs_s3_options(kwargs) == {
+        "aws_region": "eu-west-1", "aws_conditional_put": "etag",
+        "aws_virtual_hosted_style_request": "false", "aws_endpoint_url": "http://minio:9000",
+        "aws_allow_http": "true", "aws_access_key_id": "AKIAEXAMPLE",
+        "aws_secret_access_key": "s3cr3t-value"}
+    no_keys = load_config(overrides=[*BASE, "table.base_path=s3a://b/x"], env={})
+    kind, kwargs = delta_task_filesystem(no_keys, no_keys.table.base_path)
+    assert delta_rs_s3_options(kwargs) == {  # AWS itself; keys from the default chain
+        "aws_region": "us-east-1", "aws_conditional_put": "etag",
+        "aws_virtual_hosted_style_request": "true"}
+    dynamo = load_config(overrides=[*BASE, "table.format=delta",
+                                    "storage.s3.delta_log_store=dynamodb"], env=env)
+    refused = delta_task_filesystem(dynamo, dynamo.table.base_path)
+    assert isinstance(refused, str) and "dynamodb" in refused
