@@ -394,9 +394,18 @@ def latency(case: Case, args: argparse.Namespace) -> dict[str, object]:
     def pct(q: float) -> float | None:
         return round(lat[min(len(lat) - 1, int(q * len(lat)))]) if lat else None
 
+    # p99 per 10 s of produce time (event ids are produced in order, ``rate`` a second):
+    # tells the start-up transient (the first window) from the steady state
+    window = args.latency_rate * 10
+    windows: dict[int, list[float]] = collections.defaultdict(list)
+    for eid, ms in visible.latency_ms.items():
+        windows[int(eid) // window].append(ms)
+    p99_windows = [round(sorted(v)[min(len(v) - 1, int(0.99 * len(v)))])
+                   for _, v in sorted(windows.items())]
     return {"case": case.name, "rate": args.latency_rate, "seconds": args.latency_seconds,
             "produced": produced[0] if produced else 0, "seen": seen,
             "p50_ms": pct(0.50), "p99_ms": pct(0.99), "max_ms": round(lat[-1]) if lat else None,
+            "p99_per_10s_ms": p99_windows,
             "rc": rc, **({"log_tail": "\n".join(run.tail)} if seen < total or rc else {})}
 
 
@@ -463,6 +472,9 @@ def render(info: dict[str, object]) -> str:
             extra.append(f"- {name} vs pyarrow (one process, no broker): "
                          f"{_ratio(r, rows['pyarrow'])} (whole run)")
     for r in info["latency"]:  # type: ignore[union-attr]
+        if r.get("p99_per_10s_ms"):
+            extra.append(f"- latency {r['case']}: p99 per 10 s of the run (ms): "
+                         + ", ".join(f"{v:,}" for v in r["p99_per_10s_ms"]))
         if "error" in r or r.get("seen") != r.get("produced"):
             extra.append(f"- latency {r['case']}: {r.get('seen')} of {r.get('produced')} events "
                          f"seen {r.get('error', '')[-300:]}")

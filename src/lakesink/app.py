@@ -29,6 +29,8 @@ from lakesink.errors import (
     SecondWriterError,
     SourceError,
 )
+from lakesink.pipeline.arrow_path import warm_workers
+from lakesink.pipeline.arrow_task import TaskSpec
 from lakesink.pipeline.batch import BatchProcessor, Rebuild, RunStats, SchemaStore
 from lakesink.pipeline.columns import PartitionSpec, SourceColumns
 from lakesink.pipeline.retry import RetryingBatch
@@ -302,6 +304,16 @@ class Pipeline:
         return cls(cfg, spark, "routes", ", ".join(targets), checkpoint, router,
                    headers=headers)
 
+    def _arrow_spec(self) -> TaskSpec | None:
+        """A table's Arrow-path task spec, if any table of this query takes that path
+        (the warm-up needs one; which one does not matter)."""
+        processor = self.processor
+        if isinstance(processor, BatchProcessor):
+            return processor.arrow
+        routes = getattr(processor, "routes", [])
+        return next((r.processor.arrow for r in routes
+                     if r.processor is not None and r.processor.arrow is not None), None)
+
     def _caught_up(self, until_caught_up: bool | None) -> bool:
         """The flag if given, else the configuration's ``trigger.until_caught_up``."""
         return self.cfg.trigger.until_caught_up if until_caught_up is None else until_caught_up
@@ -311,6 +323,10 @@ class Pipeline:
         """Start the query; batches starting after ``stop`` is requested are refused
         (see :mod:`lakesink.runtime.shutdown`)."""
         caught_up = self._caught_up(until_caught_up)
+        spec = self._arrow_spec()
+        if spec is not None:
+            logger.info("Python workers warmed up in %.1fs",
+                        warm_workers(self.spark, spec))
         stream = kafka.read_stream(self.spark, self.cfg.source.kafka, headers=self.headers)
         retry = self.cfg.retry
         batch = RetryingBatch(self.processor, attempts=retry.batch_attempts,

@@ -40,11 +40,18 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from lakesink.decode.json import JsonDecoder
-from lakesink.pipeline.arrow_task import ARROW_TYPES, RAW_COLUMNS, RESULT_DDL, TaskSpec, run_task
+from lakesink.pipeline.arrow_task import (
+    ARROW_TYPES,
+    RAW_COLUMNS,
+    RESULT_DDL,
+    TaskSpec,
+    run_task,
+    warm_up,
+)
 from lakesink.tables.fs import join, local_path
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
     from lakesink.decode.base import Decoder
     from lakesink.pipeline.columns import PartitionSpec, SourceColumns
@@ -149,6 +156,31 @@ def stage_in_tasks(df: DataFrame, spec: TaskSpec, folder: str, rows_per_file: in
                .mapInArrow(functools.partial(_in_task, spec), RESULT_DDL)
                .toArrow())
     return StagedByTasks(results, folder)
+
+
+def warm_workers(spark: SparkSession, spec: TaskSpec) -> float:
+    """Start the Python workers (one per task slot) and do their once-only work
+    (:func:`~lakesink.pipeline.arrow_task.warm_up`) before the query starts, instead of
+    in its first batch. Returns the seconds it took. A failure here only means a slower
+    first batch: it is logged, never raised."""
+    import time
+
+    started = time.monotonic()
+    slots = max(1, spark.sparkContext.defaultParallelism)
+    try:
+        (spark.range(0, slots, 1, slots)
+         .mapInArrow(functools.partial(_warm, spec), "ok boolean").collect())
+    except Exception as exc:  # noqa: BLE001 - an optimisation, not a step of the data path
+        logger.warning("warming up the Python workers failed (%s): the first batch does "
+                       "it", str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
+    return time.monotonic() - started
+
+
+def _warm(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for _ in batches:
+        pass
+    warm_up(spec)
+    yield pa.RecordBatch.from_pydict({"ok": [True]})
 
 
 def task_path(spec: TaskSpec, uri: str) -> str:
