@@ -290,3 +290,13 @@ def test_too_many_suspects_hand_the_batch_to_spark(tmp_path) -> None:
     spec = _spec(tmp_path, max_suspects=10)
     out = pa.Table.from_batches(list(run_task(spec, [_batch([b"x"] * 11)], task=0)))
     assert out.column("kind").to_pylist() == ["overflow"]
+
+
+def test_warm_up_runs_a_task_and_leaves_nothing(tmp_path) -> None:
+    """The workers' warm-up (before the first batch) runs the task's steps in a
+    temporary folder of its own: nothing lands in the table's staging folder."""
+    from lakesink.pipeline.arrow_task import warm_up
+
+    spec = _spec(tmp_path)
+    warm_up(spec)
+    assert not (tmp_path / "staging").exists()
