@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from pyspark.sql import types as T
 
 from lakesink.config.models import LakesinkConfig
-from lakesink.decode.evolution import EvolutionPolicy, reconcile_declared, schema_record
 from lakesink.decode import Decoder, fixed_decoder, json_decoder
+from lakesink.decode.evolution import EvolutionPolicy, reconcile_declared, schema_record
 from lakesink.decode.json import infer_schema
 from lakesink.decode.schema import declared_schema
 from lakesink.errors import (
@@ -40,12 +40,12 @@ from lakesink.runtime import storage
 from lakesink.runtime.shutdown import StopGate, StopRequest, await_query
 from lakesink.silence.query import SilenceQuery, SilenceRunner
 from lakesink.sources import kafka
-from lakesink.tables.fs import HadoopFS, to_uri
-from lakesink.tables.identity import checkpoint_app_id, mark_started
-from lakesink.tables.lease import WriterLease
-from lakesink.tables.layout import TableLayout
 from lakesink.tables.base import TableWriter, check_layout
 from lakesink.tables.delta import DeltaTableWriter
+from lakesink.tables.fs import HadoopFS, to_uri
+from lakesink.tables.identity import checkpoint_app_id, mark_started
+from lakesink.tables.layout import TableLayout
+from lakesink.tables.lease import WriterLease
 from lakesink.tables.parquet import ParquetTableWriter
 from lakesink.tables.rejected import RejectedWriter
 

@@ -42,8 +42,8 @@ from pyspark.sql import Observation
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakesink.decode.evolution import WIDEST, EvolutionPolicy, evolve, widenable
 from lakesink.decode.base import Decoder
+from lakesink.decode.evolution import WIDEST, EvolutionPolicy, evolve, widenable
 from lakesink.decode.json import SCHEMA_MISMATCH, _path, infer_schema
 from lakesink.errors import ConfigError
 from lakesink.faults import fault_point
@@ -60,6 +60,8 @@ from lakesink.tables.rejected import RejectedWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+
+    from lakesink.pipeline.arrow_path import StagedByTasks
 
 logger = logging.getLogger(__name__)
 
@@ -575,37 +577,26 @@ class BatchProcessor:
             rows_per_file = writer.begin(batch_id)
             staging = writer.layout.staging(writer.run, batch_id)
             tasks = stage_in_tasks(df, self.arrow, join(staging, "a"), rows_per_file)
-            if tasks.overflow:  # mostly suspects: Spark's path does it in one pass
-                logger.warning("batch %d: too many records the Arrow path does not certify "
-                               "(more than %d in a task): the batch takes the Spark path",
-                               batch_id, self.arrow.max_suspects)
+            if self._overflowed(tasks, batch_id):  # Spark's path does it in one pass
                 return self._write_staged(df, batch_id)
             fault_point("after_staging", batch_id)
-            counts = {"records": tasks.records, "rejected": 0}
-            marked, spark_files = None, []
-            if tasks.suspects.num_rows:
-                marked = self._marked(suspects_frame(df, tasks.suspects)).persist(
-                    StorageLevel.MEMORY_AND_DISK_DESER)
-                found = self._count(marked)
-                if (attempt < MAX_EVOLUTIONS_PER_BATCH and self._needs_evolution(found)
-                        and self._evolve(marked, found, batch_id)):
-                    marked.unpersist()
-                    continue  # the whole batch again, with the new schema
-                self._stage_rejected(marked, found, batch_id)
-                counts["rejected"] = found["rejected"]
-                if found.get("unknown"):
-                    counts["unknown"] = found["unknown"]
-                if found["records"] > found["rejected"]:
-                    folder = join(staging, "s")
-                    writer.stage(self._good(marked), folder, rows_per_file)
-                    spark_files = writer.listed(folder)
-            info = {**self._info(counts, marked, batch_id), "arrow_rows": tasks.rows}
-            files = writer.named(batch_id, tasks.files + spark_files)
-            good = self._good(marked) if marked is not None else None
+            suspects = self._judge_suspects(df, tasks)
+            if (suspects.found is not None and attempt < MAX_EVOLUTIONS_PER_BATCH
+                    and self._needs_evolution(suspects.found)
+                    and self._evolve(suspects.marked, suspects.found, batch_id)):
+                suspects.drop()
+                continue  # the whole batch again, with the new schema
+            counts = self._settle_suspects(suspects, tasks, batch_id)
+            spark_files = []
+            if suspects.accepted:
+                folder = join(staging, "s")
+                writer.stage(self._good(suspects.marked), folder, rows_per_file)
+                spark_files = writer.listed(folder)
+            info, recount = self._arrow_commit_inputs(counts, suspects, tasks, batch_id)
             result = writer.commit_staged(
-                batch_id, files, info, rows_per_file,
-                recount=lambda good=good: tasks.rows + (good.count() if good else 0))
-            return result, counts, info, marked
+                batch_id, writer.named(batch_id, tasks.files + spark_files), info,
+                rows_per_file, recount=recount)
+            return result, counts, info, suspects.marked
         raise AssertionError("unreachable: the last attempt never evolves")
 
     def _write_arrow_delta(self, df: DataFrame, batch_id: int) -> tuple[Any, ...]:
@@ -625,13 +616,7 @@ class BatchProcessor:
                                writer.layout.table, refused)
                 self._said_refused = True
             return self._write_guarded(df, batch_id)
-        spec = self.arrow
-        columns: dict[str, str | None] = {
-            name: type_name for name, type_name, _ in spec.fields}
-        # partition columns: any type (their values live in the log, as text)
-        columns.update({c: None for c in (*spec.partition_by, spec.key_column,
-                                          spec.metadata_column) if c})
-        lacking = writer.lacks_columns(columns)
+        lacking = writer.lacks_columns(self._memo("delta_columns", self._delta_columns))
         if lacking:
             logger.info("batch %d: the Delta table lacks column(s) %s of the schema: the "
                         "batch takes Spark's writer, which adds them", batch_id,
@@ -643,43 +628,88 @@ class BatchProcessor:
         tag = f"-b{batch_id:010d}-{run_tag(self.app_id)}-{uuid.uuid4().hex[:8]}"
         tasks = stage_in_tasks(df, self.arrow, writer.layout.table, rows_per_file,
                                file_tag=tag)
-        if tasks.overflow:
-            logger.warning("batch %d: too many records the Arrow path does not certify "
-                           "(more than %d in a task): the batch takes the Spark path",
-                           batch_id, self.arrow.max_suspects)
+        if self._overflowed(tasks, batch_id):
             writer.drop_files([rel for rel, *_ in tasks.reported])
             return self._write_guarded(df, batch_id)
         fault_point("after_staging", batch_id)
-        counts = {"records": tasks.records, "rejected": 0}
-        marked, files = None, list(tasks.reported)
+        suspects = self._judge_suspects(df, tasks)
         try:
-            if tasks.suspects.num_rows:
-                marked = self._marked(suspects_frame(df, tasks.suspects)).persist(
-                    StorageLevel.MEMORY_AND_DISK_DESER)
-                found = self._count(marked)
-                if self._needs_evolution(found):
-                    logger.info("batch %d: the schema changes: the batch takes the Spark "
-                                "path", batch_id)
-                    marked.unpersist()
-                    writer.drop_files([rel for rel, *_ in files])
-                    return self._write_guarded(df, batch_id)
-                self._stage_rejected(marked, found, batch_id)
-                counts["rejected"] = found["rejected"]
-                if found.get("unknown"):
-                    counts["unknown"] = found["unknown"]
-                if found["records"] > found["rejected"]:
-                    files += writer.stage_in_place(self._good(marked), batch_id,
-                                                   rows_per_file, tag)
-            info = {**self._info(counts, marked, batch_id), "arrow_rows": tasks.rows}
-            good = self._good(marked) if marked is not None else None
-            result = writer.commit_files(
-                batch_id, files, info,
-                recount=lambda: tasks.rows + (good.count() if good is not None else 0))
+            if suspects.found is not None and self._needs_evolution(suspects.found):
+                logger.info("batch %d: the schema changes: the batch takes the Spark "
+                            "path", batch_id)
+                suspects.drop()
+                writer.drop_files([rel for rel, *_ in tasks.reported])
+                return self._write_guarded(df, batch_id)
+            counts = self._settle_suspects(suspects, tasks, batch_id)
+            files = list(tasks.reported)
+            if suspects.accepted:
+                files += writer.stage_in_place(self._good(suspects.marked), batch_id,
+                                               rows_per_file, tag)
+            info, recount = self._arrow_commit_inputs(counts, suspects, tasks, batch_id)
+            result = writer.commit_files(batch_id, files, info, recount=recount)
         except BaseException:
-            if marked is not None:
-                marked.unpersist()
+            suspects.drop()
             raise
-        return result, counts, info, marked
+        return result, counts, info, suspects.marked
+
+    def _delta_columns(self) -> dict[str, str | None]:
+        """The columns a Delta table needs for the Arrow path's files: the schema's
+        (name -> Spark type name) and the partition, key and metadata columns (any
+        type: partition values live in the log, as text)."""
+        spec = self.arrow
+        assert spec is not None
+        columns: dict[str, str | None] = {name: type_name for name, type_name, _ in spec.fields}
+        columns.update({c: None for c in (*spec.partition_by, spec.key_column,
+                                          spec.metadata_column) if c})
+        return columns
+
+    # -- the Arrow path's shared steps ----------------------------------------------------
+
+    def _overflowed(self, tasks: StagedByTasks, batch_id: int) -> bool:
+        """Whether a task had more suspects than it hands back (the batch then takes the
+        Spark path, which judges every record in one pass anyway)."""
+        if tasks.overflow:
+            assert self.arrow is not None
+            logger.warning("batch %d: too many records the Arrow path does not certify "
+                           "(more than %d in a task): the batch takes the Spark path",
+                           batch_id, self.arrow.max_suspects)
+        return tasks.overflow
+
+    def _judge_suspects(self, df: DataFrame, tasks: StagedByTasks) -> _Suspects:
+        """Step 3, first half: the records the tasks did not certify through Spark's
+        decoder (the Spark path's own code), counted in one cached pass."""
+        if not tasks.suspects.num_rows:
+            return _Suspects(None, None)
+        marked = self._marked(suspects_frame(df, tasks.suspects)).persist(
+            StorageLevel.MEMORY_AND_DISK_DESER)
+        try:
+            return _Suspects(marked, self._count(marked))
+        except BaseException:
+            marked.unpersist()
+            raise
+
+    def _settle_suspects(self, suspects: _Suspects, tasks: StagedByTasks, batch_id: int
+                         ) -> dict[str, int]:
+        """Step 3, second half (no schema change pending): the suspects' dead letters
+        staged in the outbox; the batch's counts."""
+        counts = {"records": tasks.records, "rejected": 0}
+        if suspects.found is None:
+            return counts
+        assert suspects.marked is not None
+        self._stage_rejected(suspects.marked, suspects.found, batch_id)
+        counts["rejected"] = suspects.found["rejected"]
+        if suspects.found.get("unknown"):
+            counts["unknown"] = suspects.found["unknown"]
+        return counts
+
+    def _arrow_commit_inputs(self, counts: dict[str, int], suspects: _Suspects,
+                             tasks: StagedByTasks, batch_id: int
+                             ) -> tuple[dict[str, Any], Callable[[], int]]:
+        """Step 4's inputs: the commit's info (rows the tasks wrote included), and an
+        exact recount of the batch's good rows for a commit whose counts disagree."""
+        info = {**self._info(counts, suspects.marked, batch_id), "arrow_rows": tasks.rows}
+        good = self._good(suspects.marked) if suspects.marked is not None else None
+        return info, lambda: tasks.rows + (good.count() if good is not None else 0)
 
     def _replayed(self, batch_id: int, started: float) -> None:
         """A batch the table already holds: its dead letters were staged before the
@@ -707,6 +737,25 @@ class _MarkedPlan:
     explode: Column | None  # _x (exploding decoders)
     ts: Column | None  # _ts (with a timestamp column)
     fail: Column  # the final _fail
+
+
+@dataclass(frozen=True)
+class _Suspects:
+    """An Arrow batch's suspects as Spark's decoder judged them: the marked frame
+    (persisted; the batch function unpersists it) and its counts; both None when the
+    tasks certified every record."""
+
+    marked: DataFrame | None
+    found: dict[str, int] | None
+
+    @property
+    def accepted(self) -> bool:
+        """Whether Spark's decoder accepted some of them (rows to write)."""
+        return self.found is not None and self.found["records"] > self.found["rejected"]
+
+    def drop(self) -> None:
+        if self.marked is not None:
+            self.marked.unpersist()
 
 
 class _EvolveFirst(Exception):

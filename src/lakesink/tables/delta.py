@@ -236,8 +236,12 @@ class DeltaTableWriter(TableWriter):
         does not have with that type. The stored schema may be ahead of the table's:
         Spark's writer adds new columns (``mergeSchema``) when it writes them, while a
         delta-rs commit keeps the table's schema, so a batch with such columns must
-        take Spark's writer."""
-        fields = {f.name: getattr(f.type, "type", None) for f in self._delta_rs().schema().fields}
+        take Spark's writer. Called right after :meth:`files_refusal`, whose view of
+        the log it reuses."""
+        # the handle files_refusal() brought up to date for this batch (one log
+        # listing per check is a request per check on S3)
+        fields = {f.name: getattr(f.type, "type", None)
+                  for f in self._delta_rs(refresh=False).schema().fields}
         return [name for name, spark_type in columns.items()
                 if name not in fields or (spark_type is not None
                                           and fields[name] != _DELTA_TYPES[spark_type])]
@@ -373,9 +377,10 @@ class DeltaTableWriter(TableWriter):
             return self.layout.table.split("://", 1)[1].rstrip("/")
         return str(local_path(self.layout.table))
 
-    def _delta_rs(self) -> Any:
-        """delta-rs's handle of the table, brought up to date (it reads only the log
-        entries added since: Spark's writer may have committed some). On S3 its log
+    def _delta_rs(self, *, refresh: bool = True) -> Any:
+        """delta-rs's handle of the table, brought up to date unless ``refresh`` is
+        false (it reads only the log entries added since: Spark's writer may have
+        committed some). On S3 its log
         commits are conditional puts (``If-None-Match: *``): a second commit of the same
         version fails instead of replacing the first."""
         from deltalake import DeltaTable
@@ -387,7 +392,7 @@ class DeltaTableWriter(TableWriter):
                                          storage_options=delta_rs_s3_options(kwargs))
             else:
                 self._table = DeltaTable(self._task_root())
-        else:
+        elif refresh:
             self._table.update_incremental()
         return self._table
 
