@@ -59,6 +59,14 @@ class LayoutError(ConfigError):
     """An existing table's layout (partition columns, format) differs from the configuration."""
 
 
+class FilesRefused(SinkError):
+    """delta-rs refused to commit a batch's files and the Delta log did not move (not a
+    race with another commit): a table feature or state it does not handle. The batch,
+    and the later ones, take Spark's Delta writer."""
+
+    retriable = False
+
+
 class CommitMismatch(SinkError):
     """What a batch staged (or committed) is not what it counted as written: rows or
     files went missing, or appeared, between the write and the commit. The batch is not

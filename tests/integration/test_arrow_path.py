@@ -26,7 +26,7 @@ from lakesink.config import load_config
 from lakesink.errors import ConfigError
 from lakesink.runtime.services import produce
 from tests.fixtures.runs import flatten
-from tests.fixtures.services import config_dict
+from tests.fixtures.services import config_dict, delta_ids
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
 
@@ -232,3 +232,37 @@ def test_arrow_path_commits_to_delta_what_the_spark_path_commits(spark, kafka_br
     # own default would be 100; it checkpoints the 10th commit, version 9)
     for lake in lakes.values():
         assert list((lake / "events" / "_delta_log").glob("*.checkpoint.parquet"))
+
+
+def test_a_commit_delta_rs_refuses_falls_back_to_spark_writer(spark, kafka_broker, topic,
+                                                             tmp_path, monkeypatch,
+                                                             caplog) -> None:
+    """delta-rs refuses a commit without the log moving (a table feature or state it
+    does not handle; injected here): nothing is committed from the tasks' files, the
+    batch is written by Spark's Delta writer instead (dead letters staged once, by that
+    path), and the later batches go there directly: every row once, no stuck stream."""
+    import logging
+
+    from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError
+
+    def refuse(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        raise CommitFailedError("refused by the test")
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", refuse)
+    rng = random.Random(7)
+    values = [*_random_records(rng, 900), b"not json"]
+    produce(kafka_broker.bootstrap_servers, topic,
+            [(b"k%d" % i, v) for i, v in enumerate(values)])
+    lake = tmp_path / "lake"
+    with caplog.at_level(logging.WARNING, logger="lakesink"):
+        stats = _run(spark, _config(kafka_broker, topic, lake, "auto", format="delta"))
+    rows, by_spark, count = _delta_rows(spark, lake / "events")
+    dead = _dead_letters(lake)
+    assert len(rows) + len(dead) == len(values) == stats.written + stats.rejected
+    assert by_spark == rows and count == len(rows)
+    ids = delta_ids(lake / "events")
+    assert len(set(ids)) == len(ids) == len(rows)  # every id once
+    assert ("malformed_json" in {r[2] for r in dead})
+    assert _delta_rs_rows(lake / "events") == 0
+    assert sum("take Spark's Delta writer" in r.getMessage() for r in caplog.records) == 1

@@ -91,3 +91,21 @@ def test_null_and_empty_go_to_the_default_folder() -> None:
 )
 def test_unsafe_relative_dirs_are_refused(rel: str) -> None:
     assert not is_safe_relative_dir(rel, ["location", "day"])
+
+
+def test_a_null_folder_value_that_cannot_name_a_folder_is_refused_at_start() -> None:
+    """``table.null_partition_value`` names a folder too: one that no file system takes
+    would fail every batch with a null value, so it stops the start (exit 2)."""
+    from pyspark.sql import types as T
+
+    from lakesink.errors import ConfigError
+    from lakesink.pipeline.columns import PartitionSpec
+
+    schema = T.StructType([T.StructField("location", T.StringType())])
+    PartitionSpec.build(columns=["location"], schema=schema, timestamp_column=None,
+                        null_value="none")
+    for bad in ("a\x00b", "x" * 250):
+        with pytest.raises(ConfigError) as refused:
+            PartitionSpec.build(columns=["location"], schema=schema, timestamp_column=None,
+                                null_value=bad)
+        assert refused.value.key == "table.null_partition_value"

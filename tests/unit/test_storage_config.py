@@ -161,3 +161,19 @@ def test_delta_rs_gets_the_tasks_s3_client_settings_and_conditional_puts() -> No
                                     "storage.s3.delta_log_store=dynamodb"], env=env)
     refused = delta_task_filesystem(dynamo, dynamo.table.base_path)
     assert isinstance(refused, str) and "dynamodb" in refused
+
+
+@pytest.mark.parametrize(("flags", "why"), [
+    (["table.base_path=s3a://b/lake#2"], "#, % or ?"),
+    (["table.base_path=s3a://b/x", "storage.s3.endpoint=https://objects.example:9000",
+      "storage.s3.path_style_access=false"], "virtual-host"),
+])
+def test_delta_tables_delta_rs_cannot_address_keep_spark_writer(flags, why) -> None:  # noqa: ANN001
+    """Review findings: delta-rs reads its table location as a URL (``#`` would cut
+    it), and its S3 client wants the bucket inside a virtual-host endpoint: such tables
+    keep Spark's writer instead of failing every batch."""
+    from lakesink.runtime.storage import delta_task_filesystem
+
+    cfg = load_config(overrides=[*BASE, "table.format=delta", *flags], env={})
+    refused = delta_task_filesystem(cfg, cfg.table.base_path)
+    assert isinstance(refused, str) and why in refused

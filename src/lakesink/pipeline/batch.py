@@ -45,7 +45,7 @@ from pyspark.sql import types as T
 from lakesink.decode.base import Decoder
 from lakesink.decode.evolution import WIDEST, EvolutionPolicy, evolve, widenable
 from lakesink.decode.json import SCHEMA_MISMATCH, _path, infer_schema
-from lakesink.errors import ConfigError
+from lakesink.errors import ConfigError, FilesRefused
 from lakesink.faults import fault_point
 from lakesink.pipeline.arrow_path import arrow_spec, stage_in_tasks, suspects_frame
 from lakesink.pipeline.arrow_task import TaskSpec
@@ -647,6 +647,13 @@ class BatchProcessor:
                                                rows_per_file, tag)
             info, recount = self._arrow_commit_inputs(counts, suspects, tasks, batch_id)
             result = writer.commit_files(batch_id, files, info, recount=recount)
+        except FilesRefused as refused:  # nothing committed: Spark's writer, from scratch
+            logger.warning("%s: %s; this batch and the next take Spark's Delta writer",
+                           writer.layout.table, refused)
+            suspects.drop()
+            writer.drop_files([rel for rel, *_ in files])
+            self.rejected.discard(batch_id)  # the Spark path stages its own
+            return self._write_guarded(df, batch_id)
         except BaseException:
             suspects.drop()
             raise

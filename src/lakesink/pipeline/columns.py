@@ -14,6 +14,7 @@ from lakesink.pipeline.partitioning import (
     MAX_FOLDER_BYTES,
     TIME_PARTS,
     check_timestamp_type,
+    folder_fits,
     folder_unfit_expr,
     time_part_exprs,
     timestamp_column_expr,
@@ -70,6 +71,12 @@ class PartitionSpec:
                                                         T.BinaryType)):
                 raise ConfigError("table.partition_by",
                                   f"{col!r} is a {fields[col].simpleString()}: not partitionable")
+        for col in columns:
+            if not folder_fits(col, null_value):
+                raise ConfigError(
+                    "table.null_partition_value",
+                    f"{null_value[:40]!r}… cannot name a folder of {col!r} (a NUL byte, or "
+                    f"{col}=<value>, escaped, over {MAX_FOLDER_BYTES} bytes)")
         return cls(tuple(columns), timestamp_column, ts_type,
                    timestamp_fallback == "kafka", null_value)
 

@@ -245,4 +245,13 @@ def delta_task_filesystem(cfg: LakesinkConfig, base: str) -> tuple[str, dict[str
     if on_s3(base) and cfg.storage.s3.delta_log_store == "dynamodb":
         return ("storage.s3.delta_log_store: dynamodb: delta-spark's DynamoDB log store "
                 "coordinates the writers; the table keeps Spark's writer")
-    return task_filesystem(cfg, base)
+    if on_s3(base) and any(c in base for c in "#%?"):
+        # delta-rs reads its table location as a URL, S3A and pyarrow take it literally
+        return "the table's S3 path holds #, % or ?; the table keeps Spark's writer"
+    found = task_filesystem(cfg, base)
+    if not isinstance(found, str) and found[0] == "s3" and cfg.storage.s3.endpoint \
+            and found[1].get("force_virtual_addressing"):
+        # delta-rs' S3 client wants the bucket inside such an endpoint; not tested here
+        return ("storage.s3.endpoint with virtual-host addressing "
+                "(path_style_access: false); the table keeps Spark's writer")
+    return found

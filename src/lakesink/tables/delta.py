@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 
-from lakesink.errors import CommitMismatch, SinkError
+from lakesink.errors import CommitMismatch, FilesRefused, SinkError
 from lakesink.faults import fault_point
 from lakesink.pipeline.partitioning import (
     HIVE_DEFAULT_PARTITION,
@@ -105,6 +105,7 @@ class DeltaTableWriter(TableWriter):
         self._committed_known = False
         self._has_commits = False
         self._table: Any = None  # delta-rs's handle, for commit_files
+        self._refused: str | None = None  # delta-rs refused a commit: Spark's writer
 
     @property
     def exists(self) -> bool:
@@ -223,6 +224,8 @@ class DeltaTableWriter(TableWriter):
         """Why this table's batches cannot be committed from files (None: they can):
         table features that Spark's writer enforces while writing rows, and delta-rs
         cannot check for files it did not write (CHECK constraints, column mapping)."""
+        if self._refused:
+            return self._refused
         table = self._delta_rs()
         config = table.metadata().configuration or {}
         if any(k.startswith("delta.constraints.") for k in config):
@@ -274,45 +277,50 @@ class DeltaTableWriter(TableWriter):
         adds = [AddAction(rel, size, self._partition_values(rel), now, True,
                           stats or json.dumps({"numRecords": rows}))
                 for rel, rows, size, stats in files]
-        for attempt in range(1, COMMIT_ATTEMPTS + 1):
-            table = self._delta_rs()
-            recorded = table.transaction_version(self.app_id)
-            if recorded is not None and recorded >= batch_id:
-                # already in the log: another writer of this app id (a zombie's race) or
-                # our own put whose response was lost. delta-rs does not refuse a txn
-                # version that is not newer (Spark's writer did), so this check must
-                logger.warning("batch %d is already in the Delta log (txn %d): not "
-                               "committed again", batch_id, recorded)
-                self._committed = recorded
-                return BatchResult(batch_id, skipped=True)
-            self.fence()
-            try:
-                table.create_write_transaction(
-                    adds, "append", table.schema(), partition_by=self.partition_by or None,
-                    # no retry inside delta-rs: when the version is taken (by another
-                    # commit, or by our own put whose response was lost) this loop reads
-                    # the log again and skips or re-commits; delta-rs' retry would fail
-                    # on a commit of our app id ("concurrent transaction") and the whole
-                    # batch would be redone
-                    commit_properties=CommitProperties(
-                        max_commit_retries=0,
-                        app_transactions=[Transaction(self.app_id, batch_id)],
-                        custom_metadata={"lakesink.app_id": self.app_id,
-                                         "lakesink.batch_id": batch_id,
-                                         "lakesink.rows": sum(f.rows for f in staged)}))
-                fault_point("raise_after_delta_commit", batch_id)
-            except CommitFailedError:
-                if attempt < COMMIT_ATTEMPTS:
+        try:
+            for attempt in range(1, COMMIT_ATTEMPTS + 1):
+                table = self._delta_rs()
+                recorded = table.transaction_version(self.app_id)
+                if recorded is not None and recorded >= batch_id:
+                    # already in the log: another writer of this app id (a zombie's
+                    # race) or our own put whose response was lost. delta-rs does not
+                    # refuse a txn version that is not newer (Spark's writer did)
+                    logger.warning("batch %d is already in the Delta log (txn %d): not "
+                                   "committed again", batch_id, recorded)
+                    self._committed = recorded
+                    return BatchResult(batch_id, skipped=True)
+                before = table.version()
+                self.fence()
+                try:
+                    table.create_write_transaction(
+                        adds, "append", table.schema(),
+                        partition_by=self.partition_by or None,
+                        # no retry inside delta-rs: when the version is taken (by another
+                        # commit, or by our own put whose response was lost) this loop
+                        # reads the log again and skips or re-commits; delta-rs' retry
+                        # would fail on a commit of our app id ("concurrent
+                        # transaction") and the whole batch would be redone
+                        commit_properties=CommitProperties(
+                            max_commit_retries=0,
+                            app_transactions=[Transaction(self.app_id, batch_id)],
+                            custom_metadata={"lakesink.app_id": self.app_id,
+                                             "lakesink.batch_id": batch_id,
+                                             "lakesink.rows": sum(f.rows for f in staged)}))
+                    fault_point("raise_after_delta_commit", batch_id)
+                except CommitFailedError as exc:
+                    if self._delta_rs().version() == before:  # no race: a refusal
+                        self._refused = f"delta-rs refused a commit ({exc})"
+                        raise FilesRefused(self._refused) from exc
+                    if attempt == COMMIT_ATTEMPTS:
+                        raise
                     logger.info("batch %d: the Delta log moved on meanwhile; reading it "
                                 "again (attempt %d of %d)", batch_id, attempt,
                                 COMMIT_ATTEMPTS)
                     continue
-                self._committed_known = False
-                raise
-            except BaseException:
-                self._committed_known = False  # see write_batch: it may have landed
-                raise
-            break
+                break
+        except BaseException:
+            self._committed_known = False  # see write_batch: a commit may have landed
+            raise
         self._committed = batch_id
         fault_point("after_delta_commit", batch_id)
         size = sum(f.bytes for f in staged)
