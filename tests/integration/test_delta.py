@@ -86,11 +86,9 @@ def test_format_change_is_refused(spark, kafka_broker, topic, tmp_path) -> None:
     assert "is parquet, config says delta" in str(info.value)
 
 
-def test_a_batch_two_writers_commit_from_files_lands_once(spark, tmp_path) -> None:
-    """The second-writer window of the Arrow path's Delta commit: writer B (a successor)
-    commits batch 0 while writer A (a zombie with the same app id, which never saw that
-    commit) still has it in hand. A's later ``commit_files`` must see the batch's txn in
-    the log and commit nothing: delta-rs itself does not refuse an old txn version."""
+def _two_writers(spark, tmp_path):  # noqa: ANN001, ANN202
+    """Two Delta writers of one app id on a new table (files committed by delta-rs),
+    its folder, and a helper that writes a Parquet file of ids into it."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -107,6 +105,16 @@ def test_a_batch_two_writers_commit_from_files_lands_once(spark, tmp_path) -> No
     def staged(name: str, ids: list[int]) -> tuple[str, int, int, None]:
         pq.write_table(pa.table({"id": pa.array(ids, pa.int64())}), root / name)
         return name, len(ids), (root / name).stat().st_size, None
+
+    return a, b, root, staged
+
+
+def test_a_batch_two_writers_commit_from_files_lands_once(spark, tmp_path) -> None:
+    """The second-writer window of the Arrow path's Delta commit: writer B (a successor)
+    commits batch 0 while writer A (a zombie with the same app id, which never saw that
+    commit) still has it in hand. A's later ``commit_files`` must see the batch's txn in
+    the log and commit nothing: delta-rs itself does not refuse an old txn version."""
+    a, b, root, staged = _two_writers(spark, tmp_path)
 
     done = b.commit_files(0, [staged("part-b.parquet", [1, 2, 3])], {"written": 3})
     late = a.commit_files(0, [staged("part-a.parquet", [1, 2, 3])], {"written": 3})
@@ -125,22 +133,9 @@ def test_a_delta_rs_commit_whose_version_was_taken_reads_the_log_again(spark,
     (delta-rs' own retry, turned off, fails with "concurrent transaction" on the latter,
     and the whole batch would be redone; with neither, the commit fails.)"""
     import pyarrow as pa
-    import pyarrow.parquet as pq
     from deltalake import DeltaTable, write_deltalake
 
-    from lakesink.tables.delta import DeltaTableWriter
-    from lakesink.tables.layout import TableLayout
-
-    layout = TableLayout.of(str(tmp_path / "lake"), "events")
-    a, b = (DeltaTableWriter(spark, layout, app_id="app-1", partition_by=[],
-                               task_filesystem=("local", {}))
-            for _ in range(2))
-    a.ensure_table(lambda: spark.createDataFrame([], "id long"))
-    root = tmp_path / "lake" / "events"
-
-    def staged(name: str, ids: list[int]) -> tuple[str, int, int, None]:
-        pq.write_table(pa.table({"id": pa.array(ids, pa.int64())}), root / name)
-        return name, len(ids), (root / name).stat().st_size, None
+    a, b, root, staged = _two_writers(spark, tmp_path)
 
     def once(action):  # noqa: ANN001, ANN202 - runs ``action`` at the first lease check
         pending = [action]
