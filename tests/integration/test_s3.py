@@ -80,13 +80,8 @@ def test_s3_end_to_end_with_the_quix_settings(spark, kafka_broker, s3_server, to
         dt = DeltaTable(table, storage_options=delta_rs_s3_options(s3_server))
         assert sorted(dt.to_pyarrow_table(columns=["id"]).column("id").to_pylist()) == list(
             range(350))
-        # Which writer committed is not asserted here: alone, every row comes through
-        # delta-rs commits (350); in the full suite's shared session this table took
-        # Spark's writer for every batch (rows still exactly once), for a reason not
-        # found yet. tests/chaos/test_crash.py::test_kill_on_s3_then_restart (a fresh
-        # process) asserts the delta-rs commit on S3.
-        by_delta_rs = sum(int(h.get("lakesink.rows", 0)) for h in dt.history())
-        print(f"s3 end-to-end delta: {by_delta_rs} of 350 rows by delta-rs commits")
+        # every batch came through delta-rs commits (the Arrow path), not Spark's writer
+        assert sum(int(h.get("lakesink.rows", 0)) for h in dt.history()) == 350
 
 
 @pytest.mark.parametrize("where", ["s3", "local"])
