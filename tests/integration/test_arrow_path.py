@@ -266,3 +266,43 @@ def test_a_commit_delta_rs_refuses_falls_back_to_spark_writer(spark, kafka_broke
     assert ("malformed_json" in {r[2] for r in dead})
     assert _delta_rs_rows(lake / "events") == 0
     assert sum("take Spark's Delta writer" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_delta_rs_commit_that_fails_once_is_tried_again_not_refused(
+        spark, kafka_broker, topic, tmp_path, monkeypatch, caplog) -> None:
+    """A commit that fails once with the log unmoved (a failed put: delta-rs reports a
+    store error like a refusal) is tried once more: the batch lands through delta-rs,
+    the table does not turn to Spark's writer, every row once."""
+    import logging
+
+    from deltalake import DeltaTable
+
+    real = DeltaTable.create_write_transaction
+    failed: list[int] = []
+
+    def fail_once(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        from deltalake.exceptions import CommitFailedError
+
+        if not failed:
+            failed.append(1)
+            raise CommitFailedError("Error interacting with object store: injected")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", fail_once)
+    rng = random.Random(8)
+    values = [*_random_records(rng, 600), b"not json"]
+    produce(kafka_broker.bootstrap_servers, topic,
+            [(b"k%d" % i, v) for i, v in enumerate(values)])
+    lake = tmp_path / "lake"
+    with caplog.at_level(logging.WARNING, logger="lakesink"):
+        stats = _run(spark, _config(kafka_broker, topic, lake, "auto", format="delta"))
+    rows, by_spark, count = _delta_rows(spark, lake / "events")
+    assert failed == [1]
+    assert len(rows) + len(_dead_letters(lake)) == len(values) == stats.written + stats.rejected
+    assert by_spark == rows and count == len(rows)
+    ids = delta_ids(lake / "events")
+    assert len(set(ids)) == len(ids) == len(rows)
+    assert _delta_rs_rows(lake / "events") == len(rows)  # every row through delta-rs
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("trying once more" in m for m in said) == 1
+    assert not any("Spark's Delta writer" in m or "take Spark's writer" in m for m in said)

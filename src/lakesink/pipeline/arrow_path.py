@@ -48,7 +48,7 @@ from lakesink.pipeline.arrow_task import (
     run_task,
     warm_up,
 )
-from lakesink.tables.fs import join, local_path
+from lakesink.tables.fs import join, task_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -150,7 +150,7 @@ def stage_in_tasks(df: DataFrame, spec: TaskSpec, folder: str, rows_per_file: in
                    file_tag: str = "") -> StagedByTasks:
     """Step 2: one Spark job; each task stages its good rows under ``folder``, its file
     names ending in ``file_tag``."""
-    spec = replace(spec, staging=task_path(spec, folder), rows_per_file=rows_per_file,
+    spec = replace(spec, staging=task_path(spec.filesystem, folder), rows_per_file=rows_per_file,
                    file_tag=file_tag)
     results = (df.select(*RAW_COLUMNS)
                .mapInArrow(functools.partial(_in_task, spec), RESULT_DDL)
@@ -181,13 +181,6 @@ def _warm(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Reco
         pass
     warm_up(spec)
     yield pa.RecordBatch.from_pydict({"ok": [True]})
-
-
-def task_path(spec: TaskSpec, uri: str) -> str:
-    """A Hadoop URI as the tasks' filesystem spells it (S3: ``bucket/key``)."""
-    if spec.filesystem[0] == "s3":
-        return uri.split("://", 1)[1]
-    return str(local_path(uri))
 
 
 def suspects_frame(df: DataFrame, suspects: pa.Table) -> DataFrame:

@@ -51,6 +51,7 @@ from lakesink.pipeline.partitioning import (
     escape_value,
     folder_fits,
 )
+from lakesink.tables.fs import open_filesystem
 
 #: Spark type names -> Arrow types the Arrow path decodes exactly like Spark's from_json
 ARROW_TYPES: dict[str, pa.DataType] = {
@@ -110,14 +111,6 @@ class TaskSpec:
     @property
     def schema(self) -> pa.Schema:
         return pa.schema([pa.field(n, ARROW_TYPES[t], True) for n, t, _ in self.fields])
-
-
-def open_filesystem(filesystem: tuple[str, dict]) -> pafs.FileSystem:
-    """pyarrow's filesystem for ``("local", {})`` or ``("s3", S3FileSystem keywords)``."""
-    kind, kwargs = filesystem
-    if kind == "s3":
-        return pafs.S3FileSystem(**kwargs)
-    return pafs.LocalFileSystem()
 
 
 def warm_up(spec: TaskSpec) -> None:

@@ -127,7 +127,7 @@ class BatchProcessor:
         self.engine = engine
         self.task_filesystem = task_filesystem
         self.arrow: TaskSpec | None = None
-        self._said_refused = False  # a Delta table's features were said to refuse files
+        self._said_refused: str | None = None  # why a Delta table refuses files, as said
         self.source_columns = source_columns or SourceColumns()
         self.transforms = transforms or Transforms([])
         self.policy = policy
@@ -611,10 +611,10 @@ class BatchProcessor:
         writer.ensure_table(lambda: self._good(self._marked(df.limit(0))))
         refused = writer.files_refusal()
         if refused:
-            if not self._said_refused:
+            if self._said_refused != refused:
                 logger.warning("%s: Delta batches take Spark's writer: %s",
                                writer.layout.table, refused)
-                self._said_refused = True
+                self._said_refused = refused
             return self._write_guarded(df, batch_id)
         lacking = writer.lacks_columns(self._memo("delta_columns", self._delta_columns))
         if lacking:

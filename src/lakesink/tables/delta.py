@@ -41,7 +41,7 @@ from lakesink.tables.base import (
     check_rows,
     compare_layout,
 )
-from lakesink.tables.fs import join, local_path
+from lakesink.tables.fs import join, open_filesystem, task_path
 from lakesink.tables.identity import run_tag
 from lakesink.tables.layout import TableLayout
 
@@ -61,6 +61,10 @@ _DELTA_TYPES = {"string": "string", "boolean": "boolean", "tinyint": "byte",
 CHECKPOINT_INTERVAL = 10
 #: tries of one batch's delta-rs commit when its log version was taken meanwhile
 COMMIT_ATTEMPTS = 5
+#: how long a commit delta-rs refused sends the table's batches to Spark's writer
+#: before delta-rs commits are tried again (a long-running stream is not slowed forever
+#: by a refusal that has gone: e.g. a table feature dropped)
+REFUSAL_HOLD_S = 600.0
 
 
 def delta_rs_s3_options(kwargs: dict[str, Any]) -> dict[str, str]:
@@ -105,7 +109,8 @@ class DeltaTableWriter(TableWriter):
         self._committed_known = False
         self._has_commits = False
         self._table: Any = None  # delta-rs's handle, for commit_files
-        self._refused: str | None = None  # delta-rs refused a commit: Spark's writer
+        #: delta-rs refused a commit (why, when): Spark's writer for REFUSAL_HOLD_S
+        self._refused: tuple[str, float] | None = None
 
     @property
     def exists(self) -> bool:
@@ -225,7 +230,12 @@ class DeltaTableWriter(TableWriter):
         table features that Spark's writer enforces while writing rows, and delta-rs
         cannot check for files it did not write (CHECK constraints, column mapping)."""
         if self._refused:
-            return self._refused
+            reason, since = self._refused
+            if time.monotonic() - since < REFUSAL_HOLD_S:
+                return reason
+            logger.info("%s: trying delta-rs commits again (%s, %.0fs ago)",
+                        self.layout.table, reason, time.monotonic() - since)
+            self._refused = None
         table = self._delta_rs()
         config = table.metadata().configuration or {}
         if any(k.startswith("delta.constraints.") for k in config):
@@ -277,6 +287,7 @@ class DeltaTableWriter(TableWriter):
         adds = [AddAction(rel, size, self._partition_values(rel), now, True,
                           stats or json.dumps({"numRecords": rows}))
                 for rel, rows, size, stats in files]
+        unmoved = 0  # failures that left the log where it was (no race)
         try:
             for attempt in range(1, COMMIT_ATTEMPTS + 1):
                 table = self._delta_rs()
@@ -308,16 +319,27 @@ class DeltaTableWriter(TableWriter):
                                              "lakesink.rows": sum(f.rows for f in staged)}))
                     fault_point("raise_after_delta_commit", batch_id)
                 except CommitFailedError as exc:
-                    if self._delta_rs().version() == before:  # no race: a refusal
-                        self._refused = f"delta-rs refused a commit ({exc})"
-                        raise FilesRefused(self._refused) from exc
                     if attempt == COMMIT_ATTEMPTS:
                         raise
-                    logger.info("batch %d: the Delta log moved on meanwhile; reading it "
-                                "again (attempt %d of %d)", batch_id, attempt,
-                                COMMIT_ATTEMPTS)
-                    continue
+                    if self._delta_rs().version() != before:  # a race
+                        logger.info("batch %d: the Delta log moved on meanwhile; reading "
+                                    "it again (attempt %d of %d)", batch_id, attempt,
+                                    COMMIT_ATTEMPTS)
+                        continue
+                    # no race: a failed put (delta-rs reports a store error the same
+                    # way), or a refusal, which the second try tells apart
+                    unmoved += 1
+                    if unmoved == 1:
+                        logger.warning("batch %d: delta-rs did not commit (%s); trying "
+                                       "once more", batch_id, exc)
+                        time.sleep(1.0)
+                        continue
+                    reason = f"delta-rs refused a commit twice ({exc})"
+                    self._refused = (reason, time.monotonic())
+                    raise FilesRefused(reason) from exc
                 break
+            else:  # unreachable: the last attempt breaks or raises
+                raise SinkError(f"batch {batch_id}: no delta-rs commit attempt left")
         except BaseException:
             self._committed_known = False  # see write_batch: a commit may have landed
             raise
@@ -363,8 +385,6 @@ class DeltaTableWriter(TableWriter):
         the tasks' filesystem (on S3 a few requests per file: read concurrently)."""
         from concurrent.futures import ThreadPoolExecutor
 
-        from lakesink.pipeline.arrow_task import open_filesystem
-
         assert not isinstance(self.task_filesystem, str)
         fs = open_filesystem(self.task_filesystem)
         root = self._task_root()
@@ -381,9 +401,8 @@ class DeltaTableWriter(TableWriter):
 
     def _task_root(self) -> str:
         """The table folder as the tasks' filesystem spells it (S3: ``bucket/key``)."""
-        if self.task_filesystem[0] == "s3":
-            return self.layout.table.split("://", 1)[1].rstrip("/")
-        return str(local_path(self.layout.table))
+        assert not isinstance(self.task_filesystem, str)
+        return task_path(self.task_filesystem, self.layout.table)
 
     def _delta_rs(self, *, refresh: bool = True) -> Any:
         """delta-rs's handle of the table, brought up to date unless ``refresh`` is

@@ -40,6 +40,24 @@ def local_path(uri: str) -> Path:
     return Path(rest)
 
 
+def open_filesystem(filesystem: tuple[str, dict]) -> Any:
+    """pyarrow's filesystem for ``("local", {})`` or ``("s3", S3FileSystem keywords)``:
+    how the Python tasks (and delta-rs' footer checks) reach the table's store."""
+    import pyarrow.fs as pafs
+
+    kind, kwargs = filesystem
+    if kind == "s3":
+        return pafs.S3FileSystem(**kwargs)
+    return pafs.LocalFileSystem()
+
+
+def task_path(filesystem: tuple[str, dict], uri: str) -> str:
+    """A Hadoop URI as :func:`open_filesystem`'s filesystem spells it (S3: ``bucket/key``)."""
+    if filesystem[0] == "s3":
+        return uri.split("://", 1)[1].rstrip("/")
+    return str(local_path(uri))
+
+
 def join(*parts: str) -> str:
     head, *rest = parts
     return "/".join([head.rstrip("/"), *(p.strip("/") for p in rest if p)])
