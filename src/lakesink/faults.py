@@ -5,7 +5,8 @@ driver, Spark JVM, workers) the moment it reaches that point; with
 ``LAKESINK_FAULT_BATCH=<n>`` only in batch *n*. Unset, :func:`fault_point` costs one
 dict lookup. Points:
 
-* ``after_staging``         — the batch's files are in staging, nothing published
+* ``after_staging``         — the batch's files are in staging (Delta on the Arrow path:
+  in place, in no log entry), nothing published or committed
 * ``mid_publish``           — half of the batch's files are published, no manifest
 * ``after_publish``         — every file is published, no manifest
 * ``after_manifest``        — the manifest is written, Spark has not recorded the batch
@@ -17,7 +18,8 @@ dict lookup. Points:
 * ``silence_after_delivery``  — a silence batch's events are delivered (table, topic,
   callback), Spark has not recorded the batch
 
-The first four are in the Parquet writer, the fifth in the Delta writer, the sixth in
+The first four are in the Parquet writer (``after_staging`` also in the Arrow path's
+Delta batch), the fifth in the Delta writer, the sixth in
 the batch function (both formats), the last two in the silence query (the first batch
 with events, unless ``LAKESINK_FAULT_BATCH`` names one).
 """

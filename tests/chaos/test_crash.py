@@ -146,7 +146,7 @@ def test_routed_crash_between_tables_then_restart(kafka_broker, topic, tmp_path,
 
 
 S3_CASES = [("parquet", "mid_publish"), ("parquet", "after_manifest"),
-            ("delta", "after_delta_commit")]
+            ("delta", "after_staging"), ("delta", "after_delta_commit")]
 
 
 @pytest.mark.s3
@@ -173,8 +173,18 @@ def test_kill_on_s3_then_restart(kafka_broker, s3_server, topic, tmp_path, fmt, 
     if fmt == "delta":
         delta = DeltaTable(table, storage_options=delta_rs_s3_options(s3_server))
         ids = delta.to_pyarrow_table(columns=["id"]).column("id").to_pylist()
-        # the killed commit was the Arrow path's (delta-rs, conditional put on S3)
+        # the killed batch was committed by the Arrow path (delta-rs, conditional put)
         assert "1" in {str(h.get("lakesink.batch_id")) for h in delta.history()}
+        # the killed attempt's files stay in the partition folders, in no log entry:
+        # invisible to Delta readers, seen by a reader that globs the files (until VACUUM)
+        in_log = {u.rsplit("/", 1)[1] for u in delta.file_uris()}
+        found = {r[0].rsplit("/", 1)[1] for r in duck.sql(
+            f"SELECT file FROM glob('{table}/**/*.parquet')").fetchall()
+            if "/_delta_log/" not in r[0]}
+        orphans = found - in_log
+        print(f"s3 delta kill at {point}: {len(orphans)} file(s) of the killed attempt "
+              "outside the log")
+        assert bool(orphans) == (point == "after_staging")
     else:
         ids = [r[0] for r in duck.sql(f"SELECT id FROM read_parquet('{table}/**/*.parquet')"
                                       ).fetchall()]
