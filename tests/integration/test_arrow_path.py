@@ -2,7 +2,8 @@
 
 The Spark path is the oracle: the same records (good ones, and a corpus of edge cases
 in every field: wrong JSON types, overflowing numbers, nulls in required fields, bad
-UTF-8, unknown keys, epoch numbers of every unit as numbers and as text, ISO-8601,
+UTF-8, unknown keys, epoch numbers of every unit as numbers and as text, ISO-8601
+(as the timestamp column and as a timestamp field),
 NaN, values outside years 1-9999, hostile partition values) run through
 ``engine: spark`` and ``engine: arrow`` into two lakes; DuckDB reads both back (rows,
 partition folders, key and metadata columns) and the dead letters (offset, reason,
@@ -31,7 +32,7 @@ from tests.fixtures.services import config_dict, delta_ids
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
 
 SCHEMA = ("id bigint not null, location string, ts string, small smallint, ratio float, "
-          "score double, flag boolean")
+          "score double, flag boolean, at timestamp")
 EDGE_VALUES: list[bytes | None] = [
     None, b"", b" ", b"null", b"[1]", b"5", b'"text"', b"not json", b'{"id": 1} {"id": 2}',
     b'{"id": 1, "id": 2}', b'{"id": 1}x', b"\xef\xbb\xbf{\"id\": 1}", b"{'id': 1}",
@@ -52,6 +53,13 @@ EDGE_VALUES: list[bytes | None] = [
     b'{"id": 1, "ts": "-62135596801"}', b'{"id": 1, "ts": "253402300800"}',
     b'{"id": 1, "ts": "1e20"}', b'{"id": 1, "ts": "+.5e3"}', b'{"id": 1, "ts": ""}',
     b'{"id": 1, "ts": 1795000000}', b'{"id": 1, "ts": null}',
+    # a timestamp field: ISO instants with a zone are the Arrow path's, the rest Spark's
+    b'{"id": 1, "at": "2026-11-27T08:00:00Z"}', b'{"id": 1, "at": "2026-11-27T08:00:00.5+05:45"}',
+    b'{"id": 1, "at": "2026-11-27T08:00:00"}', b'{"id": 1, "at": "2026-11-27 08:00:00Z"}',
+    b'{"id": 1, "at": "2026-02-30T08:00:00Z"}', b'{"id": 1, "at": 1795000000}',
+    b'{"id": 1, "at": "2026-11-27T08:00:00.1234567Z"}', b'{"id": 1, "at": ""}',
+    b'{"id": 1, "at": "soon"}', b'{"id": 1, "at": "0001-01-02T00:30:00+00:30"}',
+    b'{"id": 1, "at": "2026-11-27T08:00:00-18:00"}', b'{"id": 1, "at": "2026-11-27"}',
     # partition values that cannot name a folder (a NUL; over 255 bytes escaped) and
     # the longest that can: the first three are dead letters, not a batch that fails
     b'{"id": 1, "location": "a\\u0000b"}', b'{"id": 1, "location": "%s"}' % (b"a" * 247),
@@ -71,6 +79,8 @@ def _random_records(rng: random.Random, n: int) -> list[bytes | None]:
         "ratio": [0.5, 1, None, 1e40, -0.0, "x"],
         "score": [2.25, -1e-300, None, True],
         "flag": [True, False, None, 0],
+        "at": ["2026-11-27T08:00:00.25Z", None, "2026-01-01T00:00:00+01:00",
+               "2026-01-01 00:00:00", 5, "2026-13-01T00:00:00Z"],
     }
     out: list[bytes | None] = []
     for i in range(n):

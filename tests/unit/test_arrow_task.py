@@ -300,3 +300,31 @@ def test_warm_up_runs_a_task_and_leaves_nothing(tmp_path) -> None:
     spec = _spec(tmp_path)
     warm_up(spec)
     assert not (tmp_path / "staging").exists()
+
+
+def test_timestamp_fields_certify_iso_instants_only(tmp_path) -> None:
+    """A timestamp field: ISO-8601 with ``T`` and an explicit zone becomes that UTC
+    instant in microseconds (the Parquet type Spark writes); other texts (no zone, a
+    space, 7 fraction digits, a day the month lacks, year 0000 in UTC) and JSON numbers
+    (seconds to Spark) are suspects for Spark's decoder; null stays null."""
+    spec = _spec(tmp_path, fields=(*FIELDS, ("at", "timestamp", True)))
+    good = {'"2026-11-27T08:00:00Z"': dt.datetime(2026, 11, 27, 8, tzinfo=dt.UTC),
+            '"2026-11-27T08:00:00.5-05:30"': dt.datetime(2026, 11, 27, 13, 30, 0, 500000,
+                                                         tzinfo=dt.UTC),
+            '"9999-12-31T23:59:59+00:00"': dt.datetime(9999, 12, 31, 23, 59, 59,
+                                                       tzinfo=dt.UTC),
+            "null": None}
+    bad = ['"2026-11-27T08:00:00"', '"2026-11-27 08:00:00Z"', '"2026-11-27T08:00:00.1234567Z"',
+           '"2026-02-30T08:00:00Z"', '"0001-01-01T00:00:00+01:00"', '"2026-11-27t08:00:00z"',
+           '""', "1795000000"]
+    values = [b'{"id": %d, "ts": 1795000000, "at": %s}' % (i, v.encode())
+              for i, v in enumerate([*good, *bad])]
+    out = list(run_task(spec, [_batch(values)], 0))
+    files = [(b.column("path")[0].as_py(), b.column("rows")[0].as_py(),
+              b.column("bytes")[0].as_py()) for b in out if b.column(0)[0].as_py() == "file"]
+    suspects = [b for b in out if b.column(0)[0].as_py() == "suspect"]
+    assert sum(b.num_rows for b in suspects) == len(bad)
+    staged = Path(spec.staging)
+    assert pq.read_schema(staged / files[0][0]).field("at").type == pa.timestamp("us", tz="UTC")
+    assert sorted(((r["id"], r["at"]) for r in _read(staged, files)),
+                  key=lambda r: r[0]) == list(enumerate(good.values()))

@@ -31,6 +31,7 @@ Spark: unit-tested without a JVM. Per task:
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import uuid
@@ -53,11 +54,12 @@ from lakesink.pipeline.partitioning import (
 )
 from lakesink.tables.fs import open_filesystem
 
-#: Spark type names -> Arrow types the Arrow path decodes exactly like Spark's from_json
+#: Spark type names -> Arrow types the Arrow path parses them as. A timestamp is parsed
+#: as text and certified by :func:`iso_timestamps` (the rest is left to Spark's decoder)
 ARROW_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(), "boolean": pa.bool_(), "tinyint": pa.int8(),
     "smallint": pa.int16(), "int": pa.int32(), "bigint": pa.int64(),
-    "float": pa.float32(), "double": pa.float64(),
+    "float": pa.float32(), "double": pa.float64(), "timestamp": pa.string(),
 }
 #: what a task reports (the driver's ``mapInArrow`` schema)
 RESULT_DDL = ("kind string, path string, rows long, bytes long, stats string, key binary, "
@@ -76,6 +78,12 @@ _MIN_US, _MAX_US = -62135596800 * 10**6, 253402300799 * 10**6
 #: an epoch number as text (Spark's ``trim`` removes spaces only; anything else, such as
 #: ``NaN``, ``1d`` or ISO-8601, is left to Spark's path)
 _NUMBER = r"^ *[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)? *$"
+#: the ISO-8601 texts a timestamp field certifies: date, ``T``, time, up to 6 fraction
+#: digits and an explicit zone (``Z`` or ``±hh:mm``), which Spark's from_json reads as
+#: the same instant in any session time zone. Anything else (no zone, a space, more
+#: digits, a JSON number: seconds to Spark) is left to Spark's decoder
+_ISO_INSTANT = (r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3])"
+                r":[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?(Z|[+-](0[0-9]|1[0-7]):[0-5][0-9])$")
 
 
 @dataclass(frozen=True)
@@ -364,9 +372,12 @@ def certify(spec: TaskSpec, raw: pa.Table, decoded: pa.Table, ok: pa.Array
             if name in spec.partition_by and name not in spec.derived:
                 checks.append(_folders_fit(name, col))
     columns: dict[str, pa.Array] = {}
-    for name, _, _ in spec.fields:
+    for name, type_name, _ in spec.fields:
         if name not in spec.derived:
             columns[name] = decoded.column(name).combine_chunks()
+            if type_name == "timestamp":
+                columns[name], certified = iso_timestamps(columns[name])
+                checks.append(certified)
     if spec.timestamp_column:  # Spark's path rejects an unreadable one (derived or not)
         micros, valid = timestamp_micros(spec, decoded.column(spec.timestamp_column),
                                          raw.column("timestamp"))
@@ -442,6 +453,30 @@ def _as_string(col: pa.Array) -> pa.Array:
             except UnicodeDecodeError:
                 texts.append(None)
         return pa.array(texts, pa.string())
+
+
+def iso_timestamps(text: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """(UTC timestamps in microseconds, certified) of a timestamp field parsed as text:
+    certified are nulls and :data:`_ISO_INSTANT` texts inside years 0001-9999."""
+    shaped = pc.fill_null(pc.match_substring_regex(text, _ISO_INSTANT), False)
+    kept = pc.if_else(shaped, text, pa.scalar(None, pa.string()))
+    target = pa.timestamp("us", tz="UTC")
+    try:
+        stamps = kept.cast(target)
+    except pa.ArrowInvalid:  # a day the month does not have (2026-02-30): value by value
+        def instant(value: str | None) -> dt.datetime | None:
+            try:
+                return None if value is None else dt.datetime.fromisoformat(value)
+            except ValueError:
+                return None
+
+        parsed = [instant(v) for v in kept.to_pylist()]
+        shaped = pc.and_(shaped, pa.array([p is not None for p in parsed]))
+        stamps = pa.array(parsed, target)
+    micros = stamps.cast(pa.int64())
+    inside = pc.and_(pc.greater_equal(micros, _MIN_US), pc.less_equal(micros, _MAX_US))
+    certified = pc.or_(pc.is_null(text), pc.and_(shaped, pc.fill_null(inside, False)))
+    return stamps, certified
 
 
 def timestamp_micros(spec: TaskSpec, col: pa.ChunkedArray | pa.Array,

@@ -54,7 +54,7 @@ logger = logging.getLogger(__name__)
 #: Spark type names (as the Arrow path reads them) -> Delta's primitive type names
 _DELTA_TYPES = {"string": "string", "boolean": "boolean", "tinyint": "byte",
                 "smallint": "short", "int": "integer", "bigint": "long", "float": "float",
-                "double": "double"}
+                "double": "double", "timestamp": "timestamp"}
 
 
 #: a log checkpoint every N commits unless configured: delta-spark's default
