@@ -32,7 +32,7 @@ from tests.fixtures.services import config_dict, delta_ids
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
 
 SCHEMA = ("id bigint not null, location string, ts string, small smallint, ratio float, "
-          "score double, flag boolean, at timestamp")
+          "score double, flag boolean, at timestamp, born date")
 EDGE_VALUES: list[bytes | None] = [
     None, b"", b" ", b"null", b"[1]", b"5", b'"text"', b"not json", b'{"id": 1} {"id": 2}',
     b'{"id": 1, "id": 2}', b'{"id": 1}x', b"\xef\xbb\xbf{\"id\": 1}", b"{'id': 1}",
@@ -60,6 +60,11 @@ EDGE_VALUES: list[bytes | None] = [
     b'{"id": 1, "at": "2026-11-27T08:00:00.1234567Z"}', b'{"id": 1, "at": ""}',
     b'{"id": 1, "at": "soon"}', b'{"id": 1, "at": "0001-01-02T00:30:00+00:30"}',
     b'{"id": 1, "at": "2026-11-27T08:00:00-18:00"}', b'{"id": 1, "at": "2026-11-27"}',
+    # a date field: yyyy-mm-dd is the Arrow path's, the rest Spark's
+    b'{"id": 1, "born": "2026-11-27"}', b'{"id": 1, "born": "0001-01-01"}',
+    b'{"id": 1, "born": "2026-02-30"}', b'{"id": 1, "born": "2026-1-5"}',
+    b'{"id": 1, "born": "2026"}', b'{"id": 1, "born": "2026-11-27T08:00:00Z"}',
+    b'{"id": 1, "born": 20000}', b'{"id": 1, "born": ""}',
     # partition values that cannot name a folder (a NUL; over 255 bytes escaped) and
     # the longest that can: the first three are dead letters, not a batch that fails
     b'{"id": 1, "location": "a\\u0000b"}', b'{"id": 1, "location": "%s"}' % (b"a" * 247),
@@ -81,6 +86,7 @@ def _random_records(rng: random.Random, n: int) -> list[bytes | None]:
         "flag": [True, False, None, 0],
         "at": ["2026-11-27T08:00:00.25Z", None, "2026-01-01T00:00:00+01:00",
                "2026-01-01 00:00:00", 5, "2026-13-01T00:00:00Z"],
+        "born": ["1999-12-31", None, "1999-12-32", "2000-02-29", "2001-02-29", "1999-1-1"],
     }
     out: list[bytes | None] = []
     for i in range(n):

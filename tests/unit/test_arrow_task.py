@@ -328,3 +328,21 @@ def test_timestamp_fields_certify_iso_instants_only(tmp_path) -> None:
     assert pq.read_schema(staged / files[0][0]).field("at").type == pa.timestamp("us", tz="UTC")
     assert sorted(((r["id"], r["at"]) for r in _read(staged, files)),
                   key=lambda r: r[0]) == list(enumerate(good.values()))
+
+
+def test_date_fields_certify_yyyy_mm_dd_only(tmp_path) -> None:
+    spec = _spec(tmp_path, fields=(*FIELDS, ("born", "date", True)))
+    good = {'"2026-11-27"': dt.date(2026, 11, 27), '"0001-01-01"': dt.date(1, 1, 1),
+            '"9999-12-31"': dt.date(9999, 12, 31), "null": None}
+    bad = ['"2026-02-30"', '"2026-1-5"', '"2026"', '"2026-11-27T08:00:00Z"', '"0000-01-01"',
+           '""', "20000"]
+    values = [b'{"id": %d, "ts": 1795000000, "born": %s}' % (i, v.encode())
+              for i, v in enumerate([*good, *bad])]
+    out = list(run_task(spec, [_batch(values)], 0))
+    files = [(b.column("path")[0].as_py(), b.column("rows")[0].as_py(),
+              b.column("bytes")[0].as_py()) for b in out if b.column(0)[0].as_py() == "file"]
+    assert sum(b.num_rows for b in out if b.column(0)[0].as_py() == "suspect") == len(bad)
+    staged = Path(spec.staging)
+    assert pq.read_schema(staged / files[0][0]).field("born").type == pa.date32()
+    assert sorted(((r["id"], r["born"]) for r in _read(staged, files)),
+                  key=lambda r: r[0]) == list(enumerate(good.values()))

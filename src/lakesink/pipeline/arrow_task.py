@@ -54,12 +54,13 @@ from lakesink.pipeline.partitioning import (
 )
 from lakesink.tables.fs import open_filesystem
 
-#: Spark type names -> Arrow types the Arrow path parses them as. A timestamp is parsed
-#: as text and certified by :func:`iso_timestamps` (the rest is left to Spark's decoder)
+#: Spark type names -> Arrow types the Arrow path parses them as. A timestamp or date is
+#: parsed as text and certified by :func:`iso_values` (the rest is left to Spark's decoder)
 ARROW_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(), "boolean": pa.bool_(), "tinyint": pa.int8(),
     "smallint": pa.int16(), "int": pa.int32(), "bigint": pa.int64(),
     "float": pa.float32(), "double": pa.float64(), "timestamp": pa.string(),
+    "date": pa.string(),
 }
 #: what a task reports (the driver's ``mapInArrow`` schema)
 RESULT_DDL = ("kind string, path string, rows long, bytes long, stats string, key binary, "
@@ -82,8 +83,18 @@ _NUMBER = r"^ *[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)? *$"
 #: digits and an explicit zone (``Z`` or ``±hh:mm``), which Spark's from_json reads as
 #: the same instant in any session time zone. Anything else (no zone, a space, more
 #: digits, a JSON number: seconds to Spark) is left to Spark's decoder
-_ISO_INSTANT = (r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3])"
-                r":[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?(Z|[+-](0[0-9]|1[0-7]):[0-5][0-9])$")
+_ISO_DATE = r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+_ISO_INSTANT = (rf"^{_ISO_DATE}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{{1,6}})?"
+                r"(Z|[+-](0[0-9]|1[0-7]):[0-5][0-9])$")
+#: per text-parsed type: (the texts certified, the Arrow type, Python's parser for a
+#: text Arrow's cast refuses, the range as the type's integers: years 0001-9999)
+_ISO_TYPES = {
+    "timestamp": (_ISO_INSTANT, pa.timestamp("us", tz="UTC"), dt.datetime.fromisoformat,
+                  pa.int64(), _MIN_US, _MAX_US),
+    # a date: yyyy-mm-dd only (Spark also reads yyyy, yyyy-m, a trailing time...)
+    "date": (f"^{_ISO_DATE}$", pa.date32(), dt.date.fromisoformat, pa.int32(),
+             -719162, 2932896),
+}
 
 
 @dataclass(frozen=True)
@@ -375,8 +386,8 @@ def certify(spec: TaskSpec, raw: pa.Table, decoded: pa.Table, ok: pa.Array
     for name, type_name, _ in spec.fields:
         if name not in spec.derived:
             columns[name] = decoded.column(name).combine_chunks()
-            if type_name == "timestamp":
-                columns[name], certified = iso_timestamps(columns[name])
+            if type_name in _ISO_TYPES:
+                columns[name], certified = iso_values(columns[name], type_name)
                 checks.append(certified)
     if spec.timestamp_column:  # Spark's path rejects an unreadable one (derived or not)
         micros, valid = timestamp_micros(spec, decoded.column(spec.timestamp_column),
@@ -455,28 +466,29 @@ def _as_string(col: pa.Array) -> pa.Array:
         return pa.array(texts, pa.string())
 
 
-def iso_timestamps(text: pa.Array) -> tuple[pa.Array, pa.Array]:
-    """(UTC timestamps in microseconds, certified) of a timestamp field parsed as text:
-    certified are nulls and :data:`_ISO_INSTANT` texts inside years 0001-9999."""
-    shaped = pc.fill_null(pc.match_substring_regex(text, _ISO_INSTANT), False)
+def iso_values(text: pa.Array, type_name: str) -> tuple[pa.Array, pa.Array]:
+    """(values, certified) of a ``timestamp`` (UTC, microseconds) or ``date`` field parsed
+    as text: certified are nulls and the ISO-8601 texts of :data:`_ISO_TYPES` inside
+    years 0001-9999, which Spark's from_json reads as the same value."""
+    pattern, target, parse, integers, low, high = _ISO_TYPES[type_name]
+    shaped = pc.fill_null(pc.match_substring_regex(text, pattern), False)
     kept = pc.if_else(shaped, text, pa.scalar(None, pa.string()))
-    target = pa.timestamp("us", tz="UTC")
     try:
-        stamps = kept.cast(target)
+        values = kept.cast(target)
     except pa.ArrowInvalid:  # a day the month does not have (2026-02-30): value by value
-        def instant(value: str | None) -> dt.datetime | None:
+        def one(value: str | None) -> object:
             try:
-                return None if value is None else dt.datetime.fromisoformat(value)
+                return None if value is None else parse(value)
             except ValueError:
                 return None
 
-        parsed = [instant(v) for v in kept.to_pylist()]
+        parsed = [one(v) for v in kept.to_pylist()]
         shaped = pc.and_(shaped, pa.array([p is not None for p in parsed]))
-        stamps = pa.array(parsed, target)
-    micros = stamps.cast(pa.int64())
-    inside = pc.and_(pc.greater_equal(micros, _MIN_US), pc.less_equal(micros, _MAX_US))
+        values = pa.array(parsed, target)
+    number = values.cast(integers)
+    inside = pc.and_(pc.greater_equal(number, low), pc.less_equal(number, high))
     certified = pc.or_(pc.is_null(text), pc.and_(shaped, pc.fill_null(inside, False)))
-    return stamps, certified
+    return values, certified
 
 
 def timestamp_micros(spec: TaskSpec, col: pa.ChunkedArray | pa.Array,

@@ -54,7 +54,8 @@ logger = logging.getLogger(__name__)
 #: Spark type names (as the Arrow path reads them) -> Delta's primitive type names
 _DELTA_TYPES = {"string": "string", "boolean": "boolean", "tinyint": "byte",
                 "smallint": "short", "int": "integer", "bigint": "long", "float": "float",
-                "double": "double", "timestamp": "timestamp"}
+                "double": "double", "timestamp": "timestamp",
+                "date": "date"}
 
 
 #: a log checkpoint every N commits unless configured: delta-spark's default
