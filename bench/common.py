@@ -134,6 +134,25 @@ class TreeRSS:
         return self.peak
 
 
+def cpu_by_process() -> dict[str, float]:
+    """CPU seconds so far of this process's children: the Spark JVM (``jvm``), its Python
+    workers (``py``) and a Kafka broker started by this process (``broker``)."""
+    import psutil
+
+    out = {"jvm": 0.0, "py": 0.0, "broker": 0.0}
+    for child in psutil.Process().children(recursive=True):
+        try:
+            t = child.cpu_times()
+            if child.name() == "java":
+                kind = "broker" if "kafka.Kafka" in " ".join(child.cmdline()) else "jvm"
+            else:
+                kind = "py"
+            out[kind] += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
 def parquet_files(table: Path) -> list[Path]:
     """Data files of a table folder (no Delta log, no Spark metadata, no hidden files)."""
     return [p for p in table.rglob("*.parquet")

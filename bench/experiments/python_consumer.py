@@ -16,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from bench.common import cpu_by_process as cpu  # noqa: E402
 from bench.common import events  # noqa: E402
 from lakesink.runtime.services import KafkaBroker, produce  # noqa: E402
 from lakesink.runtime.spark import build_spark_session  # noqa: E402
@@ -23,24 +24,6 @@ from lakesink.runtime.spark import build_spark_session  # noqa: E402
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 TOPIC = "t"
-
-
-def cpu() -> dict[str, float]:
-    """CPU seconds so far of the Spark JVM, its Python workers and the broker."""
-    import psutil
-
-    out = {"jvm": 0.0, "py": 0.0, "broker": 0.0}
-    for child in psutil.Process().children(recursive=True):
-        try:
-            t = child.cpu_times()
-            if child.name() == "java":
-                kind = "broker" if "kafka.Kafka" in " ".join(child.cmdline()) else "jvm"
-            else:
-                kind = "py"
-            out[kind] += t.user + t.system
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 def consumed(bootstrap: str, ranges, columns: str = "all"):

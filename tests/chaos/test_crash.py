@@ -15,6 +15,7 @@ import pytest
 from lakesink.faults import COMMON_POINTS, DELTA_POINTS, PARQUET_POINTS
 from lakesink.runtime.services import produce
 from tests.fixtures.services import (
+    ENGINE,
     config_dict,
     kill_then_restart,
     produce_events,
@@ -158,6 +159,8 @@ def test_kill_on_s3_then_restart(kafka_broker, s3_server, topic, tmp_path, fmt, 
 
     from tests.fixtures.services import delta_rs_s3_options, duckdb_s3
 
+    if fmt == "delta" and ENGINE == "spark":
+        pytest.skip("the delta-rs commit and its staged files are the Arrow path's")
     produce_events(kafka_broker, topic, range(N))
     produce(kafka_broker.bootstrap_servers, topic, BAD)
     prefix = f"chaos-{topic}"

@@ -346,3 +346,36 @@ def test_date_fields_certify_yyyy_mm_dd_only(tmp_path) -> None:
     assert pq.read_schema(staged / files[0][0]).field("born").type == pa.date32()
     assert sorted(((r["id"], r["born"]) for r in _read(staged, files)),
                   key=lambda r: r[0]) == list(enumerate(good.values()))
+
+
+def test_iso_values_without_a_bad_day_take_the_vectorised_cast() -> None:
+    """The good texts alone (no day the month lacks): Arrow's cast, not the per-value
+    fallback, gives the instants, offsets applied."""
+    from lakesink.pipeline.arrow_task import iso_values
+
+    values, certified = iso_values(pa.array(["2026-11-27T08:00:00.5-05:30",
+                                             "2026-11-27T08:00:00+17:59", None]), "timestamp")
+    assert certified.to_pylist() == [True, True, True]
+    assert values.to_pylist() == [
+        dt.datetime(2026, 11, 27, 13, 30, 0, 500000, tzinfo=dt.UTC),
+        dt.datetime(2026, 11, 26, 14, 1, tzinfo=dt.UTC), None]
+
+
+@pytest.mark.parametrize(("setting", "value"), [
+    ("spark.sql.legacy.timeParserPolicy", "LEGACY"),
+    ("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MILLIS"),
+    ("spark.sql.parquet.datetimeRebaseModeInWrite", "LEGACY")])
+def test_time_settings_that_change_spark_s_reading_keep_time_fields_on_spark(setting,
+                                                                            value) -> None:
+    from lakesink.pipeline.arrow_path import TIME_SETTINGS, time_settings_refusal
+
+    class Conf(dict):
+        def get(self, key, default=None):  # noqa: ANN001, ANN202
+            return super().get(key, default)
+
+    class Session:
+        conf = Conf(TIME_SETTINGS)
+
+    assert time_settings_refusal(Session()) is None  # type: ignore[arg-type]
+    Session.conf = Conf({**TIME_SETTINGS, setting: value})
+    assert time_settings_refusal(Session()) == f"{setting} is {value}"  # type: ignore[arg-type]

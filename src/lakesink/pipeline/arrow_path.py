@@ -78,12 +78,32 @@ class NotArrowSchema(NotArrow):
     by_schema = True
 
 
+#: Spark settings under which Spark reads and writes timestamp and date fields the way
+#: the tasks do (Spark 4's defaults; lakesink's for the output type)
+TIME_SETTINGS = {"spark.sql.legacy.timeParserPolicy": "CORRECTED",
+                 "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+                 "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED"}
+
+
+def time_settings_refusal(spark: SparkSession) -> str | None:
+    """Why timestamp and date fields must take the Spark path in this session (None:
+    they need not): a legacy parser reads ``.5`` as 5 ms and old dates in the Julian
+    calendar, a rebase writes them so, and other output types change the unit."""
+    for key, wanted in TIME_SETTINGS.items():
+        value = str(spark.conf.get(key, wanted))
+        if value.upper() != wanted:
+            return f"{key} is {value}"
+    return None
+
+
 def arrow_spec(*, decoder: Decoder, transforms: Transforms, writer: TableWriter,
                schema: T.StructType, partitions: PartitionSpec,
                source_columns: SourceColumns,
-               filesystem: tuple[str, dict[str, Any]] | str) -> TaskSpec | NotArrow:
+               filesystem: tuple[str, dict[str, Any]] | str,
+               time_refusal: str | None = None) -> TaskSpec | NotArrow:
     """The tasks' spec for this table, or why the table stays on the Spark path.
-    ``filesystem``: :func:`lakesink.runtime.storage.task_filesystem` of the table."""
+    ``filesystem``: :func:`lakesink.runtime.storage.task_filesystem` of the table;
+    ``time_refusal``: :func:`time_settings_refusal` of the session."""
     refused = writer.arrow_refusal()
     if refused:
         return NotArrow(refused)
@@ -99,6 +119,8 @@ def arrow_spec(*, decoder: Decoder, transforms: Transforms, writer: TableWriter,
         if name not in ARROW_TYPES:
             return NotArrowSchema(f"field {f.name!r} is a {name} (the Arrow path reads "
                                   f"{', '.join(ARROW_TYPES)})")
+        if name in ("timestamp", "date") and time_refusal:
+            return NotArrowSchema(f"field {f.name!r} is a {name} and {time_refusal}")
         fields.append((f.name, name, f.nullable))
     types = dict((n, t) for n, t, _ in fields)
     for col in partitions.columns:

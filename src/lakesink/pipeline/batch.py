@@ -47,7 +47,12 @@ from lakesink.decode.evolution import WIDEST, EvolutionPolicy, evolve, widenable
 from lakesink.decode.json import SCHEMA_MISMATCH, _path, infer_schema
 from lakesink.errors import ConfigError, FilesRefused
 from lakesink.faults import fault_point
-from lakesink.pipeline.arrow_path import arrow_spec, stage_in_tasks, suspects_frame
+from lakesink.pipeline.arrow_path import (
+    arrow_spec,
+    stage_in_tasks,
+    suspects_frame,
+    time_settings_refusal,
+)
 from lakesink.pipeline.arrow_task import TaskSpec
 from lakesink.pipeline.columns import PartitionSpec, SourceColumns
 from lakesink.pipeline.transforms import FAILED_INDEX, TRANSFORM_FAILED, Transforms
@@ -156,7 +161,8 @@ class BatchProcessor:
         spec = arrow_spec(decoder=self.decoder, transforms=self.transforms,
                           writer=self.writer, schema=self.schema,
                           partitions=self.partitions, source_columns=self.source_columns,
-                          filesystem=self.task_filesystem)
+                          filesystem=self.task_filesystem,
+                          time_refusal=time_settings_refusal(self.writer.spark))
         was = self.arrow
         self.arrow = spec if isinstance(spec, TaskSpec) else None
         if self.arrow is None and self.engine == "arrow" and not spec.by_schema:
@@ -651,7 +657,8 @@ class BatchProcessor:
             logger.warning("%s: %s; this batch and the next take Spark's Delta writer",
                            writer.layout.table, refused)
             suspects.drop()
-            writer.drop_files([rel for rel, *_ in files])
+            # the tasks' files stay (for VACUUM): a put whose fate was unknown may still
+            # land and list them, and Spark's writer then skips the batch by its txn
             self.rejected.discard(batch_id)  # the Spark path stages its own
             return self._write_guarded(df, batch_id)
         except BaseException:

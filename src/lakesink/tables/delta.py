@@ -320,24 +320,26 @@ class DeltaTableWriter(TableWriter):
                                              "lakesink.rows": sum(f.rows for f in staged)}))
                     fault_point("raise_after_delta_commit", batch_id)
                 except CommitFailedError as exc:
+                    moved = self._delta_rs().version() != before  # a race
+                    if not moved:
+                        # a failed put (delta-rs reports a store error the same way) or
+                        # a refusal, which the second try tells apart
+                        unmoved += 1
+                        if unmoved == 2:
+                            reason = f"delta-rs refused a commit twice ({exc})"
+                            self._refused = (reason, time.monotonic())
+                            raise FilesRefused(reason) from exc
                     if attempt == COMMIT_ATTEMPTS:
                         raise
-                    if self._delta_rs().version() != before:  # a race
+                    if moved:
                         logger.info("batch %d: the Delta log moved on meanwhile; reading "
                                     "it again (attempt %d of %d)", batch_id, attempt,
                                     COMMIT_ATTEMPTS)
-                        continue
-                    # no race: a failed put (delta-rs reports a store error the same
-                    # way), or a refusal, which the second try tells apart
-                    unmoved += 1
-                    if unmoved == 1:
+                    else:
                         logger.warning("batch %d: delta-rs did not commit (%s); trying "
                                        "once more", batch_id, exc)
                         time.sleep(1.0)
-                        continue
-                    reason = f"delta-rs refused a commit twice ({exc})"
-                    self._refused = (reason, time.monotonic())
-                    raise FilesRefused(reason) from exc
+                    continue
                 break
             else:  # unreachable: the last attempt breaks or raises
                 raise SinkError(f"batch {batch_id}: no delta-rs commit attempt left")
