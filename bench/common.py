@@ -153,6 +153,36 @@ def cpu_by_process() -> dict[str, float]:
     return out
 
 
+def alternate(variants: dict[str, object], rounds: int, n: int) -> None:
+    """Run each variant (a function of no arguments) once per round, alternating (round
+    0 warms the JVM), print each run's seconds and CPU (:func:`cpu_by_process`), then a
+    table of the warm rounds' median per variant, per ``n`` records. ``ONLY=a,b`` in the
+    environment keeps those variants."""
+    only = os.environ.get("ONLY")
+    if only:
+        variants = {k: v for k, v in variants.items() if k in only.split(",")}
+    runs: dict[str, list[tuple[float, dict[str, float]]]] = {k: [] for k in variants}
+    for r in range(rounds):
+        for name, fn in variants.items():
+            before = cpu_by_process()
+            t = time.perf_counter()
+            fn()  # type: ignore[operator]
+            took = time.perf_counter() - t
+            used = {k: v - before[k] for k, v in cpu_by_process().items()}
+            runs[name].append((took, used))
+            print(f"round {r} {name:24s} {took:6.2f}s  cpu jvm {used['jvm']:5.1f}  py "
+                  f"{used['py']:5.1f}  broker {used['broker']:5.1f}", flush=True)
+    print(f"\n{n:,} records, warm rounds (median)\n")
+    print("| variant | seconds | records/s | CPU-s per 1 M: Spark JVM | Python | broker |")
+    print("|---|---|---|---|---|---|")
+    for name, results in runs.items():
+        warm = sorted(results[1:] or results, key=lambda x: x[0])
+        took, used = warm[len(warm) // 2]
+        per = {k: v / n * 1e6 for k, v in used.items()}
+        print(f"| {name} | {took:.2f} | {n / took:,.0f} | {per['jvm']:.2f} | {per['py']:.2f} "
+              f"| {per['broker']:.2f} |")
+
+
 def parquet_files(table: Path) -> list[Path]:
     """Data files of a table folder (no Delta log, no Spark metadata, no hidden files)."""
     return [p for p in table.rglob("*.parquet")

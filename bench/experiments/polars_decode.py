@@ -11,14 +11,12 @@ of one topic with 4 partitions, one SparkSession, the variants alternating per r
 """
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from bench.common import cpu_by_process as cpu  # noqa: E402
-from bench.common import events  # noqa: E402
+from bench.common import alternate, events  # noqa: E402
 from lakesink.runtime.services import KafkaBroker, produce  # noqa: E402
 from lakesink.runtime.spark import build_spark_session  # noqa: E402
 
@@ -103,25 +101,5 @@ if __name__ == "__main__":
             return run
 
         variants = {"pyarrow.json": variant(False), "polars": variant(True)}
-        times = {k: [] for k in variants}
-        for r in range(ROUNDS):
-            for name, fn in variants.items():
-                c0 = cpu()
-                t = time.perf_counter()
-                fn()
-                dt = time.perf_counter() - t
-                c1 = cpu()
-                used = {k: c1[k] - c0[k] for k in c0}
-                times[name].append((dt, used))
-                print(f"round {r} {name:14s} {dt:6.2f}s  cpu jvm {used['jvm']:5.1f}  py "
-                      f"{used['py']:5.1f}  broker {used['broker']:5.1f}", flush=True)
-        print(f"\n{N:,} events, warm rounds (median)\n")
-        print("| decoder | seconds | events/s | CPU-s per 1 M: Spark JVM | Python | broker |")
-        print("|---|---|---|---|---|---|")
-        for name, runs in times.items():
-            warm = sorted(runs[1:] or runs, key=lambda x: x[0])
-            dt, used = warm[len(warm) // 2]
-            per = {k: v / N * 1e6 for k, v in used.items()}
-            print(f"| {name} | {dt:.2f} | {N / dt:,.0f} | {per['jvm']:.2f} | {per['py']:.2f} "
-                  f"| {per['broker']:.2f} |")
+        alternate(variants, ROUNDS, N)
         spark.stop()

@@ -8,13 +8,12 @@ the JVM).
 """
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from bench.common import events  # noqa: E402
+from bench.common import alternate, events  # noqa: E402
 from lakesink.runtime.services import KafkaBroker, produce  # noqa: E402
 from lakesink.runtime.spark import build_spark_session  # noqa: E402
 
@@ -22,20 +21,6 @@ N = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 ALL = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
 LEAN = ["key", "value", "partition", "offset", "timestamp"]
-
-
-def cpu() -> dict[str, float]:
-    """CPU seconds so far of the Spark JVM and of its Python workers."""
-    import psutil
-
-    out = {"jvm": 0.0, "py": 0.0}
-    for child in psutil.Process().children(recursive=True):
-        try:
-            t = child.cpu_times()
-            out["jvm" if child.name() == "java" else "py"] += t.user + t.system
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 def count(batches):
@@ -101,23 +86,5 @@ with KafkaBroker() as broker:
         "arrow-lean-100k": arrow(LEAN, "100000"),
         "arrow-lean-fetch16m": arrow(LEAN, **big),
     }
-    only = os.environ.get("ONLY")
-    if only:
-        variants = {k: v for k, v in variants.items() if k in only.split(",")}
-    times = {k: [] for k in variants}
-    for r in range(ROUNDS):
-        for name, fn in variants.items():
-            c0 = cpu()
-            t = time.perf_counter()
-            fn()
-            dt = time.perf_counter() - t
-            c1 = cpu()
-            times[name].append(dt)
-            print(f"round {r} {name:22s} {dt:6.2f}s  cpu jvm {c1['jvm'] - c0['jvm']:5.1f}"
-                  f"  py {c1['py'] - c0['py']:5.1f}", flush=True)
-    print("| variant | warm rounds s (median) | per 1 M s |")
-    for name, ts in times.items():
-        warm = sorted(ts[1:] or ts)
-        med = warm[len(warm) // 2]
-        print(f"| {name} | {med:.2f} | {med / N * 1e6:.2f} |")
+    alternate(variants, ROUNDS, N)
     spark.stop()

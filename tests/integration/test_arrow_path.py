@@ -250,27 +250,17 @@ def test_arrow_path_commits_to_delta_what_the_spark_path_commits(spark, kafka_br
         assert list((lake / "events" / "_delta_log").glob("*.checkpoint.parquet"))
 
 
-def test_a_commit_delta_rs_refuses_falls_back_to_spark_writer(spark, kafka_broker, topic,
-                                                             tmp_path, monkeypatch,
-                                                             caplog) -> None:
-    """delta-rs refuses a commit without the log moving (a table feature or state it
-    does not handle; injected here): nothing is committed from the tasks' files, the
-    batch is written by Spark's Delta writer instead (dead letters staged once, by that
-    path), and the later batches go there directly: every row once, no stuck stream."""
+def _delta_with_commits(spark, kafka_broker, topic: str, lake: Path, caplog, seed: int,
+                        n: int) -> tuple[list[Any], list[str]]:  # noqa: ANN001
+    """``n`` random records and one malformed into a Delta table on the Arrow path (its
+    delta-rs commits patched by the caller); checks that every record is a row once
+    (delta-rs, Spark and Spark's count agree) or a dead letter. Returns the dead letters
+    and the WARNING lines said."""
     import logging
 
-    from deltalake import DeltaTable
-    from deltalake.exceptions import CommitFailedError
-
-    def refuse(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-        raise CommitFailedError("refused by the test")
-
-    monkeypatch.setattr(DeltaTable, "create_write_transaction", refuse)
-    rng = random.Random(7)
-    values = [*_random_records(rng, 900), b"not json"]
+    values = [*_random_records(random.Random(seed), n), b"not json"]
     produce(kafka_broker.bootstrap_servers, topic,
             [(b"k%d" % i, v) for i, v in enumerate(values)])
-    lake = tmp_path / "lake"
     with caplog.at_level(logging.WARNING, logger="lakesink"):
         stats = _run(spark, _config(kafka_broker, topic, lake, "auto", format="delta"))
     rows, by_spark, count = _delta_rows(spark, lake / "events")
@@ -279,9 +269,29 @@ def test_a_commit_delta_rs_refuses_falls_back_to_spark_writer(spark, kafka_broke
     assert by_spark == rows and count == len(rows)
     ids = delta_ids(lake / "events")
     assert len(set(ids)) == len(ids) == len(rows)  # every id once
-    assert ("malformed_json" in {r[2] for r in dead})
+    assert _delta_rs_rows(lake / "events") in (0, len(rows))
+    return dead, [r.getMessage() for r in caplog.records]
+
+
+def test_a_commit_delta_rs_refuses_falls_back_to_spark_writer(spark, kafka_broker, topic,
+                                                             tmp_path, monkeypatch,
+                                                             caplog) -> None:
+    """delta-rs refuses a commit without the log moving (a table feature or state it
+    does not handle; injected here): nothing is committed from the tasks' files, the
+    batch is written by Spark's Delta writer instead (dead letters staged once, by that
+    path), and the later batches go there directly: every row once, no stuck stream."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError
+
+    def refuse(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        raise CommitFailedError("refused by the test")
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", refuse)
+    lake = tmp_path / "lake"
+    dead, said = _delta_with_commits(spark, kafka_broker, topic, lake, caplog, 7, 900)
+    assert "malformed_json" in {r[2] for r in dead}
     assert _delta_rs_rows(lake / "events") == 0
-    assert sum("take Spark's Delta writer" in r.getMessage() for r in caplog.records) == 1
+    assert sum("take Spark's Delta writer" in m for m in said) == 1
 
 
 def test_a_delta_rs_commit_that_fails_once_is_tried_again_not_refused(
@@ -289,8 +299,6 @@ def test_a_delta_rs_commit_that_fails_once_is_tried_again_not_refused(
     """A commit that fails once with the log unmoved (a failed put: delta-rs reports a
     store error like a refusal) is tried once more: the batch lands through delta-rs,
     the table does not turn to Spark's writer, every row once."""
-    import logging
-
     from deltalake import DeltaTable
 
     real = DeltaTable.create_write_transaction
@@ -305,20 +313,10 @@ def test_a_delta_rs_commit_that_fails_once_is_tried_again_not_refused(
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(DeltaTable, "create_write_transaction", fail_once)
-    rng = random.Random(8)
-    values = [*_random_records(rng, 600), b"not json"]
-    produce(kafka_broker.bootstrap_servers, topic,
-            [(b"k%d" % i, v) for i, v in enumerate(values)])
     lake = tmp_path / "lake"
-    with caplog.at_level(logging.WARNING, logger="lakesink"):
-        stats = _run(spark, _config(kafka_broker, topic, lake, "auto", format="delta"))
-    rows, by_spark, count = _delta_rows(spark, lake / "events")
+    dead, said = _delta_with_commits(spark, kafka_broker, topic, lake, caplog, 8, 600)
     assert failed == [1]
-    assert len(rows) + len(_dead_letters(lake)) == len(values) == stats.written + stats.rejected
-    assert by_spark == rows and count == len(rows)
-    ids = delta_ids(lake / "events")
-    assert len(set(ids)) == len(ids) == len(rows)
-    assert _delta_rs_rows(lake / "events") == len(rows)  # every row through delta-rs
-    said = [r.getMessage() for r in caplog.records]
+    rows = len(delta_ids(lake / "events"))
+    assert rows and _delta_rs_rows(lake / "events") == rows  # every row through delta-rs
     assert sum("trying once more" in m for m in said) == 1
     assert not any("Spark's Delta writer" in m or "take Spark's writer" in m for m in said)

@@ -317,17 +317,25 @@ def test_timestamp_fields_certify_iso_instants_only(tmp_path) -> None:
     bad = ['"2026-11-27T08:00:00"', '"2026-11-27 08:00:00Z"', '"2026-11-27T08:00:00.1234567Z"',
            '"2026-02-30T08:00:00Z"', '"0001-01-01T00:00:00+01:00"', '"2026-11-27t08:00:00z"',
            '""', "1795000000"]
-    values = [b'{"id": %d, "ts": 1795000000, "at": %s}' % (i, v.encode())
-              for i, v in enumerate([*good, *bad])]
+    rows, suspects, arrow_type = _one_field(spec, "at", [*good, *bad])
+    assert suspects == len(bad)
+    assert arrow_type == pa.timestamp("us", tz="UTC")
+    assert rows == list(enumerate(good.values()))
+
+
+def _one_field(spec: TaskSpec, name: str, texts: list[str]
+               ) -> tuple[list[tuple[object, object]], int, pa.DataType]:
+    """Records ``{"id": i, "ts": …, name: texts[i]}`` through a task: ((id, value) of the
+    staged rows by id, the number of suspects, the field's type in the files)."""
+    values = [b'{"id": %d, "ts": 1795000000, "%s": %s}' % (i, name.encode(), v.encode())
+              for i, v in enumerate(texts)]
     out = list(run_task(spec, [_batch(values)], 0))
     files = [(b.column("path")[0].as_py(), b.column("rows")[0].as_py(),
               b.column("bytes")[0].as_py()) for b in out if b.column(0)[0].as_py() == "file"]
-    suspects = [b for b in out if b.column(0)[0].as_py() == "suspect"]
-    assert sum(b.num_rows for b in suspects) == len(bad)
+    suspects = sum(b.num_rows for b in out if b.column(0)[0].as_py() == "suspect")
     staged = Path(spec.staging)
-    assert pq.read_schema(staged / files[0][0]).field("at").type == pa.timestamp("us", tz="UTC")
-    assert sorted(((r["id"], r["at"]) for r in _read(staged, files)),
-                  key=lambda r: r[0]) == list(enumerate(good.values()))
+    rows = sorted(((r["id"], r[name]) for r in _read(staged, files)), key=lambda r: r[0])
+    return rows, suspects, pq.read_schema(staged / files[0][0]).field(name).type
 
 
 def test_date_fields_certify_yyyy_mm_dd_only(tmp_path) -> None:
@@ -336,16 +344,10 @@ def test_date_fields_certify_yyyy_mm_dd_only(tmp_path) -> None:
             '"9999-12-31"': dt.date(9999, 12, 31), "null": None}
     bad = ['"2026-02-30"', '"2026-1-5"', '"2026"', '"2026-11-27T08:00:00Z"', '"0000-01-01"',
            '""', "20000"]
-    values = [b'{"id": %d, "ts": 1795000000, "born": %s}' % (i, v.encode())
-              for i, v in enumerate([*good, *bad])]
-    out = list(run_task(spec, [_batch(values)], 0))
-    files = [(b.column("path")[0].as_py(), b.column("rows")[0].as_py(),
-              b.column("bytes")[0].as_py()) for b in out if b.column(0)[0].as_py() == "file"]
-    assert sum(b.num_rows for b in out if b.column(0)[0].as_py() == "suspect") == len(bad)
-    staged = Path(spec.staging)
-    assert pq.read_schema(staged / files[0][0]).field("born").type == pa.date32()
-    assert sorted(((r["id"], r["born"]) for r in _read(staged, files)),
-                  key=lambda r: r[0]) == list(enumerate(good.values()))
+    rows, suspects, arrow_type = _one_field(spec, "born", [*good, *bad])
+    assert suspects == len(bad)
+    assert arrow_type == pa.date32()
+    assert rows == list(enumerate(good.values()))
 
 
 def test_iso_values_without_a_bad_day_take_the_vectorised_cast() -> None:
