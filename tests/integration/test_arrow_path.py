@@ -104,9 +104,10 @@ def _run(spark, data: dict[str, Any]) -> Any:  # noqa: ANN001, ANN401
 
 
 def _config(kafka_broker, topic: str, lake: Path, engine: str, **table: Any) -> dict[str, Any]:
+    table.setdefault("timestamp_column", "ts")
     data = config_dict(kafka_broker, topic, lake, engine=engine,
                        partition_by=["location", "flag", "year", "month", "day", "hour"],
-                       timestamp_column="ts", key_column="k", metadata_column="meta",
+                       key_column="k", metadata_column="meta",
                        schema_evolution="strict", **table)
     data["decode"] = {"schema": SCHEMA}
     data["source"]["kafka"]["max_offsets_per_trigger"] = 300
@@ -220,13 +221,16 @@ def test_arrow_path_commits_to_delta_what_the_spark_path_commits(spark, kafka_br
     """The same corpus into Delta tables: Spark's writer against the Arrow tasks'
     files committed by delta-rs (the suspects Spark accepts moved in beside them). Both
     readers (delta-rs, Spark) see the same rows in both tables, Spark's count (from the
-    add actions' statistics) is exact, and most rows came through delta-rs commits."""
+    add actions' statistics) is exact, and most rows came through delta-rs commits.
+    The timestamp column here is the timestamp field ``at`` (the year/month/day/hour
+    partition values are in the rows compared)."""
     rng = random.Random(20261128)
     values = [*EDGE_VALUES, *_random_records(rng, 3000)]
     produce(kafka_broker.bootstrap_servers, topic,
             [(b"k%d" % i, v) for i, v in enumerate(values)])
     lakes = {engine: tmp_path / engine for engine in ("spark", "arrow")}
-    stats = {engine: _run(spark, _config(kafka_broker, topic, lake, engine, format="delta"))
+    stats = {engine: _run(spark, _config(kafka_broker, topic, lake, engine, format="delta",
+                                         timestamp_column="at"))
              for engine, lake in lakes.items()}
     want_rs, want_spark, want_count = _delta_rows(spark, lakes["spark"] / "events")
     got_rs, got_spark, got_count = _delta_rows(spark, lakes["arrow"] / "events")

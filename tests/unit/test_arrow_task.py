@@ -381,3 +381,17 @@ def test_time_settings_that_change_spark_s_reading_keep_time_fields_on_spark(set
     assert time_settings_refusal(Session()) is None  # type: ignore[arg-type]
     Session.conf = Conf({**TIME_SETTINGS, setting: value})
     assert time_settings_refusal(Session()) == f"{setting} is {value}"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("type_name", "text", "folder"), [
+    ("timestamp", "2026-12-31T23:30:00-01:00", "year=2027/month=01"),
+    ("date", "2026-12-31", "year=2026/month=12")])
+def test_a_timestamp_or_date_field_as_the_timestamp_column(tmp_path, type_name, text,
+                                                           folder) -> None:
+    """The folders come from the field's UTC instant (a date: its midnight, UTC)."""
+    spec = _spec(tmp_path, fields=(("id", "bigint", False), ("location", "string", True),
+                                   ("at", type_name, True)),
+                 timestamp_column="at", partition_by=("year", "month"))
+    out = list(run_task(spec, [_batch([b'{"id": 1, "at": "%s"}' % text.encode()])], 0))
+    files = [b.column("path")[0].as_py() for b in out if b.column(0)[0].as_py() == "file"]
+    assert [f.rpartition("/")[0] for f in files] == [folder]

@@ -62,7 +62,8 @@ logger = logging.getLogger(__name__)
 
 #: partition folder values Spark and this path spell alike (floats print differently)
 _FOLDER_TYPES = ("string", "boolean", "tinyint", "smallint", "int", "bigint")
-_TIMESTAMP_TYPES = ("string", "tinyint", "smallint", "int", "bigint", "float", "double")
+_TIMESTAMP_TYPES = ("string", "tinyint", "smallint", "int", "bigint", "float", "double",
+                    "timestamp", "date")
 RAW_DDL = ("key binary, value binary, topic string, partition int, offset long, "
            "timestamp timestamp, timestampType int")
 

@@ -390,7 +390,9 @@ def certify(spec: TaskSpec, raw: pa.Table, decoded: pa.Table, ok: pa.Array
                 columns[name], certified = iso_values(columns[name], type_name)
                 checks.append(certified)
     if spec.timestamp_column:  # Spark's path rejects an unreadable one (derived or not)
-        micros, valid = timestamp_micros(spec, decoded.column(spec.timestamp_column),
+        ts_col = spec.timestamp_column
+        # a timestamp or date field: its value as certified above, else the parsed text
+        micros, valid = timestamp_micros(spec, columns.get(ts_col, decoded.column(ts_col)),
                                          raw.column("timestamp"))
         checks.append(valid)
         ts = micros.cast(pa.timestamp("us", tz="UTC"))
@@ -494,9 +496,31 @@ def iso_values(text: pa.Array, type_name: str) -> tuple[pa.Array, pa.Array]:
 def timestamp_micros(spec: TaskSpec, col: pa.ChunkedArray | pa.Array,
                      kafka_ts: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, pa.Array]:
     """(UTC microseconds, certified) per record: the timestamp column read as an epoch
-    number whose unit is told by its magnitude (numeric strings too). ISO-8601 text and
-    values outside years 0001-9999 are not certified (Spark's path reads them)."""
+    number whose unit is told by its magnitude (numeric strings too), or a timestamp or
+    date field's value (a date: its midnight, UTC). ISO-8601 text and values outside
+    years 0001-9999 are not certified (Spark's path reads them)."""
     col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if pa.types.is_timestamp(col.type) or pa.types.is_date(col.type):
+        # certified by iso_values (within years 0001-9999); null: no timestamp
+        result = col.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        certified = pa.array([True] * len(col), pa.bool_())
+    else:
+        result, certified = _epoch_micros(col)
+    if spec.use_kafka_timestamp:
+        kafka = kafka_ts.combine_chunks() if isinstance(kafka_ts, pa.ChunkedArray) else kafka_ts
+        kafka_us = kafka.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        fallback = pc.is_null(col)
+        kafka_ok = pc.and_(pc.greater_equal(kafka_us, _MIN_US), pc.less_equal(kafka_us, _MAX_US))
+        certified = pc.and_(certified, pc.or_(pc.invert(fallback),
+                                              pc.fill_null(kafka_ok, True)))
+        result = pc.if_else(fallback, pc.if_else(pc.fill_null(kafka_ok, False), kafka_us,
+                                                 pa.scalar(None, pa.int64())), result)
+    return result, certified
+
+
+def _epoch_micros(col: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """(UTC microseconds, certified) of epoch numbers, or numbers as text, whose unit
+    their magnitude tells; nulls are certified (no timestamp)."""
     if pa.types.is_string(col.type):
         numeric = pc.fill_null(pc.match_substring_regex(col, _NUMBER), False)
         text = pc.if_else(numeric, pc.utf8_trim(col, " "), pa.scalar(None, pa.string()))
@@ -518,17 +542,7 @@ def timestamp_micros(spec: TaskSpec, col: pa.ChunkedArray | pa.Array,
                        pc.less_equal(floored, float(_MAX_US)))
     certified = pc.and_(certified, pc.fill_null(in_range, True))  # null: no timestamp
     safe = pc.if_else(pc.fill_null(in_range, False), floored, pa.scalar(None, pa.float64()))
-    result = pc.cast(safe, pa.int64())
-    if spec.use_kafka_timestamp:
-        kafka = kafka_ts.combine_chunks() if isinstance(kafka_ts, pa.ChunkedArray) else kafka_ts
-        kafka_us = kafka.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-        fallback = pc.is_null(col)
-        kafka_ok = pc.and_(pc.greater_equal(kafka_us, _MIN_US), pc.less_equal(kafka_us, _MAX_US))
-        certified = pc.and_(certified, pc.or_(pc.invert(fallback),
-                                              pc.fill_null(kafka_ok, True)))
-        result = pc.if_else(fallback, pc.if_else(pc.fill_null(kafka_ok, False), kafka_us,
-                                                 pa.scalar(None, pa.int64())), result)
-    return result, certified
+    return pc.cast(safe, pa.int64()), certified
 
 
 def time_part(ts: pa.Array, name: str) -> pa.Array:
