@@ -324,3 +324,32 @@ def test_a_delta_rs_commit_that_fails_once_is_tried_again_not_refused(
     assert rows and _delta_rs_rows(lake / "events") == rows  # every row through delta-rs
     assert sum("trying once more" in m for m in said) == 1
     assert not any("Spark's Delta writer" in m or "take Spark's writer" in m for m in said)
+
+
+def test_time_folders_are_utc_whatever_the_session_time_zone(spark, kafka_broker, topic,
+                                                             tmp_path) -> None:
+    """``spark.sql.session.timeZone`` set to a zone 5:45 ahead of UTC: both engines put
+    23:30 UTC on 27 November (and 00:10 UTC on 1 January 1970's eve, before the epoch)
+    in that UTC day's and hour's folders (Spark's ``year``/``hour`` of a timestamp would
+    use the session zone)."""
+    instants = {dt.datetime(2026, 11, 27, 23, 30, tzinfo=dt.UTC):
+                "year=2026/month=11/day=27/hour=23",
+                dt.datetime(1969, 12, 31, 0, 10, tzinfo=dt.UTC):
+                "year=1969/month=12/day=31/hour=00"}
+    produce(kafka_broker.bootstrap_servers, topic, [
+        (b"k", json.dumps({"id": i, "location": "x", "flag": True,
+                           "ts": int(t.timestamp() * 1000)}).encode())
+        for i, t in enumerate(instants)])
+    lakes = {engine: tmp_path / engine for engine in ("spark", "arrow")}
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "Asia/Kathmandu")
+    try:
+        stats = {engine: _run(spark, _config(kafka_broker, topic, lake, engine))
+                 for engine, lake in lakes.items()}
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+    want = {f"location=x/flag=true/{folder}" for folder in instants.values()}
+    for engine, lake in lakes.items():
+        assert stats[engine].written == len(instants)
+        assert _folders(lake / "events") == want, engine
+    assert _arrow_rows(lakes["arrow"]) == len(instants)

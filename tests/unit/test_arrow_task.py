@@ -395,3 +395,17 @@ def test_a_timestamp_or_date_field_as_the_timestamp_column(tmp_path, type_name, 
     out = list(run_task(spec, [_batch([b'{"id": 1, "at": "%s"}' % text.encode()])], 0))
     files = [b.column("path")[0].as_py() for b in out if b.column(0)[0].as_py() == "file"]
     assert [f.rpartition("/")[0] for f in files] == [folder]
+
+
+def test_a_timestamp_field_named_like_a_time_part_is_still_certified(tmp_path) -> None:
+    """A timestamp field ``hour`` that is also the derived ``hour`` partition (and the
+    timestamp column): its text is certified like any timestamp field's (review: the
+    raw text was read as an epoch number, where Spark's decoder rejects it)."""
+    spec = _spec(tmp_path, fields=(("id", "bigint", False), ("hour", "timestamp", True)),
+                 timestamp_column="hour", partition_by=("hour",), derived=("hour",))
+    out = list(run_task(spec, [_batch([b'{"id": 1, "hour": "1700000000"}',
+                                       b'{"id": 2, "hour": "2026-11-27T22:10:00+01:00"}'])],
+                        0))
+    files = [b.column("path")[0].as_py() for b in out if b.column(0)[0].as_py() == "file"]
+    assert [f.rpartition("/")[0] for f in files] == ["hour=21"]
+    assert sum(b.num_rows for b in out if b.column(0)[0].as_py() == "suspect") == 1

@@ -382,17 +382,15 @@ def certify(spec: TaskSpec, raw: pa.Table, decoded: pa.Table, ok: pa.Array
             checks.append(_valid_utf8(col))
             if name in spec.partition_by and name not in spec.derived:
                 checks.append(_folders_fit(name, col))
-    columns: dict[str, pa.Array] = {}
+    values: dict[str, pa.Array] = {}  # each field's value (timestamps, dates: certified)
     for name, type_name, _ in spec.fields:
-        if name not in spec.derived:
-            columns[name] = decoded.column(name).combine_chunks()
-            if type_name in _ISO_TYPES:
-                columns[name], certified = iso_values(columns[name], type_name)
-                checks.append(certified)
+        values[name] = decoded.column(name).combine_chunks()
+        if type_name in _ISO_TYPES:  # read as text: certified even if a derived part
+            values[name], certified = iso_values(values[name], type_name)  # replaces it
+            checks.append(certified)
+    columns = {name: values[name] for name, _, _ in spec.fields if name not in spec.derived}
     if spec.timestamp_column:  # Spark's path rejects an unreadable one (derived or not)
-        ts_col = spec.timestamp_column
-        # a timestamp or date field: its value as certified above, else the parsed text
-        micros, valid = timestamp_micros(spec, columns.get(ts_col, decoded.column(ts_col)),
+        micros, valid = timestamp_micros(spec, values[spec.timestamp_column],
                                          raw.column("timestamp"))
         checks.append(valid)
         ts = micros.cast(pa.timestamp("us", tz="UTC"))

@@ -200,7 +200,10 @@ def folder_unfit_expr(col: str, value: Column) -> Column:
 
 
 def time_part_exprs(ts: Column) -> dict[str, Column]:
-    """``year``, ``month``, ``day``, ``hour`` strings (zero-padded) from a UTC timestamp.
+    """``year``, ``month``, ``day``, ``hour`` strings (zero-padded) of a timestamp, in UTC
+    whatever Spark's session time zone (``F.year``/``F.hour`` of a timestamp would use
+    it): the day and the hour come from its microseconds since the epoch, in integer
+    arithmetic, and the year/month/day from that day as a date (dates have no zone).
 
     Integer fields padded with ``lpad`` rather than ``date_format``: the same strings
     (as ``TIME_PARTS`` spells them), without a date formatter per row, which made
@@ -208,7 +211,12 @@ def time_part_exprs(ts: Column) -> dict[str, Column]:
     """
     from pyspark.sql import functions as F
 
-    fields = {"year": (F.year, 4), "month": (F.month, 2), "day": (F.dayofmonth, 2),
-              "hour": (F.hour, 2)}
-    return {name: F.lpad(fields[name][0](ts).cast("string"), fields[name][1], "0")
-            for name in TIME_PARTS}
+    day_us = 86_400_000_000
+    micros = F.unix_micros(ts)
+    into_day = F.pmod(micros, F.lit(day_us))  # 0 ≤ µs since midnight UTC, also before 1970
+    date = F.date_from_unix_date(F.round((micros - into_day) / day_us).cast("int"))
+    fields = {"year": (F.year(date), 4), "month": (F.month(date), 2),
+              "day": (F.dayofmonth(date), 2),
+              "hour": (F.floor(into_day / 3_600_000_000), 2)}
+    return {name: F.lpad(value.cast("string"), width, "0")
+            for name, (value, width) in fields.items()}
