@@ -338,7 +338,7 @@ def test_time_folders_are_utc_whatever_the_session_time_zone(spark, kafka_broker
                 "year=1969/month=12/day=31/hour=00"}
     produce(kafka_broker.bootstrap_servers, topic, [
         (b"k", json.dumps({"id": i, "location": "x", "flag": True,
-                           "ts": int(t.timestamp() * 1000)}).encode())
+                           "ts": str(int(t.timestamp()))}).encode())  # epoch seconds
         for i, t in enumerate(instants)])
     lakes = {engine: tmp_path / engine for engine in ("spark", "arrow")}
     zone = spark.conf.get("spark.sql.session.timeZone")
