@@ -52,7 +52,7 @@ EDGE_VALUES: list[bytes | None] = [
     b'{"id": 1, "ts": "yesterday"}', b'{"id": 1, "ts": "NaN"}', b'{"id": 1, "ts": "1e400"}',
     b'{"id": 1, "ts": "-62135596801"}', b'{"id": 1, "ts": "253402300800"}',
     b'{"id": 1, "ts": "1e20"}', b'{"id": 1, "ts": "+.5e3"}', b'{"id": 1, "ts": ""}',
-    b'{"id": 1, "ts": 1795000000}', b'{"id": 1, "ts": null}',
+    b'{"id": 1, "ts": 1795000000}', b'{"id": 1, "ts": null}', b'{"id": 1, "ts": "-1e400"}',
     # a timestamp field: ISO instants with a zone are the Arrow path's, the rest Spark's
     b'{"id": 1, "at": "2026-11-27T08:00:00Z"}', b'{"id": 1, "at": "2026-11-27T08:00:00.5+05:45"}',
     b'{"id": 1, "at": "2026-11-27T08:00:00"}', b'{"id": 1, "at": "2026-11-27 08:00:00Z"}',
@@ -331,25 +331,30 @@ def test_time_folders_are_utc_whatever_the_session_time_zone(spark, kafka_broker
     """``spark.sql.session.timeZone`` set to a zone 5:45 ahead of UTC: both engines put
     23:30 UTC on 27 November (and 00:10 UTC on 1 January 1970's eve, before the epoch)
     in that UTC day's and hour's folders (Spark's ``year``/``hour`` of a timestamp would
-    use the session zone)."""
+    use the session zone), and a date timestamp column at its midnight UTC (a cast of a
+    date to a timestamp would take the session zone's)."""
     instants = {dt.datetime(2026, 11, 27, 23, 30, tzinfo=dt.UTC):
                 "year=2026/month=11/day=27/hour=23",
                 dt.datetime(1969, 12, 31, 0, 10, tzinfo=dt.UTC):
                 "year=1969/month=12/day=31/hour=00"}
     produce(kafka_broker.bootstrap_servers, topic, [
-        (b"k", json.dumps({"id": i, "location": "x", "flag": True,
+        (b"k", json.dumps({"id": i, "location": "x", "flag": True, "born": "2026-11-27",
                            "ts": str(int(t.timestamp()))}).encode())  # epoch seconds
         for i, t in enumerate(instants)])
-    lakes = {engine: tmp_path / engine for engine in ("spark", "arrow")}
+    lakes = {(engine, column): tmp_path / f"{engine}-{column}"
+             for engine in ("spark", "arrow") for column in ("ts", "born")}
     zone = spark.conf.get("spark.sql.session.timeZone")
     spark.conf.set("spark.sql.session.timeZone", "Asia/Kathmandu")
     try:
-        stats = {engine: _run(spark, _config(kafka_broker, topic, lake, engine))
-                 for engine, lake in lakes.items()}
+        stats = {(engine, column): _run(spark, _config(kafka_broker, topic, lake, engine,
+                                                       timestamp_column=column))
+                 for (engine, column), lake in lakes.items()}
     finally:
         spark.conf.set("spark.sql.session.timeZone", zone)
-    want = {f"location=x/flag=true/{folder}" for folder in instants.values()}
-    for engine, lake in lakes.items():
-        assert stats[engine].written == len(instants)
-        assert _folders(lake / "events") == want, engine
-    assert _arrow_rows(lakes["arrow"]) == len(instants)
+    want = {"ts": {f"location=x/flag=true/{folder}" for folder in instants.values()},
+            "born": {"location=x/flag=true/year=2026/month=11/day=27/hour=00"}}
+    for (engine, column), lake in lakes.items():
+        assert stats[engine, column].written == len(instants)
+        assert _folders(lake / "events") == want[column], (engine, column)
+        if engine == "arrow":
+            assert _arrow_rows(lake) == len(instants)

@@ -171,8 +171,8 @@ def timestamp_column_expr(col: Column, dtype: DataType) -> Column:
 
     if isinstance(dtype, (T.TimestampType, T.TimestampNTZType)):
         return col.cast("timestamp")
-    if isinstance(dtype, T.DateType):
-        return col.cast("timestamp")
+    if isinstance(dtype, T.DateType):  # its midnight UTC (a cast: the session zone's)
+        return F.timestamp_micros(F.unix_date(col).cast("long") * 86_400_000_000)
     if isinstance(dtype, T.NumericType):
         return _epoch_to_timestamp(col)
     if isinstance(dtype, T.StringType):
@@ -212,7 +212,10 @@ def time_part_exprs(ts: Column) -> dict[str, Column]:
     from pyspark.sql import functions as F
 
     day_us = 86_400_000_000
-    micros = F.unix_micros(ts)
+    # an epoch of -Infinity is the smallest long (see _epoch_to_timestamp): kept a day
+    # above it, so that the subtraction below cannot overflow (an ANSI error)
+    raw, floor_us = F.unix_micros(ts), F.lit(-(2**63) + day_us)
+    micros = F.when(raw < floor_us, floor_us).otherwise(raw)  # null stays null
     into_day = F.pmod(micros, F.lit(day_us))  # 0 ≤ µs since midnight UTC, also before 1970
     date = F.date_from_unix_date(F.round((micros - into_day) / day_us).cast("int"))
     fields = {"year": (F.year(date), 4), "month": (F.month(date), 2),
