@@ -358,3 +358,44 @@ def test_time_folders_are_utc_whatever_the_session_time_zone(spark, kafka_broker
         assert _folders(lake / "events") == want[column], (engine, column)
         if engine == "arrow":
             assert _arrow_rows(lake) == len(instants)
+
+
+def test_a_refused_commit_that_lands_late_keeps_its_dead_letters(
+        spark, kafka_broker, topic, tmp_path, monkeypatch) -> None:
+    """Two failed puts count as a refusal, but the second one lands after all (its
+    answer was lost): Spark's writer then finds the batch committed and skips it. The
+    dead letters staged for that commit are published, not dropped (review)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError
+
+    from lakesink.tables.delta import DeltaTableWriter
+
+    real_commit = DeltaTable.create_write_transaction
+    real_write = DeltaTableWriter.write_batch
+    late: list[tuple[Any, ...]] = []
+
+    def fail(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        late[:] = [(self, args, kwargs)]
+        raise CommitFailedError("Error interacting with object store: injected")
+
+    def land_then_write(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if late:  # the lost put lands before Spark's writer runs
+            table, a, k = late.pop()
+            real_commit(table, *a, **k)
+            landed.append(1)
+        return real_write(self, *args, **kwargs)
+
+    landed: list[int] = []
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", fail)
+    monkeypatch.setattr(DeltaTableWriter, "write_batch", land_then_write)
+    values = [*_random_records(random.Random(9), 200), b"not json"]
+    produce(kafka_broker.bootstrap_servers, topic,
+            [(b"k%d" % i, v) for i, v in enumerate(values)])
+    lake = tmp_path / "lake"
+    stats = _run(spark, _config(kafka_broker, topic, lake, "auto", format="delta"))
+    assert landed == [1]  # the window was walked: the batch came through the late put
+    assert stats.skipped == 1  # Spark's writer found it committed
+    ids = delta_ids(lake / "events")
+    dead = _dead_letters(lake)
+    assert len(set(ids)) == len(ids) and len(ids) + len(dead) == len(values)
+    assert "malformed_json" in {r[2] for r in dead}

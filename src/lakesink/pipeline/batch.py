@@ -657,9 +657,10 @@ class BatchProcessor:
             logger.warning("%s: %s; this batch and the next take Spark's Delta writer",
                            writer.layout.table, refused)
             suspects.drop()
-            # the tasks' files stay (for VACUUM): a put whose fate was unknown may still
-            # land and list them, and Spark's writer then skips the batch by its txn
-            self.rejected.discard(batch_id)  # the Spark path stages its own
+            # the tasks' files and the staged dead letters stay: a put whose fate was
+            # unknown may still land and list the files, and Spark's writer then skips
+            # the batch by its txn, so the outbox staged here is the batch's; else the
+            # Spark path stages its own in its place (stage replaces an outbox)
             return self._write_guarded(df, batch_id)
         except BaseException:
             suspects.drop()
