@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent set-up for a fresh Debian machine: JDK 17 + Maven, Python 3.11 venv with
+# Idempotent set-up for a fresh Debian machine: JDK 17 + Maven, redis-server, Python 3.11 venv with
 # lakesink and its test tools, and the JVM jars declared in jvm/pom.xml.
 # Re-running it is cheap: each step is skipped when its inputs did not change.
 set -euo pipefail
@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 ROOT="$PWD"
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 
-# --- JDK 17 and Maven -------------------------------------------------------------------
+# --- JDK 17, Maven and redis-server (the tests' and the Redis demo's server) -------------
 need_apt=()
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 command -v javac >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)

@@ -39,7 +39,7 @@ from lakesink.pipeline.transforms import Transforms, parse_transforms
 from lakesink.runtime import storage
 from lakesink.runtime.shutdown import StopGate, StopRequest, await_query
 from lakesink.silence.query import SilenceQuery, SilenceRunner
-from lakesink.sources import kafka
+from lakesink import sources
 from lakesink.tables.base import TableWriter, check_layout
 from lakesink.tables.delta import DeltaTableWriter
 from lakesink.tables.fs import HadoopFS, to_uri
@@ -105,9 +105,9 @@ def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,
     if samples is not None:
         values = samples()
     else:
-        values = kafka.sample_values(spark, cfg.source.kafka,
-                                     limit=cfg.decode.infer_sample_size,
-                                     wait_s=cfg.decode.infer_wait_s)
+        values = sources.sample_values(spark, cfg.source,
+                                       limit=cfg.decode.infer_sample_size,
+                                       wait_s=cfg.decode.infer_wait_s)
     if not values:
         raise SourceError(
             f"no records to infer a schema from after {cfg.decode.infer_wait_s:.0f}s; "
@@ -232,7 +232,7 @@ class Pipeline:
 
     @classmethod
     def build(cls, cfg: LakesinkConfig, spark: SparkSession) -> Pipeline:
-        kafka.check_reachable(cfg.source.kafka)
+        sources.check_reachable(cfg.source)
         storage.apply(spark, cfg)
         if cfg.routes:
             pipeline = cls._routed(cfg, spark)
@@ -293,7 +293,7 @@ class Pipeline:
         except BaseException:
             Router(routes, None, app_id=app_id, lease=lease).close()  # a refused start
             raise  # holds no lease
-        subscribed = cfg.source.kafka.topics
+        subscribed = cfg.source.names
         exhaustive = bool(subscribed) and all(
             any(t in r.topics for r in cfg.routes) for t in subscribed)
         plans = RoutePlans(fs, f"{checkpoint.rstrip('/')}/routes", routes_fingerprint(cfg))
@@ -327,7 +327,7 @@ class Pipeline:
         if spec is not None:
             logger.info("Python workers warmed up in %.1fs",
                         warm_workers(self.spark, spec))
-        stream = kafka.read_stream(self.spark, self.cfg.source.kafka, headers=self.headers)
+        stream = sources.read_stream(self.spark, self.cfg.source, headers=self.headers)
         retry = self.cfg.retry
         batch = RetryingBatch(self.processor, attempts=retry.batch_attempts,
                               initial_backoff_s=retry.initial_backoff_s,
@@ -341,8 +341,8 @@ class Pipeline:
         else:
             writer = writer.trigger(processingTime=self.cfg.trigger.interval)
         query = writer.start()
-        logger.info("query started: %s -> %s (checkpoint %s)", self.cfg.source.kafka.topics
-                    or self.cfg.source.kafka.topic_pattern, self.target, self.checkpoint)
+        logger.info("query started: %s -> %s (checkpoint %s)",
+                    sources.describe(self.cfg.source), self.target, self.checkpoint)
         return query
 
     def run(self, *, until_caught_up: bool | None = None, stop: StopRequest | None = None
@@ -356,11 +356,21 @@ class Pipeline:
         try:
             return self._run(caught_up, stop)
         finally:
+            self._settle_source()
             if beside is not None:
                 beside.finish(wait=caught_up and not stop.requested)
             if self.silence is not None:
                 self.silence.close()
             self.processor.close()
+
+    def _settle_source(self) -> None:
+        """Acknowledge the source up to the last batch Spark recorded done (see
+        :func:`lakesink.sources.settle`); a failure only delays that to the next run."""
+        try:
+            sources.settle(self.spark, self.cfg.source, self.checkpoint)
+        except Exception as exc:  # noqa: BLE001 - the next run settles it
+            logger.warning("could not acknowledge the source's last batch (%s); the next "
+                           "run does", _first_line(exc))
 
     def _silence_beside(self, caught_up: bool, stop: StopRequest) -> SilenceRunner | None:
         """The silence query on its own thread (event time only, when catching up:
@@ -440,7 +450,8 @@ def routes_fingerprint(cfg: LakesinkConfig) -> str:
                             "message_type": r.message_type.model_dump()
                             if r.message_type else None} for r in cfg.routes],
                 "unrouted": cfg.unrouted,
-                "subscription": [cfg.source.kafka.topics, cfg.source.kafka.topic_pattern]}
+                "subscription": ([cfg.source.kafka.topics, cfg.source.kafka.topic_pattern]
+                                 if cfg.source.kafka is not None else cfg.source.names)}
     return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:16]
 
 

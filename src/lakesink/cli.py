@@ -162,10 +162,10 @@ def validate(
 
         checks = preflight(cfg)
         if not offline:
-            from lakesink.sources.kafka import check_reachable
+            from lakesink import sources
 
-            check_reachable(cfg.source.kafka)
-            checks.append(f"broker: {cfg.source.kafka.bootstrap_servers} reachable")
+            sources.check_reachable(cfg.source)
+            checks.append(f"source: {sources.describe(cfg.source)} reachable")
     except ConfigError as exc:
         _fail_config(exc)
         return

@@ -14,14 +14,20 @@ dict lookup. Points:
 * ``raise_after_delta_commit`` — the Delta commit is durable, then the write *raises*
   (a failed post-commit hook, a lost response) instead of killing: once per process
 * ``after_schema_evolved``  — a batch evolved the schema and stored it, nothing written
+* ``source_after_take``     — a Redis source took new records for a batch (lists: moved
+  into the batch's processing list; streams with a group: delivered by ``XREADGROUP``),
+  before Spark wrote the batch's offsets
+* ``source_before_commit``  — the batch is durable and recorded by Spark; the Redis
+  source has not yet acknowledged (``XACK``), trimmed or deleted its records
 * ``silence_before_delivery`` — a silence batch has events, none delivered yet
 * ``silence_after_delivery``  — a silence batch's events are delivered (table, topic,
   callback), Spark has not recorded the batch
 
 The first four are in the Parquet writer (``after_staging`` also in the Arrow path's
 Delta batch), the fifth in the Delta writer, the sixth in
-the batch function (both formats), the last two in the silence query (the first batch
-with events, unless ``LAKESINK_FAULT_BATCH`` names one).
+the batch function (both formats), the source points in the Redis readers (the first
+time reached), the last two in the silence query (the first batch with events, unless
+``LAKESINK_FAULT_BATCH`` names one).
 """
 
 from __future__ import annotations
@@ -35,8 +41,9 @@ logger = logging.getLogger(__name__)
 PARQUET_POINTS = ("after_staging", "mid_publish", "after_publish", "after_manifest")
 DELTA_POINTS = ("after_delta_commit",)
 COMMON_POINTS = ("after_schema_evolved",)
+SOURCE_POINTS = ("source_after_take", "source_before_commit")
 SILENCE_POINTS = ("silence_before_delivery", "silence_after_delivery")
-POINTS = PARQUET_POINTS + DELTA_POINTS + COMMON_POINTS + SILENCE_POINTS
+POINTS = PARQUET_POINTS + DELTA_POINTS + COMMON_POINTS + SOURCE_POINTS + SILENCE_POINTS
 
 
 RAISE_POINTS = ("raise_after_delta_commit",)
@@ -60,10 +67,26 @@ def fault_point(name: str, batch_id: int | None = None) -> None:
             logger.error("fault injection: raising at %s (batch %s)", name, batch_id)
             raise InjectedFault(f"injected fault at {name}")
         return
-    logger.error("fault injection: killing the process group at %s (batch %s)", name, batch_id)
+    message = f"fault injection: killing the process group at {name} (batch {batch_id})"
+    logger.error(message)
     for h in logging.getLogger().handlers:
         h.flush()
+    _tell_the_leader(message)
     try:
         os.killpg(os.getpgid(0), signal.SIGKILL)
     finally:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _tell_the_leader(message: str) -> None:
+    """Also write ``message`` to the process group leader's stderr when this is another
+    process: Spark keeps a Python planner worker's stderr (the Redis readers' points) to
+    itself, and the tests read the run's stderr to see where it died."""
+    leader = os.getpgid(0)
+    if leader == os.getpid():
+        return
+    try:
+        with open(f"/proc/{leader}/fd/2", "a") as out:
+            out.write(message + "\n")
+    except OSError:
+        pass

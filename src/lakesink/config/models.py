@@ -173,8 +173,87 @@ class KafkaSource(_Section):
         return self
 
 
+class RedisSource(_Section):
+    """Redis streams and lists (``source.type: redis``), read exactly once: see
+    ``docs/sources.md``."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=6379, gt=0, lt=65536)
+    db: int = Field(default=0, ge=0)
+    username: str | None = None
+    password: SecretStr | None = Field(default=None, description="env or secret file only")
+    tls: bool = False
+    streams: StrList = Field(default_factory=list, description="stream keys to read")
+    lists: StrList = Field(default_factory=list, description="list keys to consume")
+    value_field: str | None = Field(
+        default="data",
+        description="the stream entry field holding the payload; null: every field, "
+        "as one JSON object of strings")
+    key_field: str | None = Field(default=None, description="the entry field of the key")
+    consumer_group: str | None = Field(
+        default=None,
+        description="streams: deliver through this consumer group and XACK entries "
+        "only after their batch is durable")
+    consumer_name: str = Field(
+        default="lakesink",
+        description="the consumer in the group; lists: names the processing lists")
+    starting_position: Literal["earliest", "latest"] = "earliest"
+    trim_on_commit: bool = Field(
+        default=False, description="streams: XTRIM MINID after each durable batch")
+    max_records_per_trigger: int | None = Field(
+        default=None, gt=0, description="records per batch at most (lists: 10000 if unset)")
+    fail_on_data_loss: bool = True
+    connect_timeout_s: float = Field(default=30.0, gt=0)
+    socket_timeout_s: float = Field(default=30.0, gt=0)
+
+    _split = field_validator("streams", "lists", mode="before")(_split_list)
+
+    @model_validator(mode="after")
+    def _keys(self) -> RedisSource:
+        if not self.streams and not self.lists:
+            raise ValueError("set 'streams' or 'lists' (the keys to read)")
+        both = set(self.streams) & set(self.lists)
+        if both:
+            raise ValueError(f"{sorted(both)[0]!r} is in both 'streams' and 'lists'")
+        return self
+
+    @property
+    def keys(self) -> list[str]:
+        return [*self.streams, *self.lists]
+
+
 class SourceConfig(_Section):
-    kafka: KafkaSource
+    type: Literal["kafka", "redis"] = Field(
+        default="kafka", description="kafka (default) or redis; set by the section given")
+    kafka: KafkaSource | None = None
+    redis: RedisSource | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _type_from_section(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "type" not in data and data.get("redis") is not None \
+                and data.get("kafka") is None:
+            data = {**data, "type": "redis"}
+        return data
+
+    @model_validator(mode="after")
+    def _one_section(self) -> SourceConfig:
+        if getattr(self, self.type) is None:
+            raise ValueError(f"source.type is {self.type}: the section source.{self.type} "
+                             "is missing")
+        other = "redis" if self.type == "kafka" else "kafka"
+        if getattr(self, other) is not None:
+            raise ValueError(f"source.{other}: given, but source.type is {self.type}; "
+                             "one source per run")
+        return self
+
+    @property
+    def names(self) -> list[str]:
+        """What the records' ``topic`` can be, when the source names them up front."""
+        if self.redis is not None:
+            return self.redis.keys
+        assert self.kafka is not None
+        return self.kafka.topics
 
 
 class FieldSpec(_Section):
@@ -820,11 +899,26 @@ class LakesinkConfig(BaseSettings):
     def _routes(self) -> LakesinkConfig:
         """Resolve each route's table and decode settings; derive the subscription."""
         kafka = self.source.kafka
+        if kafka is None:  # redis: the keys are the subscription; routes pick from them
+            self._route_sections = self._resolve_routes() if self.routes else []
+            return self
         if not self.routes:
             if not kafka.topics and not kafka.topic_pattern:
                 raise ValueError("source.kafka: set exactly one of 'topics' or "
                                  "'topic_pattern'")
             return self
+        self._route_sections = self._resolve_routes()
+        if not kafka.topics and not kafka.topic_pattern:
+            if all(r.topics for r in self.routes):
+                kafka.topics = list(dict.fromkeys(t for r in self.routes for t in r.topics))
+            else:
+                kafka.topic_pattern = "|".join(
+                    f"(?:{r.topic_pattern})" if r.topic_pattern
+                    else "|".join(re.escape(t) for t in r.topics) for r in self.routes)
+        return self
+
+    def _resolve_routes(self) -> list[tuple[TableConfig, DecodeConfig]]:
+        """Each route's table and decode settings (the route's over the top level's)."""
         resolved: list[tuple[TableConfig, DecodeConfig]] = []
         names: dict[str, int] = {}
         prefixes: dict[str, int] = {}  # message-type routes' table prefixes
@@ -863,15 +957,7 @@ class LakesinkConfig(BaseSettings):
                                  "(list several topics in one route)")
             names[table.name.lower()] = i
             resolved.append((table, decode))
-        self._route_sections = resolved
-        if not kafka.topics and not kafka.topic_pattern:
-            if all(r.topics for r in self.routes):
-                kafka.topics = list(dict.fromkeys(t for r in self.routes for t in r.topics))
-            else:
-                kafka.topic_pattern = "|".join(
-                    f"(?:{r.topic_pattern})" if r.topic_pattern
-                    else "|".join(re.escape(t) for t in r.topics) for r in self.routes)
-        return self
+        return resolved
 
     def route_config(self, index: int, table_name: str | None = None) -> LakesinkConfig:
         """The config of one route as a single-table config (its table, its decode, its
@@ -881,9 +967,11 @@ class LakesinkConfig(BaseSettings):
         route = self.routes[index]
         if table_name is not None:
             table = table.model_copy(update={"name": table_name})
-        kafka = self.source.kafka.model_copy(update={"topics": list(route.topics),
-                                                     "topic_pattern": route.topic_pattern})
-        source = self.source.model_copy(update={"kafka": kafka})
+        source = self.source
+        if source.kafka is not None:
+            kafka = source.kafka.model_copy(update={"topics": list(route.topics),
+                                                    "topic_pattern": route.topic_pattern})
+            source = source.model_copy(update={"kafka": kafka})
         return self.model_copy(update={"table": table, "decode": decode, "source": source,
                                        "routes": []})
 
@@ -895,12 +983,12 @@ class LakesinkConfig(BaseSettings):
     @model_validator(mode="after")
     def _default_table_name(self) -> LakesinkConfig:
         if self.table.name is None and not self.routes:
-            kafka = self.source.kafka
-            if len(kafka.topics) == 1 and _NAME.match(kafka.topics[0]):
-                self.table.name = kafka.topics[0]
+            names = self.source.names
+            if len(names) == 1 and _NAME.match(names[0]):
+                self.table.name = names[0]
             else:
                 raise ValueError(
-                    "table.name: required unless exactly one topic is subscribed"
+                    "table.name: required unless exactly one topic (or Redis key) is read"
                 )
         return self
 

@@ -20,12 +20,13 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lakesink.config.models import KafkaSource, LakesinkConfig, SilenceConfig
+from lakesink.config.models import LakesinkConfig, SilenceConfig, SourceConfig
 from lakesink.errors import ConfigError
 from lakesink.faults import fault_point
 from lakesink.runtime.shutdown import StopGate, StopRequest, await_query
 from lakesink.silence.outputs import Callback, Outputs, load_callback
 from lakesink.silence.tracker import HEARTBEAT, NULL_KEY, OUTPUT_SCHEMA, RECORD, SilenceTracker
+from lakesink import sources
 from lakesink.sources import kafka
 from lakesink.tables.fs import HadoopFS, to_uri
 from lakesink.tables.identity import checkpoint_app_id
@@ -87,8 +88,12 @@ class SilenceQuery:
         fs = HadoopFS(spark, to_uri(cfg.table.base_path))
         app_id = checkpoint_app_id(fs, checkpoint)
         table = _table_writer(cfg, spark, app_id) if s.table else None
-        options = {k: v for k, v in kafka.client_options(cfg.source.kafka).items()
-                   if k != "group.id"}
+        if s.topic and cfg.source.kafka is None:
+            raise ConfigError("silence.topic", "events go to a Kafka topic, which needs a "
+                              "Kafka source; use silence.table or silence.callback")
+        options = ({k: v for k, v in kafka.client_options(cfg.source.kafka).items()
+                    if k != "group.id"} if cfg.source.kafka is not None else {})
+        sources.second_reader(cfg.source, "silence")  # refuses a source it cannot re-read
         outputs = Outputs(spark, fs, checkpoint, table=table, topic=s.topic,
                           kafka_options=options, callback=callback)
         query = cls(cfg, spark, checkpoint, outputs)
@@ -104,7 +109,7 @@ class SilenceQuery:
         from pyspark.errors import AnalysisException, ParseException
         from pyspark.sql import functions as F
 
-        src = kafka.read_stream(self.spark, self.source, headers=True)
+        src = sources.read_stream(self.spark, self.source, headers=True)
         s = self.settings
         checks = [("silence.key", s.key, "binary")]
         if self.event_time:
@@ -125,13 +130,10 @@ class SilenceQuery:
         return self.settings.time == "event"
 
     @property
-    def source(self) -> KafkaSource:
-        """The ingestion's source settings; a consumer group of its own, if one is set
-        (Spark warns that queries sharing a group id interfere)."""
-        kcfg = self.cfg.source.kafka
-        if kcfg.group_id:
-            kcfg = kcfg.model_copy(update={"group_id": f"{kcfg.group_id}-silence"})
-        return kcfg
+    def source(self) -> SourceConfig:
+        """The ingestion's source, read a second time without taking its records (see
+        :func:`lakesink.sources.second_reader`)."""
+        return sources.second_reader(self.cfg.source, "silence")
 
     def frame(self) -> DataFrame:
         """The tracker's output stream (events, sweeps, null-key counts)."""
@@ -139,7 +141,7 @@ class SilenceQuery:
 
         s = self.settings
         uses_headers = "headers" in (s.key or "") + (s.event_time or "")
-        src = kafka.read_stream(self.spark, self.source, headers=uses_headers)
+        src = sources.read_stream(self.spark, self.source, headers=uses_headers)
         key = F.expr(s.key).cast("binary") if s.key else F.col("key")
         ts = F.expr(s.event_time).cast("timestamp") if self.event_time else F.col(
             "timestamp")

@@ -1,1 +1,178 @@
-"""Sources: Kafka (Spark's built-in connector); Redis and Danube come later."""
+"""Sources: Kafka (Spark's built-in connector), Redis streams and lists (Python data
+sources). Every source yields the same record shape (:mod:`lakesink.sources.records`);
+this module is the one place the rest of lakesink asks about the source."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from lakesink.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from lakesink.config.models import RedisSource, SourceConfig
+
+logger = logging.getLogger(__name__)
+
+
+def describe(cfg: SourceConfig) -> str:
+    """What is read, for logs (no secrets)."""
+    if cfg.redis is not None:
+        r = cfg.redis
+        parts = [f"streams {r.streams}" if r.streams else "", f"lists {r.lists}" if r.lists
+                 else ""]
+        return f"redis {r.host}:{r.port}/{r.db} " + " ".join(p for p in parts if p)
+    assert cfg.kafka is not None
+    return str(cfg.kafka.topics or cfg.kafka.topic_pattern)
+
+
+def check_reachable(cfg: SourceConfig) -> None:
+    """Fail with a clear error when the source's server does not answer in time."""
+    if cfg.redis is not None:
+        from lakesink.sources import redis_conn
+
+        redis_conn.check_reachable(cfg.redis)
+    else:
+        from lakesink.sources import kafka
+
+        assert cfg.kafka is not None
+        kafka.check_reachable(cfg.kafka)
+
+
+def read_stream(spark: SparkSession, cfg: SourceConfig, *, headers: bool = False
+                ) -> DataFrame:
+    """The streaming source; ``headers`` adds the records' headers column."""
+    if cfg.redis is not None:
+        return _redis_stream(spark, cfg.redis, headers=headers)
+    from lakesink.sources import kafka
+
+    assert cfg.kafka is not None
+    return kafka.read_stream(spark, cfg.kafka, headers=headers)
+
+
+def second_reader(cfg: SourceConfig, key: str) -> SourceConfig:
+    """The source settings for a second query over the same records (silence
+    detection): it must not take records from the ingestion — a Kafka consumer group
+    of its own, Redis streams read without a group and never trimmed. Redis lists are
+    consumed by reading, so they cannot be read twice (ConfigError naming ``key``)."""
+    if cfg.redis is not None:
+        if cfg.redis.lists:
+            raise ConfigError(key, "needs a source that can be read twice (Kafka topics or "
+                              "Redis streams); Redis lists are consumed by the ingestion")
+        redis = cfg.redis.model_copy(update={"consumer_group": None, "trim_on_commit": False})
+        return cfg.model_copy(update={"redis": redis})
+    assert cfg.kafka is not None
+    if cfg.kafka.group_id:
+        kafka = cfg.kafka.model_copy(update={"group_id": f"{cfg.kafka.group_id}-silence"})
+        return cfg.model_copy(update={"kafka": kafka})
+    return cfg
+
+
+def sample_values(spark: SparkSession, cfg: SourceConfig, *, limit: int, wait_s: float
+                  ) -> list[str]:
+    """Up to ``limit`` record values (as text) from the start of the source, without
+    taking any (Redis lists are only looked at); waits up to ``wait_s`` for one."""
+    if cfg.redis is None:
+        from lakesink.sources import kafka
+
+        assert cfg.kafka is not None
+        return kafka.sample_values(spark, cfg.kafka, limit=limit, wait_s=wait_s)
+    deadline = time.monotonic() + wait_s
+    while True:
+        values = _redis_samples(cfg.redis, limit)
+        if values or time.monotonic() >= deadline:
+            return values
+        logger.info("waiting for records to infer a schema from…")
+        time.sleep(2.0)
+
+
+def _redis_samples(cfg: RedisSource, limit: int) -> list[str]:
+    from lakesink.sources.redis_conn import Conn, decode_fields, source_options
+
+    client = Conn.of(source_options(cfg, [])).client()
+    out: list[str] = []
+    try:
+        for key in cfg.streams:
+            for _, fields in client.xrange(key, "-", "+", count=limit - len(out)):
+                value = decode_fields(fields, cfg.value_field, None)[1]
+                if value is not None:
+                    out.append(value.decode("utf-8", "replace"))
+            if len(out) >= limit:
+                return out
+        for key in cfg.lists:
+            out.extend(v.decode("utf-8", "replace")
+                       for v in client.lrange(key, 0, limit - len(out) - 1))
+            if len(out) >= limit:
+                return out
+        return out
+    finally:
+        client.close()
+
+
+def settle(spark: SparkSession, cfg: SourceConfig, checkpoint: str) -> None:
+    """Tell the source that every batch Spark recorded done is done, now.
+
+    Spark calls a source's ``commit(end)`` for a batch only when it plans the *next*
+    batch, so the last batch of a run (or before an idle period) would stay
+    unacknowledged (Redis: pending in the group, its list items in a processing list)
+    until the next run has new data. Called when a query has stopped; it commits the
+    end of the newest batch in the checkpoint's commit log, which is durable in the
+    table. Idempotent; Kafka needs nothing (its offsets live only in the checkpoint).
+    """
+    if cfg.redis is None:
+        return
+    from lakesink.sources import redis_lists, redis_streams
+    from lakesink.tables.fs import HadoopFS, join
+
+    fs = HadoopFS(spark, checkpoint)
+    done = [int(f.relative) for f in fs.list_files(join(checkpoint, "commits"))
+            if f.relative.isdigit()]
+    text = fs.read_text(join(checkpoint, "offsets", str(max(done)))) if done else None
+    r = cfg.redis
+    for line in (text or "").splitlines()[2:]:
+        end = json.loads(line)
+        if not isinstance(end, dict) or not end:
+            continue
+        if set(end) <= set(r.streams):
+            redis_streams.RedisStreamsReader(_redis_options(r, "streams")).commit(end)
+        elif set(end) <= set(r.lists):
+            redis_lists.RedisListsReader(_redis_options(r, "lists")).commit(end)
+
+
+def _redis_options(cfg: RedisSource, kind: str, headers: bool = False) -> dict[str, str]:
+    """The data source options of the ``streams`` or ``lists`` reader (secrets included:
+    for Spark and the readers only)."""
+    from lakesink.sources.redis_conn import source_options
+
+    opts = {"headers": str(headers).lower(), "consumer": cfg.consumer_name}
+    if kind == "streams":
+        opts.update(starting_position=cfg.starting_position, group=cfg.consumer_group or "",
+                    trim_on_commit=str(cfg.trim_on_commit).lower())
+    return source_options(cfg, getattr(cfg, kind), **opts)
+
+
+_REGISTERED: set[int] = set()
+
+
+def _redis_stream(spark: SparkSession, cfg: RedisSource, *, headers: bool) -> DataFrame:
+    from lakesink.sources import redis_lists, redis_streams
+
+    if id(spark) not in _REGISTERED:
+        spark.dataSource.register(redis_streams.RedisStreamsDataSource)
+        spark.dataSource.register(redis_lists.RedisListsDataSource)
+        _REGISTERED.add(id(spark))
+    frames = [spark.readStream.format(fmt).options(**_redis_options(cfg, kind, headers))
+              .load() for kind, fmt in (("streams", redis_streams.FORMAT),
+                                        ("lists", redis_lists.FORMAT)) if getattr(cfg, kind)]
+    frame = frames[0]
+    for other in frames[1:]:
+        frame = frame.unionByName(other)
+    return frame
+
+
+__all__ = ["check_reachable", "describe", "settle", "read_stream", "sample_values",
+           "second_reader"]

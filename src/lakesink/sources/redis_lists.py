@@ -1,0 +1,196 @@
+"""Redis lists as a Spark streaming source (format ``lakesink-redis-lists``).
+
+A list has no offsets and popping is destructive, so a batch's items are first moved,
+atomically, into a processing list of their own (the reliable-queue pattern):
+
+* ``latestOffset`` (driver, before Spark writes the batch's offsets to its log) moves
+  up to N items from the head of each list into ``<prefix>{<list>}:<consumer>:<n>``,
+  where ``n`` is the batch's number for that list, in one Lua script that first checks
+  whether that processing list exists already: a driver that crashed after the move
+  and before the offset log was written finds its items there and takes them again,
+  instead of moving more. The offset is ``{"<list>": n}``.
+* ``read`` (tasks) reads the processing list with ``LRANGE``: a replayed batch reads
+  exactly the same items, in the same order.
+* ``commit(end)`` (after the batch is durable) deletes the processing lists up to
+  ``end``. Nothing is removed before.
+
+Processing lists that exist when a new checkpoint starts (the old checkpoint was lost)
+are read first: their items may have reached the table already (at-least-once for
+that case, like re-reading a Kafka topic after deleting its checkpoint), but none is
+lost. A record's ``offset`` is ``n × 2^32 + index`` in its processing list; its
+``timestamp`` the time of the move (kept in the processing list's index).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
+
+from lakesink.faults import fault_point
+from lakesink.sources.records import record_batch, record_ddl
+from lakesink.sources.redis_conn import Conn, as_text
+
+FORMAT = "lakesink-redis-lists"
+PAGE = 1000
+DEFAULT_BATCH = 10_000
+
+# KEYS: source list, processing list, index (a hash: batch number -> move time in ms)
+# ARGV: batch number, max items, now (ms). Returns the items moved, or minus the length
+# of the processing list if it existed already (a batch taken before a crash).
+_MOVE = """
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return -redis.call('LLEN', KEYS[2])
+end
+local n = 0
+for i = 1, tonumber(ARGV[2]) do
+  if not redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT') then break end
+  n = n + 1
+end
+if n > 0 then redis.call('HSET', KEYS[3], ARGV[1], ARGV[3]) end
+return n
+"""
+# KEYS: index; ARGV: processing-list prefix, last batch number to delete
+_DELETE = """
+local done = 0
+for _, seq in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if tonumber(seq) <= tonumber(ARGV[2]) then
+    redis.call('DEL', ARGV[1] .. seq)
+    redis.call('HDEL', KEYS[1], seq)
+    done = done + 1
+  end
+end
+return done
+"""
+
+
+def names(prefix: str, key: str, consumer: str) -> tuple[str, str]:
+    """(the processing lists' name prefix, the index's name) of list ``key``; the hash
+    tag keeps them in the list's slot on a Redis Cluster."""
+    base = f"{prefix}{{{key}}}:{consumer}"
+    return f"{base}:", f"{base}:index"
+
+
+@dataclass(frozen=True)
+class ListBatch(InputPartition):
+    key: str
+    seq: int
+
+
+class RedisListsDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> str:
+        return record_ddl(self.options.get("headers") == "true")
+
+    def streamReader(self, schema: object) -> DataSourceStreamReader:
+        return RedisListsReader(dict(self.options))
+
+
+class RedisListsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """See the module docstring for the contract."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        self.conn = Conn.of(options)
+        self.keys: list[str] = json.loads(options["keys"])
+        self.prefix = options.get("queue_prefix", "lakesink:")
+        self.consumer = options.get("consumer") or "lakesink"
+        self.batch = int(options.get("max_records") or DEFAULT_BATCH)
+        self.remaining: dict[str, int] | None = None  # availableNow: items left to take
+        self._client = None
+
+    @property
+    def client(self):  # noqa: ANN201 - a redis.Redis, made on first use (driver only)
+        if self._client is None:
+            self._client = self.conn.client()
+            self._move = self._client.register_script(_MOVE)
+            self._delete = self._client.register_script(_DELETE)
+        return self._client
+
+    def _pending(self, key: str) -> list[int]:
+        _, index = names(self.prefix, key, self.consumer)
+        return sorted(int(s) for s in self.client.hkeys(index))
+
+    def initialOffset(self) -> dict[str, int]:
+        """Before the oldest processing list left by a lost checkpoint, else 0."""
+        return {key: self._initial(key) for key in self.keys}
+
+    def _initial(self, key: str) -> int:
+        pending = self._pending(key)
+        return pending[0] - 1 if pending else 0
+
+    def getDefaultReadLimit(self) -> ReadMaxRows:
+        return ReadMaxRows(self.batch)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Take only what is in the lists now (plus what is already being processed)."""
+        self.remaining = {key: int(self.client.llen(key)) for key in self.keys}
+
+    def latestOffset(self, start: dict[str, int] | None = None, limit: object = None
+                     ) -> dict[str, int]:
+        start = dict(start or self.initialOffset())
+        client = self.client  # (and its scripts)
+        most = limit.max_rows if isinstance(limit, ReadMaxRows) else self.batch
+        most = max(1, most // max(1, len(self.keys)))
+        end = {}
+        for key in self.keys:
+            if key not in start:  # a list added to the configuration
+                start[key] = self._initial(key)
+            seq = int(start[key]) + 1
+            lists, index = names(self.prefix, key, self.consumer)
+            take = most if self.remaining is None else min(most, self.remaining[key])
+            moved = 0
+            if take > 0 or client.exists(f"{lists}{seq}"):
+                moved = int(self._move(keys=[key, f"{lists}{seq}", index],
+                                       args=[seq, max(take, 0), int(time.time() * 1000)]))
+                if moved > 0:
+                    fault_point("source_after_take")
+                    if self.remaining is not None:
+                        self.remaining[key] = max(0, self.remaining[key] - moved)
+            end[key] = seq if moved else int(start[key])
+        return end
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[ListBatch]:
+        out = []
+        for key in self.keys:
+            first = int(start.get(key, end.get(key, 0)))
+            out.extend(ListBatch(key, seq) for seq in range(first + 1, int(end.get(key, 0)) + 1))
+        return out
+
+    def read(self, partition: ListBatch) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        client = self.conn.client()
+        lists, index = names(self.prefix, partition.key, self.consumer)
+        name = f"{lists}{partition.seq}"
+        moved_ms = int(client.hget(index, str(partition.seq)) or 0)
+        headers = self.options.get("headers") == "true"
+        base = partition.seq << 32
+        total = int(client.llen(name))
+        for first in range(0, total, PAGE):
+            items = client.lrange(name, first, min(first + PAGE, total) - 1)
+            n = len(items)
+            yield record_batch(
+                keys=[None] * n, values=items, topic=partition.key,
+                offsets=range(base + first, base + first + n), times_ms=[moved_ms] * n,
+                timestamp_type=1, headers=[[("redis.list", as_text(name).encode())]] * n
+                if headers else None)
+
+    def commit(self, end: dict[str, int]) -> None:
+        """After the batch ending at ``end`` is durable: delete its processing lists
+        (and any older one left behind)."""
+        for key, seq in end.items():
+            lists, index = names(self.prefix, key, self.consumer)
+            if self.client.hlen(index):
+                fault_point("source_before_commit")
+            self._delete(keys=[index], args=[lists, int(seq)])
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()

@@ -1,0 +1,197 @@
+"""The Redis readers' contracts against a real redis-server, called the way Spark calls
+them (driver: offsets and commit; tasks: read), without Spark: replay reads the same
+records, nothing is acknowledged, trimmed or deleted before ``commit``, and a reader
+that starts again after a crash takes what the crashed one had taken."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from lakesink.errors import SourceError
+from lakesink.sources.redis_lists import RedisListsReader, names
+from lakesink.sources.redis_streams import RedisStreamsReader
+
+pytestmark = [pytest.mark.integration, pytest.mark.redis]
+_n = itertools.count()
+
+
+@pytest.fixture()
+def key(request: pytest.FixtureRequest) -> str:
+    return f"k{next(_n)}-{request.node.name[:30]}"
+
+
+def options(server, keys: list[str], **extra: str) -> dict[str, str]:
+    return {"host": "127.0.0.1", "port": str(server.port), "db": "0", "keys": json.dumps(keys),
+            "value_field": "data", "key_field": "k", **extra}
+
+
+def ids(reader, start: dict, end: dict) -> list[int]:
+    out = []
+    for part in reader.partitions(start, end):
+        for batch in reader.read(part):
+            out.extend(json.loads(v)["id"] for v in batch.column("value").to_pylist())
+    return out
+
+
+def add(server, key: str, rng: range) -> list[str]:
+    client = server.client()
+    return [client.xadd(key, {"data": json.dumps({"id": i}), "k": str(i)}).decode()
+            for i in rng]
+
+
+def test_stream_batches_replay_and_limits(redis_server, key) -> None:
+    add(redis_server, key, range(25))
+    reader = RedisStreamsReader(options(redis_server, [key]))
+    start = reader.initialOffset()
+    seen = []
+    for _ in range(3):
+        end = reader.latestOffset(start, ReadMaxRows(10))
+        batch = ids(reader, start, end)
+        assert batch == ids(reader, start, end), "a replayed batch reads the same entries"
+        assert len(batch) <= 10
+        seen += batch
+        reader.commit(end)
+        start = end
+    assert seen == list(range(25))
+    assert reader.latestOffset(start, ReadAllAvailable()) == start, "nothing new: same offset"
+    assert redis_server.client().xlen(key) == 25, "nothing trimmed without trim_on_commit"
+
+
+def test_stream_group_acks_only_in_commit_and_redelivers_after_a_crash(redis_server, key
+                                                                       ) -> None:
+    add(redis_server, key, range(30))
+    client = redis_server.client()
+    first = RedisStreamsReader(options(redis_server, [key], group="g"))
+    start = first.initialOffset()
+    end = first.latestOffset(start, ReadMaxRows(10))
+    assert client.xpending(key, "g")["pending"] == 10, "delivered, not acknowledged"
+    assert ids(first, start, end) == list(range(10))
+    # the run crashes here: the batch was never written. A new run starts from the
+    # checkpoint (start) and must read the pending entries again, once.
+    second = RedisStreamsReader(options(redis_server, [key], group="g"))
+    again = second.latestOffset(start, ReadMaxRows(10))
+    assert ids(second, start, again)[:10] == list(range(10))
+    second.commit(again)
+    pending = client.xpending(key, "g")
+    assert pending["pending"] == 10, "only the committed entries are acknowledged"
+    rest = second.latestOffset(again, ReadAllAvailable())
+    assert ids(second, again, rest) == list(range(again_count(again, key, client), 30))
+    second.commit(rest)
+    assert client.xpending(key, "g")["pending"] == 0
+
+
+def again_count(offset: dict, key: str, client) -> int:
+    return len(client.xrange(key, "-", offset[key]))
+
+
+def test_a_new_checkpoint_resumes_where_an_existing_group_is(redis_server, key) -> None:
+    """Moving from a consumer that used the group (the FS Data Sink): start after the
+    group's last delivered entry, or before its oldest pending one."""
+    entry_ids = add(redis_server, key, range(20))
+    client = redis_server.client()
+    client.xgroup_create(key, "fds", id="0")
+    client.xreadgroup("fds", "old", {key: ">"}, count=12)
+    client.xack(key, "fds", *entry_ids[:8])  # 8..11 pending: delivered, never written
+    reader = RedisStreamsReader(options(redis_server, [key], group="fds"))
+    start = reader.initialOffset()
+    assert ids(reader, start, reader.latestOffset(start, ReadAllAvailable())) == list(
+        range(8, 20))
+
+
+def test_trim_on_commit_removes_only_committed_entries(redis_server, key) -> None:
+    add(redis_server, key, range(10))
+    reader = RedisStreamsReader(options(redis_server, [key], trim_on_commit="true"))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadMaxRows(4))
+    assert redis_server.client().xlen(key) == 10
+    reader.commit(end)
+    assert redis_server.client().xlen(key) == 6
+    assert ids(reader, end, reader.latestOffset(end, ReadAllAvailable())) == list(range(4, 10))
+
+
+def test_entries_deleted_before_they_were_read_fail_the_query(redis_server, key) -> None:
+    entry_ids = add(redis_server, key, range(10))
+    reader = RedisStreamsReader(options(redis_server, [key]))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadMaxRows(3))
+    redis_server.client().xdel(key, entry_ids[5])
+    with pytest.raises(SourceError, match="deleted before they were read"):
+        reader.latestOffset(end, ReadAllAvailable())
+    lenient = RedisStreamsReader(options(redis_server, [key], fail_on_data_loss="false"))
+    assert ids(lenient, end, lenient.latestOffset(end, ReadAllAvailable())) == [3, 4, 6, 7, 8,
+                                                                                9]
+
+
+def test_a_trimmed_stream_read_from_the_start_is_no_loss(redis_server, key) -> None:
+    add(redis_server, key, range(10))
+    redis_server.client().xtrim(key, maxlen=4, approximate=False)
+    reader = RedisStreamsReader(options(redis_server, [key]))
+    start = reader.initialOffset()
+    assert ids(reader, start, reader.latestOffset(start, ReadAllAvailable())) == [6, 7, 8, 9]
+
+
+def test_available_now_stops_at_what_was_there(redis_server, key) -> None:
+    add(redis_server, key, range(5))
+    reader = RedisStreamsReader(options(redis_server, [key]))
+    start = reader.initialOffset()
+    reader.prepareForTriggerAvailableNow()
+    add(redis_server, key, range(5, 9))
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert ids(reader, start, end) == list(range(5))
+    assert reader.latestOffset(end, ReadAllAvailable()) == end
+
+
+def push(server, key: str, rng: range) -> None:
+    server.client().rpush(key, *[json.dumps({"id": i}) for i in rng])
+
+
+def test_list_items_move_once_and_leave_only_in_commit(redis_server, key) -> None:
+    push(redis_server, key, range(12))
+    client = redis_server.client()
+    reader = RedisListsReader(options(redis_server, [key], max_records="5"))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert client.llen(key) == 7
+    # the driver crashes before Spark logs the offsets; it asks again from the same start
+    restarted = RedisListsReader(options(redis_server, [key], max_records="5"))
+    assert restarted.latestOffset(start, restarted.getDefaultReadLimit()) == end
+    assert client.llen(key) == 7, "the batch's items are taken again, no more moved"
+    assert ids(restarted, start, end) == ids(restarted, start, end) == list(range(5))
+    lists, index = names("lakesink:", key, "lakesink")
+    restarted.commit(end)
+    assert not client.exists(f"{lists}{end[key]}") and not client.hlen(index)
+    rest = restarted.latestOffset(end, restarted.getDefaultReadLimit())
+    assert ids(restarted, end, rest) == list(range(5, 10))
+
+
+def test_a_lost_checkpoint_reads_the_processing_lists_first(redis_server, key) -> None:
+    push(redis_server, key, range(8))
+    reader = RedisListsReader(options(redis_server, [key], max_records="3"))
+    start = reader.initialOffset()
+    reader.latestOffset(start, reader.getDefaultReadLimit())  # taken, never committed
+    fresh = RedisListsReader(options(redis_server, [key], max_records="3"))
+    begin = fresh.initialOffset()
+    seen, at = [], begin
+    while (end := fresh.latestOffset(at, fresh.getDefaultReadLimit())) != at:
+        seen += ids(fresh, at, end)
+        fresh.commit(end)
+        at = end
+    assert seen == list(range(8))
+
+
+def test_list_available_now_takes_only_what_was_there(redis_server, key) -> None:
+    push(redis_server, key, range(4))
+    reader = RedisListsReader(options(redis_server, [key], max_records="3"))
+    start = reader.initialOffset()
+    reader.prepareForTriggerAvailableNow()
+    push(redis_server, key, range(4, 6))
+    seen, at = [], start
+    while (end := reader.latestOffset(at, reader.getDefaultReadLimit())) != at:
+        seen += ids(reader, at, end)
+        at = end
+    assert seen == [0, 1, 2, 3]
+    assert redis_server.client().llen(key) == 2

@@ -1,0 +1,84 @@
+"""The Redis source's configuration and entry-id arithmetic (no server, no Spark)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lakesink.config import load_config, redacted_dict
+from lakesink.errors import ConfigError
+from lakesink.sources import redis_conn
+from lakesink.sources.redis_streams import next_id, parse_id, position, previous_id
+
+REDIS = {"source": {"redis": {"streams": ["sensors"]}}}
+
+
+def write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "lakesink.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_the_redis_section_sets_the_type_and_names_the_table(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, REDIS), env={})
+    assert cfg.source.type == "redis" and cfg.source.kafka is None
+    assert cfg.table_name == "sensors" and cfg.source.names == ["sensors"]
+    assert cfg.source.redis.value_field == "data"
+
+
+@pytest.mark.parametrize(("source", "key", "words"), [
+    ({"redis": {}}, "source.redis", "streams"),
+    ({"redis": {"streams": ["a"], "lists": ["a"]}}, "source.redis", "both"),
+    ({"type": "redis", "kafka": {"bootstrap_servers": "b:1", "topics": ["t"]}}, "source",
+     "source.redis is missing"),
+    ({"redis": {"streams": ["a"]}, "kafka": {"bootstrap_servers": "b:1", "topics": ["t"]}},
+     "source.redis", "one source per run"),
+    ({}, "source", "source.kafka is missing"),
+])
+def test_bad_source_sections_name_the_key(tmp_path: Path, source: dict, key: str, words: str
+                                          ) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, {"source": source, "table": {"name": "t"}}), env={})
+    assert info.value.key == key and words in str(info.value)
+
+
+def test_password_only_from_the_environment_and_redacted(tmp_path: Path) -> None:
+    data = {"source": {"redis": {"streams": ["s"], "password": "hunter2"}}}
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, data), env={})
+    assert info.value.key == "source.redis.password" and "hunter2" not in str(info.value)
+    cfg = load_config(write(tmp_path, REDIS), env={"LAKESINK_SOURCE__REDIS__PASSWORD": "pw1"})
+    assert redis_conn.source_options(cfg.source.redis, ["s"])["password"] == "pw1"
+    assert "pw1" not in yaml.safe_dump(redacted_dict(cfg)) + repr(cfg)
+
+
+def test_keys_from_the_environment_as_a_comma_list(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, {"table": {"name": "t"}}), env={
+        "LAKESINK_SOURCE__REDIS__LISTS": "jobs,more", "LAKESINK_SOURCE__TYPE": "redis"})
+    assert cfg.source.redis.lists == ["jobs", "more"]
+
+
+def test_routes_over_redis_keys(tmp_path: Path) -> None:
+    data = {"source": {"redis": {"streams": ["a", "b"]}},
+            "routes": [{"topics": ["a"]}, {"topics": ["b"], "table": {"name": "bee"}}]}
+    cfg = load_config(write(tmp_path, data), env={})
+    assert [cfg.route_config(i).table_name for i in range(2)] == ["a", "bee"]
+
+
+def test_entry_ids_order_and_pack() -> None:
+    assert parse_id("1718000000000-3") == (1718000000000, 3)
+    assert position("1718000000000-3") == (1718000000000 << 20) + 3
+    assert position("1-0") < position("1-1") < position("2-0")
+    assert position(f"1-{1 << 20}") == -1 and position(f"{1 << 43}-0") == -1
+    assert next_id("5-7") == "5-8" and previous_id("5-0") == f"4-{(1 << 64) - 1}"
+    assert previous_id("0-0") == "0-0" and next_id(f"5-{(1 << 64) - 1}") == "6-0"
+
+
+def test_entry_fields_to_a_record() -> None:
+    key, value, headers = redis_conn.decode_fields({b"data": b"{}", b"k": b"7"}, "data", "k")
+    assert (key, value, headers) == (b"7", b"{}", [("k", b"7")])
+    assert redis_conn.decode_fields({b"x": b"1"}, "data", None)[1] is None
+    _, value, _ = redis_conn.decode_fields({b"a": b"1", b"b": "é".encode()}, None, None)
+    assert value.decode() == '{"a": "1", "b": "é"}'
