@@ -188,6 +188,10 @@ def demo(
         str, typer.Option("--storage", help="Where the lake is: local (the --lake folder) "
                           "or s3 (a local S3 server, SeaweedFS, started for the demo).")
     ] = "local",
+    source: Annotated[
+        str, typer.Option("--source", help="Where the events come from: kafka (a local KRaft "
+                          "broker) or redis (a local redis-server, one stream).")
+    ] = "kafka",
 ) -> None:
     """Start a local broker, produce sample sensor events, ingest them, show the result."""
     _setup_logging("INFO")
@@ -198,8 +202,10 @@ def demo(
             raise ConfigError("--format", f"must be parquet or delta (got {table_format!r})")
         if storage not in ("local", "s3"):
             raise ConfigError("--storage", f"must be local or s3 (got {storage!r})")
+        if source not in ("kafka", "redis"):
+            raise ConfigError("--source", f"must be kafka or redis (got {source!r})")
         run_demo(events=events, lake=lake, partitions=partitions, console=out,
-                 table_format=table_format, storage=storage)
+                 table_format=table_format, storage=storage, source=source)
     except ConfigError as exc:
         _fail_config(exc)
     except LakesinkError as exc:

@@ -1,4 +1,5 @@
-"""``lakesink demo``: a local broker, sample sensor events, one ingest, a DuckDB summary.
+"""``lakesink demo``: a local broker (Kafka, or Redis with ``--source redis``), sample
+sensor events, one ingest, a DuckDB summary.
 
 Everything it starts it stops. It owns the table ``sensors`` under the lake folder and
 clears it first, so every demo run starts from an empty table. With ``storage="s3"``
@@ -73,7 +74,8 @@ def sensor_events(n: int, *, seed: int = 7, bad_every: int = 0) -> Iterator[tupl
 
 
 def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
-             table_format: str = "parquet", storage: str = "local") -> None:
+             table_format: str = "parquet", storage: str = "local",
+             source: str = "kafka") -> None:
     from lakesink.app import Pipeline
     from lakesink.runtime.s3server import SeaweedS3
     from lakesink.runtime.spark import build_spark_session
@@ -85,20 +87,12 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
     s3 = SeaweedS3(bucket="lake") if storage == "s3" else None
     where = "s3a://lake/demo" if s3 is not None else str(lake)
     console.print(f"[bold]lakesink demo[/]: {events:,} sensor events -> {where}/{TOPIC}")
-    with KafkaBroker() as broker, (s3 or contextlib.nullcontext()):
+    with (s3 or contextlib.nullcontext()), _source(source, events, partitions, console,
+                                                    started) as source_flags:
         if s3 is not None:
             console.print(f"  s3          SeaweedFS on {s3.endpoint}, bucket 'lake'")
-        console.print(f"  broker      KRaft on {broker.bootstrap_servers} "
-                      f"({time.monotonic() - started:.1f}s)")
-        broker.create_topic(TOPIC, partitions=partitions)
-        t = time.monotonic()
-        produced = produce(broker.bootstrap_servers, TOPIC,
-                           sensor_events(events, bad_every=2000 if events >= 2000 else 0))
-        console.print(f"  produced    {produced:,} records to '{TOPIC}' "
-                      f"({partitions} partitions) in {time.monotonic() - t:.1f}s")
         flags = {
-            "source.kafka.bootstrap_servers": broker.bootstrap_servers,
-            "source.kafka.topics": [TOPIC],
+            **source_flags,
             "decode.schema": DEMO_SCHEMA,
             "table.base_path": str(lake),
             "table.format": table_format,
@@ -123,7 +117,53 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
             summarize_s3(s3, console, table_format)
     if s3 is None:
         summarize(lake, console, table_format)
-    console.print(f"[green]done[/] in {time.monotonic() - started:.1f}s; broker stopped.")
+    server = "redis-server" if source == "redis" else "broker"
+    console.print(f"[green]done[/] in {time.monotonic() - started:.1f}s; {server} stopped.")
+
+
+@contextlib.contextmanager
+def _source(kind: str, events: int, partitions: int, console: Console, started: float
+            ) -> Iterator[dict[str, Any]]:
+    """A local Kafka broker (a topic of ``partitions``) or Redis server (a stream) with
+    the sample events in it, for the demo's run; yields the source's config flags."""
+    records = sensor_events(events, bad_every=2000 if events >= 2000 else 0)
+    if kind == "redis":
+        from lakesink.runtime.redisserver import RedisServer
+
+        with RedisServer() as server:
+            console.print(f"  redis       redis-server on 127.0.0.1:{server.port} "
+                          f"({time.monotonic() - started:.1f}s)")
+            t = time.monotonic()
+            produced = add_to_stream(server.client(), TOPIC, records)
+            console.print(f"  produced    {produced:,} entries to stream '{TOPIC}' "
+                          f"(field 'data') in {time.monotonic() - t:.1f}s")
+            yield {"source.redis.port": server.port, "source.redis.streams": [TOPIC],
+                   "source.redis.key_field": "k"}
+        return
+    with KafkaBroker() as broker:
+        console.print(f"  broker      KRaft on {broker.bootstrap_servers} "
+                      f"({time.monotonic() - started:.1f}s)")
+        broker.create_topic(TOPIC, partitions=partitions)
+        t = time.monotonic()
+        produced = produce(broker.bootstrap_servers, TOPIC, records)
+        console.print(f"  produced    {produced:,} records to '{TOPIC}' "
+                      f"({partitions} partitions) in {time.monotonic() - t:.1f}s")
+        yield {"source.kafka.bootstrap_servers": broker.bootstrap_servers,
+               "source.kafka.topics": [TOPIC]}
+
+
+def add_to_stream(client: Any, key: str, records: Iterator[tuple[bytes, bytes]],  # noqa: ANN401
+                  *, chunk: int = 5000) -> int:
+    """``XADD`` each ``(key, value)`` as an entry ``{data: value, k: key}``, pipelined."""
+    n = 0
+    pipe = client.pipeline(transaction=False)
+    for k, v in records:
+        pipe.xadd(key, {"data": v, "k": k})
+        n += 1
+        if n % chunk == 0:
+            pipe.execute()
+    pipe.execute()
+    return n
 
 
 def summarize_s3(s3: Any, console: Console, table_format: str) -> None:  # noqa: ANN401

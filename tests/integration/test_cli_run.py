@@ -75,20 +75,21 @@ def test_sigterm_stops_after_the_batch_then_restart_is_exact(kafka_broker, topic
     assert len(ids) == n_total and sorted(ids) == list(range(n_total))
 
 
-@pytest.mark.parametrize(("fmt", "storage"),
-                         [("parquet", "local"), ("delta", "local"), ("delta", "s3")])
-def test_demo_command(tmp_path, fmt, storage) -> None:
+@pytest.mark.parametrize(("fmt", "storage", "source"),
+                         [("parquet", "local", "kafka"), ("delta", "local", "kafka"),
+                          ("delta", "s3", "kafka"), ("parquet", "local", "redis")])
+def test_demo_command(tmp_path, fmt, storage, source) -> None:
     """The README's demo, small: its own broker (and S3 server), ingest, DuckDB summary,
     everything stopped."""
     result = run_cli("demo", "--events", "3000", "--lake", str(tmp_path / "lake"),
-                     "--format", fmt, "--storage", storage)
+                     "--format", fmt, "--storage", storage, "--source", source)
     assert result.returncode == 0, result.stderr[-3000:]
     if storage == "s3":
         assert "DuckDB over S3: s3://lake/demo/sensors" in result.stdout
         assert not (tmp_path / "lake").exists()
     assert "rows 3,000, distinct event ids 3,000" in result.stdout
     assert "1 x malformed_json" in result.stdout  # the demo's deliberate bad record
-    assert "broker stopped" in result.stdout
+    assert ("redis-server stopped" if source == "redis" else "broker stopped") in result.stdout
 
 
 def test_config_error_exit_2_before_spark(tmp_path) -> None:
