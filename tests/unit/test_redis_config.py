@@ -82,3 +82,23 @@ def test_entry_fields_to_a_record() -> None:
     assert redis_conn.decode_fields({b"x": b"1"}, "data", None)[1] is None
     _, value, _ = redis_conn.decode_fields({b"a": b"1", b"b": "é".encode()}, None, None)
     assert value.decode() == '{"a": "1", "b": "é"}'
+
+
+def test_the_fs_data_sink_environment(tmp_path: Path) -> None:
+    """Its ``SOURCE_TYPE`` and ``REDIS_*``/``KAFKA_*`` variables fill what the config
+    leaves unset; lakesink's own keys win."""
+    env = {"SOURCE_TYPE": "redis", "REDIS_HOST": "cache", "REDIS_PORT": "6380",
+           "REDIS_PASSWORD": "pw2", "REDIS_STREAM_KEYS": "a,b", "KAFKA_TOPICS": "t"}
+    cfg = load_config(write(tmp_path, {"table": {"name": "t"}}), env=env)
+    r = cfg.source.redis
+    assert (cfg.source.type, r.host, r.port, r.streams) == ("redis", "cache", 6380, ["a", "b"])
+    assert r.password.get_secret_value() == "pw2" and cfg.source.kafka is None
+    cfg = load_config(write(tmp_path, {"source": {"redis": {"host": "mine", "lists": ["l"]}}}),
+                      env={"REDIS_HOST": "cache", "REDIS_PORT": "6380"})
+    assert (cfg.source.redis.host, cfg.source.redis.port) == ("mine", 6380)
+    cfg = load_config(write(tmp_path, {"table": {"name": "t"}}), env={
+        "SOURCE_TYPE": "kafka", "KAFKA_BOOTSTRAP_SERVERS": "k:9092", "KAFKA_TOPICS": "x,y",
+        "KAFKA_GROUP_ID": "g", "REDIS_HOST": "cache"})
+    k = cfg.source.kafka
+    assert (k.bootstrap_servers, k.topics, k.group_id) == ("k:9092", ["x", "y"], "g")
+    assert cfg.source.redis is None

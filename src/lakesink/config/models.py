@@ -222,6 +222,36 @@ class RedisSource(_Section):
         return [*self.streams, *self.lists]
 
 
+#: the FS Data Sink's variables -> lakesink's source keys (they fill what is unset)
+FDS_REDIS_ENV = {"REDIS_HOST": "host", "REDIS_PORT": "port", "REDIS_PASSWORD": "password",
+                 "REDIS_STREAM_KEYS": "streams", "REDIS_CONSUMER_GROUP": "consumer_group",
+                 "REDIS_CONSUMER_NAME": "consumer_name"}
+FDS_KAFKA_ENV = {"KAFKA_BOOTSTRAP_SERVERS": "bootstrap_servers", "KAFKA_TOPICS": "topics",
+                 "KAFKA_GROUP_ID": "group_id"}
+
+
+def _fds_environment(data: dict[str, Any]) -> dict[str, Any]:
+    """The FS Data Sink's environment: ``SOURCE_TYPE`` (kafka|redis) picks the source
+    when the config names none, and its ``REDIS_*`` / ``KAFKA_*`` variables fill the
+    keys the config leaves unset (lakesink's own names always win)."""
+    from lakesink.config.loader import _env_data
+
+    env = _env_data.get() or {}
+    kind = data.get("type") or env.get("SOURCE_TYPE", "").strip().lower() or None
+    if kind not in (None, "kafka", "redis"):
+        return data
+    out = dict(data)
+    for section, names in (("redis", FDS_REDIS_ENV), ("kafka", FDS_KAFKA_ENV)):
+        given = {key: env[var] for var, key in names.items() if env.get(var)}
+        current = out.get(section)
+        wanted = section == kind if kind is not None else current is not None
+        if given and wanted:
+            out[section] = {**given, **(current or {})}
+    if "type" not in out and kind is not None:
+        out["type"] = kind
+    return out
+
+
 class SourceConfig(_Section):
     type: Literal["kafka", "redis"] = Field(
         default="kafka", description="kafka (default) or redis; set by the section given")
@@ -231,8 +261,10 @@ class SourceConfig(_Section):
     @model_validator(mode="before")
     @classmethod
     def _type_from_section(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "type" not in data and data.get("redis") is not None \
-                and data.get("kafka") is None:
+        if not isinstance(data, dict):
+            return data
+        data = _fds_environment(data)
+        if "type" not in data and data.get("redis") is not None and data.get("kafka") is None:
             data = {**data, "type": "redis"}
         return data
 
@@ -852,6 +884,15 @@ class LakesinkConfig(BaseSettings):
         default="dlq",
         description="records no route takes: 'dlq' (rejected, reason unrouted) or 'drop'",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _source_from_environment(cls, data: Any) -> Any:
+        """No ``source`` section: the environment may still name one (the FS Data Sink's
+        ``SOURCE_TYPE`` and variables; see ``SourceConfig``)."""
+        if isinstance(data, dict) and "source" not in data:
+            data = {**data, "source": {}}
+        return data
 
     @model_validator(mode="after")
     def _aws_environment(self) -> LakesinkConfig:
