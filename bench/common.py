@@ -136,7 +136,8 @@ class TreeRSS:
 
 def cpu_by_process() -> dict[str, float]:
     """CPU seconds so far of this process's children: the Spark JVM (``jvm``), its Python
-    workers (``py``) and a Kafka broker started by this process (``broker``)."""
+    workers (``py``) and a Kafka broker or redis-server started by this process
+    (``broker``)."""
     import psutil
 
     out = {"jvm": 0.0, "py": 0.0, "broker": 0.0}
@@ -145,6 +146,8 @@ def cpu_by_process() -> dict[str, float]:
             t = child.cpu_times()
             if child.name() == "java":
                 kind = "broker" if "kafka.Kafka" in " ".join(child.cmdline()) else "jvm"
+            elif child.name().startswith("redis-server"):
+                kind = "broker"
             else:
                 kind = "py"
             out[kind] += t.user + t.system
@@ -153,17 +156,21 @@ def cpu_by_process() -> dict[str, float]:
     return out
 
 
-def alternate(variants: dict[str, object], rounds: int, n: int) -> None:
+def alternate(variants: dict[str, object], rounds: int, n: int,
+              prepare: dict[str, object] | None = None) -> None:
     """Run each variant (a function of no arguments) once per round, alternating (round
     0 warms the JVM), print each run's seconds and CPU (:func:`cpu_by_process`), then a
     table of the warm rounds' median per variant, per ``n`` records. ``ONLY=a,b`` in the
-    environment keeps those variants."""
+    environment keeps those variants. ``prepare[name]``, if given, runs untimed before
+    each run of that variant."""
     only = os.environ.get("ONLY")
     if only:
         variants = {k: v for k, v in variants.items() if k in only.split(",")}
     runs: dict[str, list[tuple[float, dict[str, float]]]] = {k: [] for k in variants}
     for r in range(rounds):
         for name, fn in variants.items():
+            if prepare and name in prepare:
+                prepare[name]()  # type: ignore[operator]
             before = cpu_by_process()
             t = time.perf_counter()
             fn()  # type: ignore[operator]

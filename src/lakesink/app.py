@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import types as T
 
+from lakesink import sources
 from lakesink.config.models import LakesinkConfig
 from lakesink.decode import Decoder, fixed_decoder, json_decoder
 from lakesink.decode.evolution import EvolutionPolicy, reconcile_declared, schema_record
@@ -39,7 +40,6 @@ from lakesink.pipeline.transforms import Transforms, parse_transforms
 from lakesink.runtime import storage
 from lakesink.runtime.shutdown import StopGate, StopRequest, await_query
 from lakesink.silence.query import SilenceQuery, SilenceRunner
-from lakesink import sources
 from lakesink.tables.base import TableWriter, check_layout
 from lakesink.tables.delta import DeltaTableWriter
 from lakesink.tables.fs import HadoopFS, to_uri

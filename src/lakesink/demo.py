@@ -152,7 +152,7 @@ def _source(kind: str, events: int, partitions: int, console: Console, started: 
                "source.kafka.topics": [TOPIC]}
 
 
-def add_to_stream(client: Any, key: str, records: Iterator[tuple[bytes, bytes]],  # noqa: ANN401
+def add_to_stream(client: Any, key: str, records: Iterator[tuple[bytes, bytes]],
                   *, chunk: int = 5000) -> int:
     """``XADD`` each ``(key, value)`` as an entry ``{data: value, k: key}``, pipelined."""
     n = 0
@@ -166,7 +166,7 @@ def add_to_stream(client: Any, key: str, records: Iterator[tuple[bytes, bytes]],
     return n
 
 
-def summarize_s3(s3: Any, console: Console, table_format: str) -> None:  # noqa: ANN401
+def summarize_s3(s3: Any, console: Console, table_format: str) -> None:
     """:func:`summarize` for the lake in the demo's S3 server (DuckDB httpfs, delta-rs)."""
     con = s3.duckdb()
     table = f"s3://lake/demo/{TOPIC}"
@@ -206,7 +206,7 @@ def summarize(lake: Path, console: Console, table_format: str = "parquet") -> No
         _print_rejected(con, f"{lake}/_rejected/{TOPIC}/*.parquet", console)
 
 
-def _print_summary(con: Any, source: str, title: str, files: int,  # noqa: ANN401
+def _print_summary(con: Any, source: str, title: str, files: int,
                    console: Console) -> None:
     query = f"""
         SELECT location, year, month, day, count(*) AS events,
@@ -227,7 +227,7 @@ def _print_summary(con: Any, source: str, title: str, files: int,  # noqa: ANN40
     console.print(f"  rows {total:,}, distinct event ids {distinct:,}, files {files}")
 
 
-def _print_rejected(con: Any, glob: str, console: Console) -> None:  # noqa: ANN401
+def _print_rejected(con: Any, glob: str, console: Console) -> None:
     reasons = con.execute(
         f"SELECT reason, count(*), any_value(detail) FROM read_parquet('{glob}') "
         "GROUP BY ALL ORDER BY 2 DESC").fetchall()

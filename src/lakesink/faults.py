@@ -14,11 +14,10 @@ dict lookup. Points:
 * ``raise_after_delta_commit`` — the Delta commit is durable, then the write *raises*
   (a failed post-commit hook, a lost response) instead of killing: once per process
 * ``after_schema_evolved``  — a batch evolved the schema and stored it, nothing written
-* ``source_after_take``     — a Redis source took new records for a batch (lists: moved
-  into the batch's processing list; streams with a group: delivered by ``XREADGROUP``),
-  before Spark wrote the batch's offsets
+* ``source_after_take``     — the Redis lists source moved new items into a batch's
+  processing list, before Spark wrote the batch's offsets
 * ``source_before_commit``  — the batch is durable and recorded by Spark; the Redis
-  source has not yet acknowledged (``XACK``), trimmed or deleted its records
+  source has not yet moved its group, trimmed or deleted the batch's records
 * ``silence_before_delivery`` — a silence batch has events, none delivered yet
 * ``silence_after_delivery``  — a silence batch's events are delivered (table, topic,
   callback), Spark has not recorded the batch

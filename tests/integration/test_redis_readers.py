@@ -13,7 +13,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from lakesink.errors import SourceError
 from lakesink.sources.redis_lists import RedisListsReader, names
-from lakesink.sources.redis_streams import RedisStreamsReader
+from lakesink.sources.redis_streams import RedisStreamsReader, previous_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 _n = itertools.count()
@@ -61,31 +61,32 @@ def test_stream_batches_replay_and_limits(redis_server, key) -> None:
     assert redis_server.client().xlen(key) == 25, "nothing trimmed without trim_on_commit"
 
 
-def test_stream_group_acks_only_in_commit_and_redelivers_after_a_crash(redis_server, key
-                                                                       ) -> None:
-    add(redis_server, key, range(30))
+def test_the_group_moves_and_acks_only_in_commit(redis_server, key) -> None:
+    """The group mirrors durable progress: its last delivered id and entries read move to
+    a batch's end only in ``commit``; entries an earlier consumer left pending up to it
+    are acknowledged then, later ones stay pending."""
+    entry_ids = add(redis_server, key, range(30))
     client = redis_server.client()
-    first = RedisStreamsReader(options(redis_server, [key], group="g"))
-    start = first.initialOffset()
-    end = first.latestOffset(start, ReadMaxRows(10))
-    assert client.xpending(key, "g")["pending"] == 10, "delivered, not acknowledged"
-    assert ids(first, start, end) == list(range(10))
-    # the run crashes here: the batch was never written. A new run starts from the
-    # checkpoint (start) and must read the pending entries again, once.
-    second = RedisStreamsReader(options(redis_server, [key], group="g"))
-    again = second.latestOffset(start, ReadMaxRows(10))
-    assert ids(second, start, again)[:10] == list(range(10))
-    second.commit(again)
-    pending = client.xpending(key, "g")
-    assert pending["pending"] == 10, "only the committed entries are acknowledged"
-    rest = second.latestOffset(again, ReadAllAvailable())
-    assert ids(second, again, rest) == list(range(again_count(again, key, client), 30))
-    second.commit(rest)
+    client.xgroup_create(key, "g", id="0")
+    client.xreadgroup("g", "earlier", {key: ">"}, count=15)  # pending: 0..14
+    client.xgroup_setid(key, "g", "0-0")  # the earlier consumer's progress never counted
+    reader = RedisStreamsReader(options(redis_server, [key], group="g"))
+    start = reader.initialOffset()
+    assert start[key]["id"] == previous_id(entry_ids[0]), "before the oldest pending entry"
+    end = reader.latestOffset(start, ReadMaxRows(10))
+    group = client.xinfo_groups(key)[0]
+    assert group["last-delivered-id"] == b"0-0" and client.xpending(key, "g")["pending"] == 15
+    assert client.xpending_range(key, "g", "-", "+", 1)[0]["consumer"] == b"earlier"
+    assert ids(reader, start, end) == list(range(10))
+    reader.commit(end)
+    group = client.xinfo_groups(key)[0]
+    assert group["last-delivered-id"].decode() == entry_ids[9] == end[key]["id"]
+    assert client.xpending(key, "g")["pending"] == 5, "only entries up to the end acked"
+    rest = reader.latestOffset(end, ReadAllAvailable())
+    reader.commit(rest)
     assert client.xpending(key, "g")["pending"] == 0
-
-
-def again_count(offset: dict, key: str, client) -> int:
-    return len(client.xrange(key, "-", offset[key]))
+    group = client.xinfo_groups(key)[0]
+    assert (group["entries-read"], group["lag"]) == (30, 0), "XINFO GROUPS shows the progress"
 
 
 def test_a_new_checkpoint_resumes_where_an_existing_group_is(redis_server, key) -> None:
@@ -119,11 +120,64 @@ def test_entries_deleted_before_they_were_read_fail_the_query(redis_server, key)
     start = reader.initialOffset()
     end = reader.latestOffset(start, ReadMaxRows(3))
     redis_server.client().xdel(key, entry_ids[5])
-    with pytest.raises(SourceError, match="deleted before they were read"):
+    with pytest.raises(SourceError, match=r"were deleted \(XDEL.*before they were read"):
         reader.latestOffset(end, ReadAllAvailable())
     lenient = RedisStreamsReader(options(redis_server, [key], fail_on_data_loss="false"))
     assert ids(lenient, end, lenient.latestOffset(end, ReadAllAvailable())) == [3, 4, 6, 7, 8,
                                                                                 9]
+
+
+def test_entries_trimmed_by_a_producer_before_they_were_read_fail_the_query(
+        redis_server, key) -> None:
+    add(redis_server, key, range(10))
+    reader = RedisStreamsReader(options(redis_server, [key]))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadMaxRows(3))
+    reader.commit(end)
+    add(redis_server, key, range(10, 12))
+    assert reader.latestOffset(end, ReadMaxRows(3)) != end  # no loss yet
+    redis_server.client().xtrim(key, maxlen=4, approximate=False)  # 3..7 gone unread
+    with pytest.raises(SourceError, match=r"were trimmed \(5 entries\)"):
+        reader.latestOffset(end, ReadAllAvailable())
+
+
+def test_earliest_after_a_deleted_entry_and_latest_after_a_deleted_last_one(redis_server, key
+                                                                           ) -> None:
+    entry_ids = add(redis_server, key, range(10))
+    client = redis_server.client()
+    client.xdel(key, entry_ids[5], entry_ids[9])
+    reader = RedisStreamsReader(options(redis_server, [key]))
+    start = reader.initialOffset()
+    assert ids(reader, start, reader.latestOffset(start, ReadAllAvailable())) == [
+        0, 1, 2, 3, 4, 6, 7, 8]
+    latest = RedisStreamsReader(options(redis_server, [key], starting_position="latest"))
+    at = latest.initialOffset()
+    assert latest.latestOffset(at, ReadAllAvailable()) == at, "no loss, nothing new"
+    add(redis_server, key, range(10, 12))
+    assert ids(latest, at, latest.latestOffset(at, ReadAllAvailable())) == [10, 11]
+
+
+def test_a_key_added_to_the_configuration_joins_without_a_batch(redis_server, key) -> None:
+    """A stream or list added to a running checkpoint joins at its starting position
+    with nothing read in that batch; the next batch reads from there."""
+    other = key + "-new"
+    add(redis_server, key, range(3))
+    add(redis_server, other, range(100, 105))
+    before = RedisStreamsReader(options(redis_server, [key]))
+    start = before.initialOffset()
+    end = before.latestOffset(start, ReadAllAvailable())
+    after = RedisStreamsReader(options(redis_server, [key, other], starting_position="latest"))
+    joined = after.latestOffset(end, ReadAllAvailable())
+    assert other in joined and ids(after, end, joined) == []
+    add(redis_server, other, range(105, 107))
+    assert ids(after, joined, after.latestOffset(joined, ReadAllAvailable())) == [105, 106]
+    push(redis_server, other + "-l", range(4))
+    lists = RedisListsReader(options(redis_server, [other + "-l"]))
+    old_start = {"gone": 0}  # the offsets of a checkpoint from before the list was added
+    first = lists.latestOffset(old_start, lists.getDefaultReadLimit())
+    assert ids(lists, old_start, first) == [] and redis_server.client().llen(other + "-l") == 4
+    assert ids(lists, first, lists.latestOffset(first, lists.getDefaultReadLimit())) == [
+        0, 1, 2, 3]
 
 
 def test_a_trimmed_stream_read_from_the_start_is_no_loss(redis_server, key) -> None:

@@ -192,11 +192,11 @@ class RedisSource(_Section):
     key_field: str | None = Field(default=None, description="the entry field of the key")
     consumer_group: str | None = Field(
         default=None,
-        description="streams: deliver through this consumer group and XACK entries "
-        "only after their batch is durable")
+        description="streams: move this consumer group to each batch's end (and XACK "
+        "what is pending up to it) only after the batch is durable")
     consumer_name: str = Field(
         default="lakesink",
-        description="the consumer in the group; lists: names the processing lists")
+        description="lists: names the processing lists")
     starting_position: Literal["earliest", "latest"] = "earliest"
     trim_on_commit: bool = Field(
         default=False, description="streams: XTRIM MINID after each durable batch")
@@ -214,7 +214,7 @@ class RedisSource(_Section):
             raise ValueError("set 'streams' or 'lists' (the keys to read)")
         both = set(self.streams) & set(self.lists)
         if both:
-            raise ValueError(f"{sorted(both)[0]!r} is in both 'streams' and 'lists'")
+            raise ValueError(f"{min(both)!r} is in both 'streams' and 'lists'")
         return self
 
     @property

@@ -57,7 +57,7 @@ class RedisServer(LocalService):
         raise ServiceError(f"redis-server not ready after {self.start_timeout_s:.0f}s; log "
                            f"{self.log_path}:\n{tail(self.log_path)}")
 
-    def client(self):  # noqa: ANN201 - a redis.Redis
+    def client(self):
         import redis
 
         return redis.Redis(host="127.0.0.1", port=self.port, password=self.password)

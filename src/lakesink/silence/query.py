@@ -20,13 +20,13 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lakesink import sources
 from lakesink.config.models import LakesinkConfig, SilenceConfig, SourceConfig
 from lakesink.errors import ConfigError
 from lakesink.faults import fault_point
 from lakesink.runtime.shutdown import StopGate, StopRequest, await_query
 from lakesink.silence.outputs import Callback, Outputs, load_callback
 from lakesink.silence.tracker import HEARTBEAT, NULL_KEY, OUTPUT_SCHEMA, RECORD, SilenceTracker
-from lakesink import sources
 from lakesink.sources import kafka
 from lakesink.tables.fs import HadoopFS, to_uri
 from lakesink.tables.identity import checkpoint_app_id

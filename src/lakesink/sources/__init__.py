@@ -63,6 +63,10 @@ def second_reader(cfg: SourceConfig, key: str) -> SourceConfig:
         if cfg.redis.lists:
             raise ConfigError(key, "needs a source that can be read twice (Kafka topics or "
                               "Redis streams); Redis lists are consumed by the ingestion")
+        if cfg.redis.trim_on_commit:
+            raise ConfigError(key, "reads the streams a second time, and "
+                              "source.redis.trim_on_commit would trim entries it has not "
+                              "read yet; turn one of them off")
         redis = cfg.redis.model_copy(update={"consumer_group": None, "trim_on_commit": False})
         return cfg.model_copy(update={"redis": redis})
     assert cfg.kafka is not None
@@ -132,15 +136,25 @@ def settle(spark: SparkSession, cfg: SourceConfig, checkpoint: str) -> None:
     done = [int(f.relative) for f in fs.list_files(join(checkpoint, "commits"))
             if f.relative.isdigit()]
     text = fs.read_text(join(checkpoint, "offsets", str(max(done)))) if done else None
+    lines = (text or "").splitlines()
+    if not lines:
+        return
+    if lines[0] != "v1":
+        logger.warning("offset log %s is not in the format lakesink reads (%s); the source "
+                       "is told about its last batch when the next batch starts",
+                       max(done), lines[0][:20])
+        return
     r = cfg.redis
-    for line in (text or "").splitlines()[2:]:
-        end = json.loads(line)
-        if not isinstance(end, dict) or not end:
+    for line in lines[2:]:  # after the version and the batch metadata: one per source
+        end = json.loads(line) if line.strip() not in ("", "-") else None
+        if not isinstance(end, dict):
             continue
-        if set(end) <= set(r.streams):
-            redis_streams.RedisStreamsReader(_redis_options(r, "streams")).commit(end)
-        elif set(end) <= set(r.lists):
-            redis_lists.RedisListsReader(_redis_options(r, "lists")).commit(end)
+        streams = {k: v for k, v in end.items() if k in r.streams and isinstance(v, dict)}
+        lists = {k: v for k, v in end.items() if k in r.lists and isinstance(v, int)}
+        if streams:
+            redis_streams.RedisStreamsReader(_redis_options(r, "streams")).commit(streams)
+        if lists:
+            redis_lists.RedisListsReader(_redis_options(r, "lists")).commit(lists)
 
 
 def _redis_options(cfg: RedisSource, kind: str, headers: bool = False) -> dict[str, str]:
@@ -174,5 +188,11 @@ def _redis_stream(spark: SparkSession, cfg: RedisSource, *, headers: bool) -> Da
     return frame
 
 
-__all__ = ["check_reachable", "describe", "settle", "read_stream", "sample_values",
-           "second_reader"]
+__all__ = [
+    "check_reachable",
+    "describe",
+    "read_stream",
+    "sample_values",
+    "second_reader",
+    "settle",
+]

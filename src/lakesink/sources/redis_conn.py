@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lakesink.errors import SourceError
@@ -28,7 +28,7 @@ class Conn:
     port: int
     db: int
     username: str | None
-    password: str | None
+    password: str | None = field(repr=False)
     tls: bool
     timeout_s: float
 
@@ -107,5 +107,5 @@ def decode_fields(fields: dict[bytes, bytes], value_field: str | None, key_field
     return key, value, headers
 
 
-def as_text(value: Any) -> str:  # noqa: ANN401 - redis replies are bytes or str
+def as_text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)

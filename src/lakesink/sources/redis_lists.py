@@ -108,7 +108,7 @@ class RedisListsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._client = None
 
     @property
-    def client(self):  # noqa: ANN201 - a redis.Redis, made on first use (driver only)
+    def client(self):
         if self._client is None:
             self._client = self.conn.client()
             self._move = self._client.register_script(_MOVE)
@@ -142,8 +142,9 @@ class RedisListsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         most = max(1, most // max(1, len(self.keys)))
         end = {}
         for key in self.keys:
-            if key not in start:  # a list added to the configuration
-                start[key] = self._initial(key)
+            if key not in start:  # a list added to the configuration joins here, with
+                end[key] = self._initial(key)  # nothing taken; the next batch takes
+                continue
             seq = int(start[key]) + 1
             lists, index = names(self.prefix, key, self.consumer)
             take = most if self.remaining is None else min(most, self.remaining[key])
@@ -159,14 +160,17 @@ class RedisListsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return end
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[ListBatch]:
-        out = []
-        for key in self.keys:
-            first = int(start.get(key, end.get(key, 0)))
-            out.extend(ListBatch(key, seq) for seq in range(first + 1, int(end.get(key, 0)) + 1))
-        return out
+        return [ListBatch(key, seq) for key in self.keys if key in start and key in end
+                for seq in range(int(start[key]) + 1, int(end[key]) + 1)]
 
     def read(self, partition: ListBatch) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         client = self.conn.client()
+        try:
+            yield from self._items(client, partition)
+        finally:
+            client.close()
+
+    def _items(self, client, partition: ListBatch) -> Iterator[pa.RecordBatch]:
         lists, index = names(self.prefix, partition.key, self.consumer)
         name = f"{lists}{partition.seq}"
         moved_ms = int(client.hget(index, str(partition.seq)) or 0)
@@ -186,6 +190,8 @@ class RedisListsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """After the batch ending at ``end`` is durable: delete its processing lists
         (and any older one left behind)."""
         for key, seq in end.items():
+            if key not in self.keys:
+                continue
             lists, index = names(self.prefix, key, self.consumer)
             if self.client.hlen(index):
                 fault_point("source_before_commit")

@@ -1,26 +1,33 @@
 """Redis streams as a Spark streaming source (format ``lakesink-redis-streams``).
 
-Offsets are stream entry ids, one per stream key (``{"key": "1718000000000-3"}``: the
-last entry of the batch), kept in Spark's checkpoint. A batch is the entries after the
-previous batch's end up to its own end, read with ``XRANGE key (start end``: a replayed
-batch reads exactly the same entries. Entries are never acknowledged or trimmed before
-the batch is durable:
+Offsets are positions in each stream, ``{"key": {"id": "1718000000000-3", "n": 42}}``:
+the last entry id of the batch and the count of entries the stream was ever given up to
+it, kept in Spark's checkpoint. A batch is the entries after the previous batch's end up
+to its own end, read with ``XRANGE key (start end``: a replayed batch reads exactly the
+same entries. Nothing is acknowledged, trimmed or moved in Redis before the batch is
+durable:
 
 * ``commit(end)`` runs after Spark has recorded the batch done, which is after the
-  table commit (the batch function returned). Only there, with a consumer group, are
-  the group's pending entries up to ``end`` acknowledged (``XACK``), and with
-  ``trim_on_commit`` the stream trimmed below ``end`` (``XTRIM MINID``).
-* With a consumer group, ``latestOffset`` delivers new entries with ``XREADGROUP``
-  (they wait in the group's pending list) and the batch's end covers every pending
-  entry: entries delivered to a run that crashed are read again, and the checkpoint's
-  offsets keep them from being written twice.
-* Entries deleted after the checkpoint's position before they were read (``XTRIM``,
-  ``XDEL`` by someone else: ``XINFO STREAM``'s ``max-deleted-entry-id``) fail the query
+  table commit (the batch function returned); lakesink also calls it for the last
+  batch when a run ends (:func:`lakesink.sources.settle`). Only there, with a consumer
+  group, does the group's last delivered id move forward to ``end`` (``XGROUP SETID``
+  with its entries read, so ``XINFO GROUPS`` shows lakesink's durable progress and lag)
+  and are entries still pending up to ``end`` acknowledged (``XACK``: entries delivered
+  to the consumer lakesink took over from); with ``trim_on_commit`` the stream is
+  trimmed up to ``end`` (``XTRIM MINID``).
+* The group is not read with ``XREADGROUP``: a group hands out entries that cannot be
+  bounded to a batch's end, and the checkpoint is the truth. A new checkpoint on an
+  existing group starts where the group is: before its oldest pending entry, else at
+  its last delivered one.
+* Entries after the checkpoint's position that are gone unread — deleted (``XDEL``:
+  ``max-deleted-entry-id``) or trimmed (by a producer's ``MAXLEN``/``XTRIM``: the stream
+  was given more entries after the position than it still holds) — fail the query
   (``fail_on_data_loss``), like Kafka's ``failOnDataLoss``.
 
 A record's ``topic`` is the stream key, its ``offset`` the entry id packed into one
-number, ``ms × 2^20 + seq`` (every id Redis makes itself fits; an explicit id that does
-not gets -1; the exact id is also the header ``redis.id``), its ``timestamp`` the id's
+number, ``ms × 2^20 + seq`` (ids Redis makes itself fit unless over a million entries
+share one millisecond; an id that does not fit gets -1, so the offset is then not
+unique; the exact id is always the header ``redis.id``), its ``timestamp`` the id's
 milliseconds.
 """
 
@@ -46,6 +53,8 @@ FORMAT = "lakesink-redis-streams"
 PAGE = 1000
 _SEQ_BITS = 20
 _MAX_SEQ = (1 << 64) - 1
+#: an explicit id's milliseconds beyond year 9999 are clamped there as the timestamp
+MAX_TIME_MS = 253_402_300_799_999
 
 
 def parse_id(entry_id: str) -> tuple[int, int]:
@@ -77,10 +86,6 @@ def position(entry_id: str) -> int:
     return (ms << _SEQ_BITS) | seq
 
 
-def later(a: str, b: str) -> str:
-    return a if parse_id(a) >= parse_id(b) else b
-
-
 @dataclass(frozen=True)
 class StreamRange(InputPartition):
     key: str
@@ -100,144 +105,188 @@ class RedisStreamsDataSource(DataSource):
         return RedisStreamsReader(dict(self.options))
 
 
+#: {"id": "<ms>-<seq>", "n": entries ever added up to that id (-1: unknown),
+#:  "d": the stream's max-deleted-entry-id when the position was taken}
+Position = dict
+
+
+def _id(pos: Position) -> tuple[int, int]:
+    return parse_id(pos["id"])
+
+
+def _deleted(info: dict | None) -> str:
+    return as_text(info.get("max-deleted-entry-id") or "0-0") if info else "0-0"
+
+
 class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """See the module docstring for the contract. Runs on the driver (offsets, commit)
-    and in executor tasks (``read``)."""
+    and in executor tasks (``read``).
+
+    A stream's offset is a position ``{"id": "<ms>-<seq>", "n": <count>}``: the last
+    entry id of the batch and how many entries the stream had ever been given up to it
+    (``entries-added`` bookkeeping; -1 while unknown). The count is what tells trimmed,
+    unread entries from a stream that never had any (see :meth:`_check_loss`).
+    """
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
         self.conn = Conn.of(options)
         self.keys: list[str] = json.loads(options["keys"])
         self.group = options.get("group") or None
-        self.consumer = options.get("consumer") or "lakesink"
         self.trim = options.get("trim_on_commit") == "true"
         self.fail_on_data_loss = options.get("fail_on_data_loss", "true") == "true"
         self.max_records = int(options["max_records"]) if options.get("max_records") else None
         self.starting = options.get("starting_position", "earliest")
-        self.target: dict[str, str] | None = None
+        self.target: dict[str, Position] | None = None
         self._client = None
-        self._grouped: set[str] = set()
 
     @property
-    def client(self):  # noqa: ANN201 - a redis.Redis, made on first use (driver only)
+    def client(self):
         if self._client is None:
             self._client = self.conn.client()
         return self._client
 
-    def _ensure_group(self, key: str, at: str) -> bool:
-        """Create the consumer group on ``key`` at ``at`` (and the stream if missing);
-        False if it existed already."""
+    def _info(self, key: str) -> dict | None:
         import redis
 
-        if key in self._grouped:
-            return False
         try:
-            self.client.xgroup_create(key, self.group, id=at, mkstream=True)
-            self._grouped.add(key)
-            return True
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
-            self._grouped.add(key)
-            return False
+            return self.client.xinfo_stream(key)
+        except redis.ResponseError as exc:  # no such key
+            if "no such key" in str(exc).lower():
+                return None
+            raise
 
-    def _last_id(self, key: str) -> str:
-        last = self.client.xrevrange(key, "+", "-", count=1)
-        return as_text(last[0][0]) if last else "0-0"
+    @staticmethod
+    def _end_of(info: dict | None) -> Position:
+        """The stream's newest position: its last generated id (an entry deleted at the
+        end still counts) and every entry it was ever given."""
+        if info is None:
+            return {"id": "0-0", "n": 0, "d": "0-0"}
+        return {"id": as_text(info["last-generated-id"]), "n": int(info["entries-added"]),
+                "d": _deleted(info)}
 
-    def _first_position(self, key: str) -> str:
-        """Before the oldest entry still in the stream (trimmed entries are not lost to
-        a reader that starts from the beginning)."""
-        if not self.client.exists(key):
-            return "0-0"
-        info = self.client.xinfo_stream(key)
-        return as_text(info.get("max-deleted-entry-id") or "0-0")
-
-    def initialOffset(self) -> dict[str, str]:
+    def initialOffset(self) -> dict[str, Position]:
         return {key: self._initial(key) for key in self.keys}
 
-    def _initial(self, key: str) -> str:
-        """Where a new checkpoint starts: with a consumer group that exists, where the
-        group is (before its oldest pending entry, else after its last delivered one);
-        otherwise ``starting_position``."""
-        if self.group and self.client.exists(key):
+    def _initial(self, key: str) -> Position:
+        """Where a new checkpoint (or a stream added to the configuration) starts: with
+        a consumer group that exists, where the group is (before its oldest pending
+        entry, else at its last delivered one); else ``starting_position``: ``latest``
+        at the stream's end, ``earliest`` before its oldest entry still there."""
+        info = self._info(key)
+        if self.group and info is not None:
             group = next((g for g in self.client.xinfo_groups(key)
                           if as_text(g["name"]) == self.group), None)
             if group is not None:
                 pending = self.client.xpending(key, self.group)
                 if pending["pending"]:
-                    return previous_id(as_text(pending["min"]))
-                return as_text(group["last-delivered-id"])
-        at = self._last_id(key) if self.starting == "latest" else self._first_position(key)
+                    return {"id": previous_id(as_text(pending["min"])), "n": -1,
+                            "d": _deleted(info)}
+                read = group.get("entries-read")
+                return {"id": as_text(group["last-delivered-id"]),
+                        "n": int(read) if read is not None else -1, "d": _deleted(info)}
+        first = info.get("first-entry") if info is not None else None
+        if info is None or self.starting == "latest" or not first:
+            pos = self._end_of(info)
+        else:  # the count is exact unless entries after the first one were deleted
+            first_id = as_text(first[0])
+            exact = parse_id(_deleted(info)) < parse_id(first_id)
+            pos = {"id": previous_id(first_id), "d": _deleted(info),
+                   "n": int(info["entries-added"]) - int(info["length"]) if exact else -1}
         if self.group:
-            self._ensure_group(key, at)
-        return at
+            self._ensure_group(key, pos)
+        return pos
 
-    def getDefaultReadLimit(self):  # noqa: ANN201
+    def _ensure_group(self, key: str, at: Position) -> None:
+        import redis
+
+        try:
+            self.client.xgroup_create(key, self.group, id=at["id"], mkstream=True,
+                                      entries_read=at["n"] if at["n"] >= 0 else None)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    def getDefaultReadLimit(self):
         from pyspark.sql.streaming.datasource import ReadAllAvailable
 
         return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.target = {key: self._last_id(key) for key in self.keys}
+        self.target = {key: self._end_of(self._info(key)) for key in self.keys}
 
-    def latestOffset(self, start: dict[str, str] | None = None, limit: object = None
-                     ) -> dict[str, str]:
+    def latestOffset(self, start: dict[str, Position] | None = None, limit: object = None
+                     ) -> dict[str, Position]:
         start = dict(start or self.initialOffset())
         budget = None
         if isinstance(limit, ReadMaxRows):
             budget = max(1, limit.max_rows // max(1, len(self.keys)))
         end = {}
         for key in self.keys:
-            if key not in start:  # a stream added to the configuration
-                start[key] = self._initial(key)
+            if key not in start:  # a stream added to the configuration joins here; the
+                end[key] = self._initial(key)  # next batch reads it (see partitions)
+                continue
             begin = start[key]
-            self._check_loss(key, begin)
-            cap = self.target[key] if self.target is not None else "+"
-            if self.group:
-                begin = self._deliver(key, begin, budget)
-            if budget is None:
-                last = self._last_id(key)
-                stop = last if cap == "+" else min(last, cap, key=parse_id)
-            else:
-                page = self.client.xrange(key, f"({begin}", cap, count=budget)
-                stop = as_text(page[-1][0]) if page else begin
-            end[key] = later(stop, begin)
+            info = self._check_loss(key, begin)
+            stop = self._end_of(info)
+            cap = self.target[key] if self.target is not None else None
+            if cap is not None and _id(cap) < _id(stop):
+                stop = cap
+            if budget is not None and _id(stop) > _id(begin):
+                page = self.client.xrange(key, f"({begin['id']}", stop["id"], count=budget)
+                if len(page) == budget and as_text(page[-1][0]) != stop["id"]:
+                    # the count adds up only if no entry after begin was ever deleted
+                    exact = begin["n"] >= 0 and parse_id(stop["d"]) <= _id(begin)
+                    stop = {"id": as_text(page[-1][0]), "d": stop["d"],
+                            "n": begin["n"] + len(page) if exact else -1}
+            end[key] = stop if _id(stop) > _id(begin) else begin
         return end
 
-    def _deliver(self, key: str, begin: str, budget: int | None) -> str:
-        """Consumer-group mode: hand new entries to this consumer (``XREADGROUP``); the
-        batch reads from ``begin`` on, so an entry already pending (delivered to a run
-        that crashed before its batch was written) is in it. Returns ``begin``."""
-        self._ensure_group(key, begin)
-        if self.client.xreadgroup(self.group, self.consumer, {key: ">"},
-                                  count=budget or 10_000):
-            fault_point("source_after_take")
-        return begin
-
-    def _check_loss(self, key: str, begin: str) -> None:
-        info = self.client.xinfo_stream(key) if self.client.exists(key) else None
+    def _check_loss(self, key: str, begin: Position) -> dict | None:
+        """Fail (``fail_on_data_loss``) when entries after ``begin`` are gone unread:
+        deleted (``XDEL`` since the position was taken: ``max-deleted-entry-id`` grew past
+        ``begin``) or trimmed (the stream's oldest entry is past ``begin`` and fewer
+        entries are left after it than were added after it). Returns the stream's
+        ``XINFO STREAM``."""
+        info = self._info(key)
         if info is None:
-            return
-        deleted = as_text(info.get("max-deleted-entry-id", "0-0"))
-        if parse_id(deleted) <= parse_id(begin):
-            return
-        message = (f"Redis stream {key!r}: entries after the checkpoint's position {begin} "
-                   f"were deleted before they were read (up to {deleted}; XTRIM or XDEL); "
-                   "rows are lost. Set source.redis.fail_on_data_loss: false to go on")
+            return None
+        deleted = _deleted(info)
+        first = info.get("first-entry")
+        added_after = int(info["entries-added"]) - begin["n"]
+        if parse_id(deleted) > max(_id(begin), parse_id(begin.get("d", "0-0"))):
+            what = f"deleted (XDEL, up to {deleted})"
+        elif begin["n"] >= 0 and (not first or parse_id(as_text(first[0])) > _id(begin)) \
+                and added_after > int(info["length"]):
+            what = f"trimmed ({added_after - int(info['length'])} entries)"
+        else:
+            return info
+        message = (f"Redis stream {key!r}: entries after the checkpoint's position "
+                   f"{begin['id']} were {what} before they were read; rows are lost. Set "
+                   "source.redis.fail_on_data_loss: false to go on")
         if self.fail_on_data_loss:
             raise SourceError(message)
         logger.warning(message)
+        return info
 
-    def partitions(self, start: dict[str, str], end: dict[str, str]) -> list[StreamRange]:
-        return [StreamRange(key, start.get(key, "0-0"), end[key]) for key in self.keys
-                if key in end and parse_id(end[key]) > parse_id(start.get(key, "0-0"))]
+    def partitions(self, start: dict[str, Position], end: dict[str, Position]
+                   ) -> list[StreamRange]:
+        return [StreamRange(key, start[key]["id"], end[key]["id"]) for key in self.keys
+                if key in start and key in end and _id(end[key]) > _id(start[key])]
 
     def read(self, partition: StreamRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         opts = self.options
         value_field, key_field = opts.get("value_field") or None, opts.get("key_field") or None
         headers = opts.get("headers") == "true"
         client = self.conn.client()
+        try:
+            yield from self._pages(client, partition, value_field, key_field, headers)
+        finally:
+            client.close()
+
+    @staticmethod
+    def _pages(client, partition: StreamRange, value_field: str | None,
+               key_field: str | None, headers: bool) -> Iterator[pa.RecordBatch]:
         begin = partition.start
         while True:
             page = client.xrange(partition.key, f"({begin}", partition.end, count=PAGE)
@@ -250,7 +299,7 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 keys.append(key)
                 values.append(value)
                 offsets.append(position(eid))
-                times.append(parse_id(eid)[0])
+                times.append(min(parse_id(eid)[0], MAX_TIME_MS))
                 heads.append([("redis.id", eid.encode()), *head])
             yield record_batch(keys=keys, values=values, topic=partition.key,
                                offsets=offsets, times_ms=times, timestamp_type=1,
@@ -259,16 +308,30 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if len(page) < PAGE or begin == partition.end:
                 return
 
-    def commit(self, end: dict[str, str]) -> None:
-        """After the batch ending at ``end`` is durable: acknowledge the group's pending
-        entries up to ``end``, trim below it if asked."""
+    def commit(self, end: dict[str, Position]) -> None:
+        """After the batch ending at ``end`` is durable: with a consumer group, move the
+        group's last delivered id forward to ``end`` (``XGROUP SETID``, with its entries
+        read) and acknowledge any entry still pending up to it (delivered by an earlier
+        consumer, such as the one lakesink took over from); trim below it if asked."""
         if self.group or self.trim:
             fault_point("source_before_commit")
         for key, last in end.items():
+            if key not in self.keys or last["id"] == "0-0":
+                continue
             if self.group:
-                self._ack_through(key, last)
-            if self.trim and last != "0-0":
-                self.client.xtrim(key, minid=next_id(last), approximate=False)
+                self._ensure_group(key, last)
+                self._ack_through(key, last["id"])
+                self._advance_group(key, last)
+            if self.trim:
+                self.client.xtrim(key, minid=next_id(last["id"]), approximate=False)
+
+    def _advance_group(self, key: str, last: Position) -> None:
+        group = next((g for g in self.client.xinfo_groups(key)
+                      if as_text(g["name"]) == self.group), None)
+        if group is not None and parse_id(as_text(group["last-delivered-id"])) >= _id(last):
+            return
+        self.client.xgroup_setid(key, self.group, last["id"],
+                                 entries_read=last["n"] if last["n"] >= 0 else None)
 
     def _ack_through(self, key: str, last: str) -> None:
         while True:
