@@ -22,8 +22,10 @@ headers       (optional) ``array<struct<key string, value binary>>``
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 
 #: the Spark schema of a source's records (without and with headers)
 RECORD_DDL = ("key binary, value binary, topic string, partition int, offset long, "
@@ -58,3 +60,22 @@ def record_batch(*, keys: Sequence[bytes | None], values: Sequence[bytes | None]
     arrays.append(pa.array([[{"key": k, "value": v} for k, v in h] for h in headers],
                            HEADER_TYPE))
     return pa.RecordBatch.from_arrays(arrays, schema=RECORD_SCHEMA_HEADERS)
+
+
+class RecordSource(DataSource):
+    """A Spark Python data source of these records: a subclass names its ``format`` and
+    its stream ``reader`` class (which gets the options as a dict); the option
+    ``headers`` (``true``) adds the headers column."""
+
+    format: ClassVar[str]
+    reader: ClassVar[Any]
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.format
+
+    def schema(self) -> str:
+        return record_ddl(self.options.get("headers") == "true")
+
+    def streamReader(self, schema: object) -> DataSourceStreamReader:
+        return self.reader(dict(self.options))

@@ -29,11 +29,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 
 from lakesink.faults import fault_point
-from lakesink.sources.records import record_batch, record_ddl
+from lakesink.sources.records import RecordSource, record_batch
 from lakesink.sources.redis_conn import Conn, as_text
 
 FORMAT = "lakesink-redis-lists"
@@ -80,18 +80,6 @@ def names(prefix: str, key: str, consumer: str) -> tuple[str, str]:
 class ListBatch(InputPartition):
     key: str
     seq: int
-
-
-class RedisListsDataSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT
-
-    def schema(self) -> str:
-        return record_ddl(self.options.get("headers") == "true")
-
-    def streamReader(self, schema: object) -> DataSourceStreamReader:
-        return RedisListsReader(dict(self.options))
 
 
 class RedisListsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -200,3 +188,8 @@ class RedisListsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         if self._client is not None:
             self._client.close()
+
+
+class RedisListsDataSource(RecordSource):
+    format = FORMAT
+    reader = RedisListsReader

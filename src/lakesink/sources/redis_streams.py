@@ -39,12 +39,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 
 from lakesink.errors import SourceError
 from lakesink.faults import fault_point
-from lakesink.sources.records import record_batch, record_ddl
+from lakesink.sources.records import RecordSource, record_batch
 from lakesink.sources.redis_conn import Conn, as_text, decode_fields
 
 logger = logging.getLogger(__name__)
@@ -91,18 +91,6 @@ class StreamRange(InputPartition):
     key: str
     start: str  # exclusive
     end: str  # inclusive
-
-
-class RedisStreamsDataSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT
-
-    def schema(self) -> str:
-        return record_ddl(self.options.get("headers") == "true")
-
-    def streamReader(self, schema: object) -> DataSourceStreamReader:
-        return RedisStreamsReader(dict(self.options))
 
 
 #: {"id": "<ms>-<seq>", "n": entries ever added up to that id (-1: unknown),
@@ -346,3 +334,8 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         if self._client is not None:
             self._client.close()
+
+
+class RedisStreamsDataSource(RecordSource):
+    format = FORMAT
+    reader = RedisStreamsReader
