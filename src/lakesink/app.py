@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -486,8 +487,16 @@ def _never_retried(exc: BaseException) -> bool:
 
 
 def _first_line(exc: BaseException) -> str:
+    """The error in one line; for a Python traceback inside Spark's message (a Python
+    data source failed), its last line too: the exception that was raised."""
     lines = [line for line in str(exc).splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {(lines[0] if lines else '')[:300]}"
+    first = (lines[0] if lines else "")[:300]
+    if "Traceback (most recent call last)" in first:
+        raised = next((ln.strip() for ln in reversed(lines)
+                       if re.match(r"^\s*[\w.]+(Error|Exception)\b", ln)), None)
+        if raised:
+            first = f"{first.split('Traceback')[0].strip()} {raised[:300]}"
+    return f"{type(exc).__name__}: {first}"
 
 
 @contextlib.contextmanager

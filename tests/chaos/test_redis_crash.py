@@ -71,3 +71,47 @@ def test_kill_at_a_fault_point_then_restart(redis_server, tmp_path, kind, fmt, p
     else:
         assert client.llen(key) == 0
         assert not client.keys(f"lakesink:{{{key}}}:*"), "a processing list was left"
+
+
+@pytest.mark.spark
+def test_redis_down_mid_run_then_back(spark, tmp_path) -> None:
+    """The Redis server stops in the middle of a streaming run and comes back on the same
+    port with its data (append-only file): the failing query is restarted from its
+    checkpoint with backoff, and every stream entry and list item lands once."""
+    import time
+
+    from lakesink.runtime.redisserver import RedisServer
+    from tests.fixtures.runs import Streaming
+
+    server = RedisServer(work_dir=tmp_path / "redis").start()
+    try:
+        redis_events(server, "out-s", range(0, 600))
+        redis_events(server, "out-l", range(600, 900), kind="list")
+        data = redis_config(server, tmp_path / "lake", streams=["out-s"], lists=["out-l"],
+                            consumer_group="lake", socket_timeout_s=2, connect_timeout_s=5)
+        data["retry"] = {"initial_backoff_s": 1, "max_backoff_s": 4, "restarts": 20}
+        run = Streaming(spark, data)
+        table = tmp_path / "lake" / "events"
+
+        def rows_reach(n: int, timeout_s: float = 120) -> bool:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                if len(read_ids(table, "parquet")) >= n or run.error is not None:
+                    return True
+                time.sleep(1)
+            return False
+
+        assert rows_reach(900) and run.error is None, run.error
+        server.stop(keep_data=True)
+        time.sleep(8)  # several triggers fail meanwhile
+        server.start()
+        redis_events(server, "out-s", range(900, 1500))
+        redis_events(server, "out-l", range(1500, 1800), kind="list")
+        assert rows_reach(1800)
+        run.close()
+        ids = read_ids(table, "parquet")
+        assert sorted(ids) == list(range(1800)), f"{len(ids)} rows, {len(set(ids))} distinct"
+        client = server.client()
+        assert client.llen("out-l") == 0 and client.xinfo_groups("out-s")[0]["lag"] == 0
+    finally:
+        server.stop()
