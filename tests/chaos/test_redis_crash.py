@@ -85,7 +85,7 @@ def test_redis_down_mid_run_then_back(spark, tmp_path) -> None:
 
     server = RedisServer(work_dir=tmp_path / "redis").start()
     try:
-        redis_events(server, "out-s", range(0, 600))
+        redis_events(server, "out-s", range(600))
         redis_events(server, "out-l", range(600, 900), kind="list")
         data = redis_config(server, tmp_path / "lake", streams=["out-s"], lists=["out-l"],
                             consumer_group="lake", socket_timeout_s=2, connect_timeout_s=5)
