@@ -249,3 +249,28 @@ def test_list_available_now_takes_only_what_was_there(redis_server, key) -> None
         at = end
     assert seen == [0, 1, 2, 3]
     assert redis_server.client().llen(key) == 2
+
+
+def test_a_group_start_after_old_deletes_and_trims_is_no_false_alarm(redis_server, key
+                                                                      ) -> None:
+    """A group at entry 5, entry 6 deleted and entries up to 5 trimmed before the
+    checkpoint started: nothing unread is missing, so nothing may fail."""
+    entry_ids = add(redis_server, key, range(10))
+    client = redis_server.client()
+    client.xgroup_create(key, "g", id=entry_ids[4], entries_read=5)
+    client.xdel(key, entry_ids[5])
+    client.xtrim(key, minid=entry_ids[6], approximate=False)
+    reader = RedisStreamsReader(options(redis_server, [key], group="g"))
+    start = reader.initialOffset()
+    assert ids(reader, start, reader.latestOffset(start, ReadAllAvailable())) == [6, 7, 8, 9]
+
+
+def test_a_replayed_batch_whose_entries_are_gone_fails_instead_of_reading_fewer(
+        redis_server, key) -> None:
+    entry_ids = add(redis_server, key, range(10))
+    reader = RedisStreamsReader(options(redis_server, [key]))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadMaxRows(6))
+    redis_server.client().xdel(key, entry_ids[2])  # after the offsets were logged
+    with pytest.raises(SourceError, match="deleted"):
+        reader.partitions(start, end)

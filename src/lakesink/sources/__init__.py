@@ -151,10 +151,14 @@ def settle(spark: SparkSession, cfg: SourceConfig, checkpoint: str) -> None:
             continue
         streams = {k: v for k, v in end.items() if k in r.streams and isinstance(v, dict)}
         lists = {k: v for k, v in end.items() if k in r.lists and isinstance(v, int)}
-        if streams:
-            redis_streams.RedisStreamsReader(_redis_options(r, "streams")).commit(streams)
-        if lists:
-            redis_lists.RedisListsReader(_redis_options(r, "lists")).commit(lists)
+        for ends, reader in ((streams, redis_streams.RedisStreamsReader),
+                             (lists, redis_lists.RedisListsReader)):
+            if ends:
+                source = reader(_redis_options(r, "streams" if ends is streams else "lists"))
+                try:
+                    source.commit(ends)
+                finally:
+                    source.stop()
 
 
 def _redis_options(cfg: RedisSource, kind: str, headers: bool = False) -> dict[str, str]:

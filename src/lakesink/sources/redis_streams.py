@@ -171,8 +171,9 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     return {"id": previous_id(as_text(pending["min"])), "n": -1,
                             "d": _deleted(info)}
                 read = group.get("entries-read")
-                return {"id": as_text(group["last-delivered-id"]),
-                        "n": int(read) if read is not None else -1, "d": _deleted(info)}
+                last = as_text(group["last-delivered-id"])
+                exact = read is not None and parse_id(_deleted(info)) <= parse_id(last)
+                return {"id": last, "n": int(read) if exact else -1, "d": _deleted(info)}
         first = info.get("first-entry") if info is not None else None
         if info is None or self.starting == "latest" or not first:
             pos = self._end_of(info)
@@ -185,15 +186,22 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._ensure_group(key, pos)
         return pos
 
-    def _ensure_group(self, key: str, at: Position) -> None:
+    def _ensure_group(self, key: str, at: Position, *, mkstream: bool = True) -> bool:
+        """Create the group at ``at`` unless it exists; False if the stream is gone
+        (and ``mkstream`` is off: a commit does not bring back a deleted stream)."""
         import redis
 
         try:
-            self.client.xgroup_create(key, self.group, id=at["id"], mkstream=True,
+            self.client.xgroup_create(key, self.group, id=at["id"], mkstream=mkstream,
                                       entries_read=at["n"] if at["n"] >= 0 else None)
         except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+            text = str(exc)
+            if "BUSYGROUP" in text:
+                return True
+            if not mkstream and "requires the key to exist" in text:
+                return False
+            raise
+        return True
 
     def getDefaultReadLimit(self):
         from pyspark.sql.streaming.datasource import ReadAllAvailable
@@ -223,12 +231,22 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if budget is not None and _id(stop) > _id(begin):
                 page = self.client.xrange(key, f"({begin['id']}", stop["id"], count=budget)
                 if len(page) == budget and as_text(page[-1][0]) != stop["id"]:
-                    # the count adds up only if no entry after begin was ever deleted
-                    exact = begin["n"] >= 0 and parse_id(stop["d"]) <= _id(begin)
+                    # the count adds up only if no entry after begin was ever deleted,
+                    # also not between the XINFO above and the XRANGE
+                    exact = (begin["n"] >= 0 and parse_id(stop["d"]) <= _id(begin)
+                             and self._unchanged_since(key, stop["d"], page[0][0]))
                     stop = {"id": as_text(page[-1][0]), "d": stop["d"],
                             "n": begin["n"] + len(page) if exact else -1}
             end[key] = stop if _id(stop) > _id(begin) else begin
         return end
+
+    def _unchanged_since(self, key: str, deleted: str, first_read: bytes | str) -> bool:
+        """Nothing was deleted (XDEL) since ``deleted`` was seen, nor trimmed up to the
+        first entry just read."""
+        info = self._info(key)
+        first = info.get("first-entry") if info is not None else None
+        return (info is not None and _deleted(info) == deleted and bool(first)
+                and parse_id(as_text(first[0])) <= parse_id(as_text(first_read)))
 
     def _check_loss(self, key: str, begin: Position) -> dict | None:
         """Fail (``fail_on_data_loss``) when entries after ``begin`` are gone unread:
@@ -244,7 +262,8 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         added_after = int(info["entries-added"]) - begin["n"]
         if parse_id(deleted) > max(_id(begin), parse_id(begin.get("d", "0-0"))):
             what = f"deleted (XDEL, up to {deleted})"
-        elif begin["n"] >= 0 and (not first or parse_id(as_text(first[0])) > _id(begin)) \
+        elif begin["n"] >= 0 and parse_id(begin.get("d", "0-0")) <= _id(begin) \
+                and (not first or parse_id(as_text(first[0])) > _id(begin)) \
                 and added_after > int(info["length"]):
             what = f"trimmed ({added_after - int(info['length'])} entries)"
         else:
@@ -259,8 +278,14 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Position], end: dict[str, Position]
                    ) -> list[StreamRange]:
-        return [StreamRange(key, start[key]["id"], end[key]["id"]) for key in self.keys
-                if key in start and key in end and _id(end[key]) > _id(start[key])]
+        """One task per stream with entries in the batch. Runs on the driver for every
+        batch, a replayed one too: entries of the range gone since fail it here
+        (``fail_on_data_loss``) instead of reading fewer."""
+        ranges = [StreamRange(key, start[key]["id"], end[key]["id"]) for key in self.keys
+                  if key in start and key in end and _id(end[key]) > _id(start[key])]
+        for r in ranges:
+            self._check_loss(r.key, start[r.key])
+        return ranges
 
     def read(self, partition: StreamRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         opts = self.options
@@ -306,8 +331,7 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for key, last in end.items():
             if key not in self.keys or last["id"] == "0-0":
                 continue
-            if self.group:
-                self._ensure_group(key, last)
+            if self.group and self._ensure_group(key, last, mkstream=False):
                 self._ack_through(key, last["id"])
                 self._advance_group(key, last)
             if self.trim:
