@@ -328,7 +328,8 @@ class Pipeline:
         if spec is not None:
             logger.info("Python workers warmed up in %.1fs",
                         warm_workers(self.spark, spec))
-        stream = sources.read_stream(self.spark, self.cfg.source, headers=self.headers)
+        stream = sources.read_stream(self.spark, self.cfg.source, headers=self.headers,
+                                     checkpoint=self.checkpoint)
         retry = self.cfg.retry
         batch = RetryingBatch(self.processor, attempts=retry.batch_attempts,
                               initial_backoff_s=retry.initial_backoff_s,

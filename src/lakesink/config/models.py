@@ -238,9 +238,13 @@ def _fds_environment(data: dict[str, Any]) -> dict[str, Any]:
 
     env = _env_data.get() or {}
     kind = data.get("type") or env.get("SOURCE_TYPE", "").strip().lower() or None
-    if kind not in (None, "kafka", "redis"):
+    if kind not in (None, "kafka", "redis", "danube"):
         return data
     out = dict(data)
+    if isinstance(out.get("danube"), dict):  # the Danube sink's variables, likewise
+        danube = {"service_url": env.get("DANUBE_SERVICE_URL"),
+                  "consumer_name": env.get("CONNECTOR_NAME")}
+        out["danube"] = {**{k: v for k, v in danube.items() if v}, **out["danube"]}
     for section, names in (("redis", FDS_REDIS_ENV), ("kafka", FDS_KAFKA_ENV)):
         given = {key: env[var] for var, key in names.items() if env.get(var)}
         current = out.get(section)
@@ -252,11 +256,29 @@ def _fds_environment(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class DanubeSource(_Section):
+    """Danube topics (``source.type: danube``): see ``docs/sources.md``."""
+
+    service_url: str = Field(description="the broker, http://host:6650 (DANUBE_SERVICE_URL)")
+    topics: StrList = Field(description="topics to read, e.g. /default/events")
+    subscription: str = "lakesink"
+    subscription_type: Literal["exclusive", "shared", "failover"] = "exclusive"
+    consumer_name: str = Field(default="lakesink", description="CONNECTOR_NAME")
+    max_records_per_trigger: int = Field(default=10_000, gt=0)
+    idle_s: float = Field(default=1.0, gt=0,
+                          description="a trigger waits this long for a first message")
+    connect_timeout_s: float = Field(default=30.0, gt=0)
+
+    _split = field_validator("topics", mode="before")(_split_list)
+
+
 class SourceConfig(_Section):
-    type: Literal["kafka", "redis"] = Field(
-        default="kafka", description="kafka (default) or redis; set by the section given")
+    type: Literal["kafka", "redis", "danube"] = Field(
+        default="kafka", description="kafka (default), redis or danube; set by the section "
+        "given")
     kafka: KafkaSource | None = None
     redis: RedisSource | None = None
+    danube: DanubeSource | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -264,8 +286,9 @@ class SourceConfig(_Section):
         if not isinstance(data, dict):
             return data
         data = _fds_environment(data)
-        if "type" not in data and data.get("redis") is not None and data.get("kafka") is None:
-            data = {**data, "type": "redis"}
+        given = [k for k in ("redis", "danube") if data.get(k) is not None]
+        if "type" not in data and len(given) == 1 and data.get("kafka") is None:
+            data = {**data, "type": given[0]}
         return data
 
     @model_validator(mode="after")
@@ -273,10 +296,10 @@ class SourceConfig(_Section):
         if getattr(self, self.type) is None:
             raise ValueError(f"source.type is {self.type}: the section source.{self.type} "
                              "is missing")
-        other = "redis" if self.type == "kafka" else "kafka"
-        if getattr(self, other) is not None:
-            raise ValueError(f"source.{other}: given, but source.type is {self.type}; "
-                             "one source per run")
+        for other in ("kafka", "redis", "danube"):
+            if other != self.type and getattr(self, other) is not None:
+                raise ValueError(f"source.{other}: given, but source.type is {self.type}; "
+                                 "one source per run")
         return self
 
     @property
@@ -284,6 +307,8 @@ class SourceConfig(_Section):
         """What the records' ``topic`` can be, when the source names them up front."""
         if self.redis is not None:
             return self.redis.keys
+        if self.danube is not None:
+            return self.danube.topics
         assert self.kafka is not None
         return self.kafka.topics
 

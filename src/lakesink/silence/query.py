@@ -109,7 +109,8 @@ class SilenceQuery:
         from pyspark.errors import AnalysisException, ParseException
         from pyspark.sql import functions as F
 
-        src = sources.read_stream(self.spark, self.source, headers=True)
+        src = sources.read_stream(self.spark, self.source, headers=True,
+                                  checkpoint=self.checkpoint)
         s = self.settings
         checks = [("silence.key", s.key, "binary")]
         if self.event_time:
@@ -141,7 +142,8 @@ class SilenceQuery:
 
         s = self.settings
         uses_headers = "headers" in (s.key or "") + (s.event_time or "")
-        src = sources.read_stream(self.spark, self.source, headers=uses_headers)
+        src = sources.read_stream(self.spark, self.source, headers=uses_headers,
+                                  checkpoint=self.checkpoint)
         key = F.expr(s.key).cast("binary") if s.key else F.col("key")
         ts = F.expr(s.event_time).cast("timestamp") if self.event_time else F.col(
             "timestamp")

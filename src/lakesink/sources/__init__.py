@@ -14,13 +14,15 @@ from lakesink.errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from lakesink.config.models import RedisSource, SourceConfig
+    from lakesink.config.models import DanubeSource, RedisSource, SourceConfig
 
 logger = logging.getLogger(__name__)
 
 
 def describe(cfg: SourceConfig) -> str:
     """What is read, for logs (no secrets)."""
+    if cfg.danube is not None:
+        return f"danube {cfg.danube.service_url} {cfg.danube.topics}"
     if cfg.redis is not None:
         r = cfg.redis
         parts = [f"streams {r.streams}" if r.streams else "", f"lists {r.lists}" if r.lists
@@ -32,7 +34,10 @@ def describe(cfg: SourceConfig) -> str:
 
 def check_reachable(cfg: SourceConfig) -> None:
     """Fail with a clear error when the source's server does not answer in time."""
-    if cfg.redis is not None:
+    if cfg.danube is not None:
+        _check_tcp(cfg.danube.service_url, cfg.danube.connect_timeout_s,
+                   "source.danube.service_url")
+    elif cfg.redis is not None:
         from lakesink.sources import redis_conn
 
         redis_conn.check_reachable(cfg.redis)
@@ -43,9 +48,12 @@ def check_reachable(cfg: SourceConfig) -> None:
         kafka.check_reachable(cfg.kafka)
 
 
-def read_stream(spark: SparkSession, cfg: SourceConfig, *, headers: bool = False
-                ) -> DataFrame:
-    """The streaming source; ``headers`` adds the records' headers column."""
+def read_stream(spark: SparkSession, cfg: SourceConfig, *, headers: bool = False,
+                checkpoint: str | None = None) -> DataFrame:
+    """The streaming source; ``headers`` adds the records' headers column. A source
+    that keeps state beside Spark's (Danube's captures) keeps it in ``checkpoint``."""
+    if cfg.danube is not None:
+        return _danube_stream(spark, cfg, headers=headers, checkpoint=checkpoint)
     if cfg.redis is not None:
         return _redis_stream(spark, cfg.redis, headers=headers)
     from lakesink.sources import kafka
@@ -59,6 +67,10 @@ def second_reader(cfg: SourceConfig, key: str) -> SourceConfig:
     detection): it must not take records from the ingestion — a Kafka consumer group
     of its own, Redis streams read without a group and never trimmed. Redis lists are
     consumed by reading, so they cannot be read twice (ConfigError naming ``key``)."""
+    if cfg.danube is not None:  # a subscription of its own gets every message too
+        danube = cfg.danube.model_copy(update={"subscription":
+                                               f"{cfg.danube.subscription}-{key}"})
+        return cfg.model_copy(update={"danube": danube})
     if cfg.redis is not None:
         if cfg.redis.lists:
             raise ConfigError(key, "needs a source that can be read twice (Kafka topics or "
@@ -80,6 +92,9 @@ def sample_values(spark: SparkSession, cfg: SourceConfig, *, limit: int, wait_s:
                   ) -> list[str]:
     """Up to ``limit`` record values (as text) from the start of the source, without
     taking any (Redis lists are only looked at); waits up to ``wait_s`` for one."""
+    if cfg.danube is not None:
+        raise ConfigError("decode.schema", "a Danube source cannot be sampled without "
+                          "taking its messages; declare decode.schema")
     if cfg.redis is None:
         from lakesink.sources import kafka
 
@@ -127,7 +142,7 @@ def settle(spark: SparkSession, cfg: SourceConfig, checkpoint: str) -> None:
     end of the newest batch in the checkpoint's commit log, which is durable in the
     table. Idempotent; Kafka needs nothing (its offsets live only in the checkpoint).
     """
-    if cfg.redis is None:
+    if cfg.redis is None and cfg.danube is None:
         return
     from lakesink.sources import redis_lists, redis_streams
     from lakesink.tables.fs import HadoopFS, join
@@ -149,6 +164,16 @@ def settle(spark: SparkSession, cfg: SourceConfig, checkpoint: str) -> None:
         end = json.loads(line) if line.strip() not in ("", "-") else None
         if not isinstance(end, dict):
             continue
+        if cfg.danube is not None:
+            from lakesink.sources.danube import DanubeReader
+
+            reader = DanubeReader(_danube_options(cfg.danube, checkpoint))
+            try:
+                reader.settle({k: v for k, v in end.items() if k in cfg.danube.topics})
+            finally:
+                reader.stop()
+            continue
+        assert r is not None
         streams = {k: v for k, v in end.items() if k in r.streams and isinstance(v, dict)}
         lists = {k: v for k, v in end.items() if k in r.lists and isinstance(v, int)}
         for ends, reader in ((streams, redis_streams.RedisStreamsReader),
@@ -173,6 +198,57 @@ def _redis_options(cfg: RedisSource, kind: str, headers: bool = False) -> dict[s
     return source_options(cfg, getattr(cfg, kind), **opts)
 
 
+def _check_tcp(url: str, timeout_s: float, key: str) -> None:
+    import socket
+    from urllib.parse import urlsplit
+
+    from lakesink.errors import SourceError
+
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    host, port = parts.hostname or "", parts.port or 6650
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=2):
+                return
+        except OSError as exc:
+            last = exc.strerror or str(exc)
+        if time.monotonic() >= deadline:
+            raise SourceError(f"nothing answers at {url} after {timeout_s:.0f}s ({last}); "
+                              f"check {key} and the network")
+        time.sleep(1.0)
+
+
+def _danube_stream(spark: SparkSession, cfg: SourceConfig, *, headers: bool,
+                   checkpoint: str | None) -> DataFrame:
+    from lakesink.sources import danube
+
+    d = cfg.danube
+    assert d is not None
+    if checkpoint is None or not (checkpoint.startswith("file:") or "://" not in checkpoint):
+        raise ConfigError("checkpoint", "a Danube source keeps its captured batches in the "
+                          "checkpoint, which must be on local disk (or a mounted volume) "
+                          f"for now; got {checkpoint}")
+    if id(spark) not in _DANUBE:
+        spark.dataSource.register(danube.DanubeDataSource)
+        _DANUBE.add(id(spark))
+    opts = _danube_options(d, checkpoint, headers)
+    return spark.readStream.format(danube.FORMAT).options(**opts).load()
+
+
+def _danube_options(d: DanubeSource, checkpoint: str, headers: bool = False
+                    ) -> dict[str, str]:
+    from lakesink.tables.fs import local_path
+
+    return {"service_url": d.service_url, "topics": json.dumps(d.topics),
+            "subscription": d.subscription, "subscription_type": d.subscription_type,
+            "consumer_name": d.consumer_name, "max_records": str(d.max_records_per_trigger),
+            "idle_s": str(d.idle_s), "connect_timeout_s": str(d.connect_timeout_s),
+            "headers": str(headers).lower(),
+            "capture_dir": str(local_path(checkpoint.rstrip("/") + "/sources/danube"))}
+
+
+_DANUBE: set[int] = set()
 _REGISTERED: set[int] = set()
 
 

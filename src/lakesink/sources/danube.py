@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 
 from lakesink.errors import SourceError
 from lakesink.faults import fault_point
@@ -148,7 +149,7 @@ class _Receiver:
             self.loop.call_soon_threadsafe(self.loop.stop)
 
 
-class DanubeReader(DataSourceStreamReader):
+class DanubeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """See the module docstring for the contract."""
 
     def __init__(self, options: dict[str, str]) -> None:
@@ -186,6 +187,11 @@ class DanubeReader(DataSourceStreamReader):
 
     def initialOffset(self) -> dict[str, int]:
         return {topic: 0 for topic in self.topics}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Until caught up: a push subscription has no end to record, so "caught up"
+        is a trigger that waits ``idle_s`` and receives nothing (the default without
+        this hook would fix the end at the first batch)."""
 
     def getDefaultReadLimit(self) -> ReadMaxRows:
         return ReadMaxRows(self.batch)
@@ -271,6 +277,18 @@ class DanubeReader(DataSourceStreamReader):
             for p in done:
                 self.captured[topic].difference_update(_offsets(p))
                 p.unlink()
+
+    def settle(self, end: dict[str, int]) -> None:
+        """:meth:`commit` from a reader of its own after the query stopped (see
+        :func:`lakesink.sources.settle`): the messages come again to its consumers, so
+        it waits for them a moment and acknowledges the committed ones; the rest stay
+        unacknowledged for the next run."""
+        self.commit(end)
+        deadline = time.monotonic() + self.idle_s * 2
+        while any(self.committed[t] for t in self.topics) and time.monotonic() < deadline:
+            self.receiver.wait_for_any(0.2)
+            for topic in self.topics:
+                self._fresh(topic, self.receiver.take(topic, self.batch))
 
     def _save_committed(self, topic: str) -> None:
         path = topic_dir(self.capture_dir, topic) / "committed.json"
