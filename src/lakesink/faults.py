@@ -15,17 +15,19 @@ dict lookup. Points:
   (a failed post-commit hook, a lost response) instead of killing: once per process
 * ``after_schema_evolved``  — a batch evolved the schema and stored it, nothing written
 * ``source_after_take``     — the Redis lists source moved new items into a batch's
-  processing list, before Spark wrote the batch's offsets
+  processing list (Danube: captured new messages in a batch's capture file), before
+  Spark wrote the batch's offsets
 * ``source_before_commit``  — the batch is durable and recorded by Spark; the Redis
-  source has not yet moved its group, trimmed or deleted the batch's records
+  (or Danube) source has not yet moved its group, trimmed, deleted or acknowledged the
+  batch's records
 * ``silence_before_delivery`` — a silence batch has events, none delivered yet
 * ``silence_after_delivery``  — a silence batch's events are delivered (table, topic,
   callback), Spark has not recorded the batch
 
 The first four are in the Parquet writer (``after_staging`` also in the Arrow path's
 Delta batch), the fifth in the Delta writer, the sixth in
-the batch function (both formats), the source points in the Redis readers (the first
-time reached), the last two in the silence query (the first batch with events, unless
+the batch function (both formats), the source points in the Redis and Danube readers (the
+first time reached), the last two in the silence query (the first batch with events, unless
 ``LAKESINK_FAULT_BATCH`` names one).
 """
 

@@ -13,8 +13,8 @@ from pyspark.sql.streaming.datasource import ReadMaxRows
 
 pytest.importorskip("danube")
 
-from lakesink.sources.danube import DanubeReader  # noqa: E402
-from tests.fixtures.danube_broker import DanubeDouble  # noqa: E402
+from lakesink.sources.danube import DanubeReader
+from tests.fixtures.danube_broker import DanubeDouble
 
 pytestmark = [pytest.mark.integration]
 TOPIC = "/default/events"

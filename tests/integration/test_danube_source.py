@@ -12,11 +12,11 @@ import pytest
 
 pytest.importorskip("danube")
 
-from lakesink.app import Pipeline  # noqa: E402
-from lakesink.config import load_config  # noqa: E402
-from tests.fixtures.danube_broker import DanubeDouble  # noqa: E402
-from tests.fixtures.runs import flatten  # noqa: E402
-from tests.fixtures.services import json_events, read_ids, source_config  # noqa: E402
+from lakesink.app import Pipeline
+from lakesink.config import load_config
+from tests.fixtures.danube_broker import DanubeDouble
+from tests.fixtures.runs import flatten
+from tests.fixtures.services import json_events, read_ids, source_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -31,7 +31,7 @@ def danube() -> Iterator[DanubeDouble]:
 @pytest.mark.parametrize("fmt", ["parquet", "delta"])
 def test_danube_topics_every_message_once(spark, danube, tmp_path, fmt) -> None:
     topics = ["/default/a", "/default/b"]
-    danube.publish(topics[0], [v for _, v in json_events(range(0, 700))])
+    danube.publish(topics[0], [v for _, v in json_events(range(700))])
     danube.publish(topics[1], [b"not json", *[v for _, v in json_events(range(700, 1200))]])
     lake = tmp_path / "lake"
     data = source_config({"danube": {"service_url": danube.url, "topics": topics,

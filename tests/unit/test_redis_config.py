@@ -102,3 +102,17 @@ def test_the_fs_data_sink_environment(tmp_path: Path) -> None:
     k = cfg.source.kafka
     assert (k.bootstrap_servers, k.topics, k.group_id) == ("k:9092", ["x", "y"], "g")
     assert cfg.source.redis is None
+
+
+def test_the_danube_section_and_the_danube_sink_variables(tmp_path: Path) -> None:
+    data = {"source": {"danube": {"topics": "/default/a,/default/b"}},
+            "table": {"name": "t"}}
+    cfg = load_config(write(tmp_path, data), env={"DANUBE_SERVICE_URL": "http://d:6650",
+                                                  "CONNECTOR_NAME": "sink-1"})
+    d = cfg.source.danube
+    assert cfg.source.type == "danube" and d.topics == ["/default/a", "/default/b"]
+    assert (d.service_url, d.consumer_name, d.subscription_type) == (
+        "http://d:6650", "sink-1", "exclusive")
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, data), env={})
+    assert info.value.key == "source.danube.service_url"

@@ -90,7 +90,7 @@ class _Receiver:
                               f"{topics} within {timeout:.0f}s ({exc}); check "
                               "source.danube.service_url and the topics") from exc
 
-    def _call(self, coro: Any, timeout: float | None = None) -> Any:  # noqa: ANN401
+    def _call(self, coro: Any, timeout: float | None = None) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     async def _start(self) -> None:
@@ -200,9 +200,10 @@ class DanubeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                      ) -> dict[str, int]:
         start = dict(start or self.initialOffset())
         most = limit.max_rows if isinstance(limit, ReadMaxRows) else self.batch
+        most = max(1, most // max(1, len(self.topics)))
         receiver = self.receiver
         end = {}
-        waited = False
+        deadline = time.monotonic() + self.idle_s  # one wait for all topics
         for topic in self.topics:
             if topic not in start:  # a topic added to the configuration joins here
                 end[topic] = 0
@@ -212,11 +213,7 @@ class DanubeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if path.exists():  # captured before a restart, not yet in the offset log
                 end[topic] = seq
                 continue
-            messages = self._fresh(topic, receiver.take(topic, most))
-            if not messages and not waited:
-                receiver.wait_for_any(self.idle_s)
-                waited = True
-                messages = self._fresh(topic, receiver.take(topic, most))
+            messages = self._next(topic, most, deadline)
             if not messages:
                 end[topic] = int(start[topic])
                 continue
@@ -231,6 +228,21 @@ class DanubeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             fault_point("source_after_take")
             end[topic] = seq
         return end
+
+    def _next(self, topic: str, most: int, deadline: float) -> list[Any]:
+        """Up to ``most`` new messages of ``topic`` (redeliveries left out), waiting
+        until ``deadline`` only while there are none at all."""
+        out: list[Any] = []
+        while len(out) < most:
+            got = self.receiver.take(topic, most - len(out))
+            if got:
+                out += self._fresh(topic, got)
+                continue
+            left = deadline - time.monotonic()
+            if out or left <= 0:
+                break
+            self.receiver.wait_for_any(min(left, 0.2))
+        return out
 
     def _fresh(self, topic: str, messages: list[Any]) -> list[Any]:
         """``messages`` less redeliveries: one already committed is acknowledged now;

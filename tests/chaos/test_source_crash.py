@@ -1,4 +1,4 @@
-"""Crash tests for the Redis sources: SIGKILL of the whole process at the sources' own
+"""Crash tests for the Redis and Danube sources: SIGKILL of the whole process at the sources' own
 fault points (records taken, not yet in the offset log; batch durable, not yet
 acknowledged, the group moved or the items deleted) and at table points, then a restart; every record once in the
 table, the dead letters once, nothing left pending or in a processing list.
@@ -20,7 +20,7 @@ from tests.fixtures.services import (
     write_config,
 )
 
-pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.slow]
 
 ROUNDS = int(os.environ.get("CHAOS_ROUNDS", "1"))
 N = 2400
@@ -33,6 +33,7 @@ CASES = [("stream", "parquet", "after_publish"),
          ("list", "parquet", "source_before_commit")]
 
 
+@pytest.mark.redis
 @pytest.mark.parametrize("round_", range(ROUNDS))
 @pytest.mark.parametrize(("kind", "fmt", "point"), CASES,
                          ids=[f"{k}-{f}-{p}" for k, f, p in CASES])
@@ -73,6 +74,7 @@ def test_kill_at_a_fault_point_then_restart(redis_server, tmp_path, kind, fmt, p
         assert not client.keys(f"lakesink:{{{key}}}:*"), "a processing list was left"
 
 
+@pytest.mark.redis
 @pytest.mark.spark
 def test_redis_down_mid_run_then_back(spark, tmp_path) -> None:
     """The Redis server stops in the middle of a streaming run and comes back on the same
@@ -115,3 +117,44 @@ def test_redis_down_mid_run_then_back(spark, tmp_path) -> None:
         assert client.llen("out-l") == 0 and client.xinfo_groups("out-s")[0]["lag"] == 0
     finally:
         server.stop()
+
+
+DANUBE_CASES = [("parquet", "source_after_take"), ("parquet", "after_manifest"),
+                ("delta", "source_before_commit")]
+
+
+@pytest.mark.parametrize("round_", range(ROUNDS))
+@pytest.mark.parametrize(("fmt", "point"), DANUBE_CASES,
+                         ids=[f"danube-{f}-{p}" for f, p in DANUBE_CASES])
+def test_danube_kill_at_a_fault_point_then_restart(tmp_path, fmt, point, round_) -> None:
+    """The same against the Danube protocol double (tests/fixtures/danube_broker.py):
+    every message once, every message acknowledged in the end."""
+    pytest.importorskip("danube")
+    from tests.fixtures.danube_broker import DanubeDouble
+    from tests.fixtures.services import json_events, source_config
+
+    double = DanubeDouble().start()
+    try:
+        topic = "/default/crash"
+        double.publish(topic, [v for _, v in json_events(range(N // 2))])
+        double.publish(topic, BAD)
+        double.publish(topic, [v for _, v in json_events(range(N // 2, N))])
+        lake = tmp_path / "lake"
+        data = source_config({"danube": {"service_url": double.url, "topics": [topic],
+                                         "max_records_per_trigger": 800, "idle_s": 2}},
+                             lake, format=fmt)
+        output = kill_then_restart(write_config(tmp_path / "c.yaml", data), point)
+        ids = read_ids(lake / "events", fmt)
+        assert ids, output[-3000:]
+        import duckdb
+
+        rejected = duckdb.sql(f"SELECT count(*) FROM read_parquet('{lake}/_rejected/events/"
+                              "*.parquet')").fetchone()[0]
+        print(f"danube-crash point={point} format={fmt} produced={N} "
+              f"lost={N - len(set(ids))} duplicated={len(ids) - len(set(ids))} "
+              f"rejected={rejected}/{len(BAD)} unacked={double.unacked(topic, 'lakesink')}")
+        assert sorted(ids) == list(range(N))
+        assert rejected == len(BAD)
+        assert double.unacked(topic, "lakesink") == 0
+    finally:
+        double.stop()
