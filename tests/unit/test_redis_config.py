@@ -116,3 +116,58 @@ def test_the_danube_section_and_the_danube_sink_variables(tmp_path: Path) -> Non
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, data), env={})
     assert info.value.key == "source.danube.service_url"
+
+
+DANUBE_TOML = '''
+connector_name = "deltalake-sink"
+danube_service_url = "http://localhost:6650"
+metrics_port = 9090
+
+[retry]
+max_retries = 3
+
+[deltalake]
+storage_backend = "s3"
+s3_region = "us-east-1"
+s3_endpoint = "http://localhost:9000"
+batch_size = 1000
+flush_interval_ms = 5000
+
+[[deltalake.topic_mappings]]
+topic = "/events/payments"
+subscription = "deltalake-payments"
+delta_table_path = "s3://my-bucket/tables/payments"
+schema_type = "Json"
+include_danube_metadata = true
+schema = [
+    { name = "payment_id", data_type = "Utf8", nullable = false },
+    { name = "amount", data_type = "Float64", nullable = false },
+]
+
+[[deltalake.topic_mappings]]
+topic = "/iot/sensors"
+subscription = "deltalake-iot"
+delta_table_path = "s3://my-bucket/tables/sensors"
+schema_type = "String"
+'''
+
+
+def test_the_danube_sink_toml_runs_as_a_lakesink_config(tmp_path: Path) -> None:
+    """The Danube Delta Lake sink's own file (its README's example, shortened)."""
+    path = tmp_path / "connector.toml"
+    path.write_text(DANUBE_TOML)
+    cfg = load_config(path, env={"CONNECTOR_NAME": "from-env"})
+    d = cfg.source.danube
+    assert d.topics == ["/events/payments", "/iot/sensors"]
+    assert d.subscriptions == {"/events/payments": "deltalake-payments",
+                               "/iot/sensors": "deltalake-iot"}
+    assert (d.service_url, d.consumer_name, d.max_records_per_trigger) == (
+        "http://localhost:6650", "from-env", 1000)  # CONNECTOR_NAME overrides, as there
+    payments, sensors = cfg.route_config(0), cfg.route_config(1)
+    assert (payments.table_name, payments.table.format, payments.table.base_path) == (
+        "payments", "delta", "s3://my-bucket/tables")
+    assert payments.table.metadata_column == "_danube_metadata"
+    assert [f.name for f in payments.decode.schema_] == ["payment_id", "amount"]
+    assert (sensors.table_name, sensors.decode.format) == ("sensors", "string")
+    assert cfg.storage.s3.endpoint == "http://localhost:9000"
+    assert cfg.trigger.interval.startswith("5000")

@@ -11,6 +11,7 @@ Precedence is CLI > env > secret files > file > defaults. Rules enforced here:
 from __future__ import annotations
 
 import contextvars
+import logging
 import os
 import typing
 from collections.abc import Iterable, Mapping
@@ -30,6 +31,8 @@ if typing.TYPE_CHECKING:
 ENV_PREFIX = "LAKESINK_"
 #: Environment variables with the prefix that are not configuration keys.
 RESERVED_ENV = {"JARS_DIR", "KAFKA_JARS_DIR", "FAULT", "FAULT_BATCH", "CONFIG", "HOME"}
+
+logger = logging.getLogger(__name__)
 
 _file_data: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "lakesink_file_data", default=None
@@ -205,6 +208,8 @@ def read_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError("--config", f"file not found: {p}")
+    if p.suffix.lower() == ".toml":
+        return _read_toml(p)
     try:
         data = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as exc:
@@ -212,6 +217,26 @@ def read_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError("--config", f"{p} must hold a mapping of sections")
     return data
+
+
+def _read_toml(p: Path) -> dict[str, Any]:
+    """A TOML config: lakesink's own sections, or the Danube Delta Lake sink's file
+    (a ``[deltalake]`` section), translated (:mod:`lakesink.config.danube_toml`)."""
+    import tomllib
+
+    from lakesink.config import danube_toml
+
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("--config", f"{p} is not valid TOML: {exc}") from None
+    if not danube_toml.is_danube_toml(data):
+        return data
+    skipped = danube_toml.ignored(data)
+    if skipped:
+        logger.info("Danube sink settings with no meaning in lakesink, ignored: %s",
+                    ", ".join(skipped))
+    return danube_toml.translate(data)
 
 
 def _env_items(env: Mapping[str, str]) -> Iterable[tuple[str, str]]:
@@ -257,8 +282,7 @@ def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
     loc = [str(p) for p in error.get("loc", ()) if not str(p).startswith("function-")]
     key = ".".join(loc)
     msg = str(error.get("msg", "invalid"))
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+    msg = msg.removeprefix("Value error, ")
     if ": " in msg:  # model-level validators name their key first
         head, _, tail = msg.partition(": ")
         if "." in head and " " not in head and (not key or head.startswith(key + ".")):

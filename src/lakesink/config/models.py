@@ -241,10 +241,10 @@ def _fds_environment(data: dict[str, Any]) -> dict[str, Any]:
     if kind not in (None, "kafka", "redis", "danube"):
         return data
     out = dict(data)
-    if isinstance(out.get("danube"), dict):  # the Danube sink's variables, likewise
-        danube = {"service_url": env.get("DANUBE_SERVICE_URL"),
+    if isinstance(out.get("danube"), dict):  # the Danube sink's variables override the
+        danube = {"service_url": env.get("DANUBE_SERVICE_URL"),  # file, as they do there
                   "consumer_name": env.get("CONNECTOR_NAME")}
-        out["danube"] = {**{k: v for k, v in danube.items() if v}, **out["danube"]}
+        out["danube"] = {**out["danube"], **{k: v for k, v in danube.items() if v}}
     for section, names in (("redis", FDS_REDIS_ENV), ("kafka", FDS_KAFKA_ENV)):
         given = {key: env[var] for var, key in names.items() if env.get(var)}
         current = out.get(section)
@@ -262,6 +262,8 @@ class DanubeSource(_Section):
     service_url: str = Field(description="the broker, http://host:6650 (DANUBE_SERVICE_URL)")
     topics: StrList = Field(description="topics to read, e.g. /default/events")
     subscription: str = "lakesink"
+    subscriptions: dict[str, str] = Field(
+        default_factory=dict, description="a topic's own subscription, if not `subscription`")
     subscription_type: Literal["exclusive", "shared", "failover"] = "exclusive"
     consumer_name: str = Field(default="lakesink", description="CONNECTOR_NAME")
     max_records_per_trigger: int = Field(default=10_000, gt=0)

@@ -68,8 +68,9 @@ def second_reader(cfg: SourceConfig, key: str) -> SourceConfig:
     of its own, Redis streams read without a group and never trimmed. Redis lists are
     consumed by reading, so they cannot be read twice (ConfigError naming ``key``)."""
     if cfg.danube is not None:  # a subscription of its own gets every message too
-        danube = cfg.danube.model_copy(update={"subscription":
-                                               f"{cfg.danube.subscription}-{key}"})
+        danube = cfg.danube.model_copy(update={
+            "subscription": f"{cfg.danube.subscription}-{key}",
+            "subscriptions": {t: f"{s}-{key}" for t, s in cfg.danube.subscriptions.items()}})
         return cfg.model_copy(update={"danube": danube})
     if cfg.redis is not None:
         if cfg.redis.lists:
@@ -241,7 +242,8 @@ def _danube_options(d: DanubeSource, checkpoint: str, headers: bool = False
     from lakesink.tables.fs import local_path
 
     return {"service_url": d.service_url, "topics": json.dumps(d.topics),
-            "subscription": d.subscription, "subscription_type": d.subscription_type,
+            "subscription": d.subscription, "subscriptions": json.dumps(d.subscriptions),
+            "subscription_type": d.subscription_type,
             "consumer_name": d.consumer_name, "max_records": str(d.max_records_per_trigger),
             "idle_s": str(d.idle_s), "connect_timeout_s": str(d.connect_timeout_s),
             "headers": str(headers).lower(),

@@ -98,10 +98,12 @@ class _Receiver:
 
         client = await DanubeClientBuilder().service_url(self.options["service_url"]).build()
         kind = SubType(SUBSCRIPTION_TYPES[self.options.get("subscription_type", "exclusive")])
+        own = json.loads(self.options.get("subscriptions") or "{}")
         for topic in self.topics:
+            subscription = own.get(topic) or self.options.get("subscription", "lakesink")
             consumer = (client.new_consumer().with_topic(topic)
                         .with_consumer_name(self.options.get("consumer_name", "lakesink"))
-                        .with_subscription(self.options.get("subscription", "lakesink"))
+                        .with_subscription(subscription)
                         .with_subscription_type(kind).build())
             await consumer.subscribe()
             queue = await consumer.receive()
