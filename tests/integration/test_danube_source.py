@@ -50,3 +50,46 @@ def test_danube_topics_every_message_once(spark, danube, tmp_path, fmt) -> None:
     danube.publish(topics[0], [v for _, v in json_events(range(1200, 1300))])
     Pipeline.build(load_config(flags=flatten(data), env={}), spark).run(until_caught_up=True)
     assert sorted(read_ids(lake / "events", fmt)) == list(range(1300))
+
+
+def test_the_danube_sink_toml_file_runs_unchanged(spark, danube, tmp_path) -> None:
+    """The Danube Delta Lake sink's config file, pointed at this double and a local
+    folder: two topics with their own subscriptions into two Delta tables."""
+    from tests.fixtures.services import delta_ids
+
+    lake = tmp_path / "tables"
+    toml = tmp_path / "connector.toml"
+    toml.write_text(f'''
+connector_name = "deltalake-sink"
+danube_service_url = "{danube.url}"
+[deltalake]
+storage_backend = "s3"
+batch_size = 300
+[[deltalake.topic_mappings]]
+topic = "/events/payments"
+subscription = "deltalake-payments"
+delta_table_path = "{lake}/payments"
+schema_type = "Json"
+include_danube_metadata = true
+schema = [{{ name = "id", data_type = "Int64", nullable = false }},
+          {{ name = "location", data_type = "Utf8" }}]
+[[deltalake.topic_mappings]]
+topic = "/iot/sensors"
+subscription = "deltalake-iot"
+delta_table_path = "{lake}/sensors"
+schema_type = "Json"
+schema = [{{ name = "id", data_type = "Int64" }}]
+''')
+    danube.publish("/events/payments", [v for _, v in json_events(range(400))])
+    danube.publish("/iot/sensors", [v for _, v in json_events(range(400, 650))])
+    cfg = load_config(toml, env={}, overrides=[f"checkpoint={tmp_path / 'checkpoint'}"])
+    Pipeline.build(cfg, spark).run(until_caught_up=True)
+    assert sorted(delta_ids(lake / "payments")) == list(range(400))
+    assert sorted(delta_ids(lake / "sensors")) == list(range(400, 650))
+    assert danube.unacked("/events/payments", "deltalake-payments") == 0
+    assert danube.unacked("/iot/sensors", "deltalake-iot") == 0
+    from deltalake import DeltaTable
+
+    meta = DeltaTable(str(lake / "payments")).to_pyarrow_table(
+        columns=["_danube_metadata"]).column(0).to_pylist()
+    assert {m["topic"] for m in meta} == {"/events/payments"}
