@@ -15,8 +15,9 @@ dict lookup. Points:
   (a failed post-commit hook, a lost response) instead of killing: once per process
 * ``after_schema_evolved``  — a batch evolved the schema and stored it, nothing written
 * ``source_after_take``     — the Redis lists source moved new items into a batch's
-  processing list (Danube: captured new messages in a batch's capture file), before
-  Spark wrote the batch's offsets
+  processing list, before Spark wrote the batch's offsets
+* ``source_after_spool``    — the Danube source spooled (fsynced) a message, before
+  acknowledging it
 * ``source_before_commit``  — the batch is durable and recorded by Spark; the Redis
   (or Danube) source has not yet moved its group, trimmed, deleted or acknowledged the
   batch's records
@@ -42,7 +43,7 @@ logger = logging.getLogger(__name__)
 PARQUET_POINTS = ("after_staging", "mid_publish", "after_publish", "after_manifest")
 DELTA_POINTS = ("after_delta_commit",)
 COMMON_POINTS = ("after_schema_evolved",)
-SOURCE_POINTS = ("source_after_take", "source_before_commit")
+SOURCE_POINTS = ("source_after_take", "source_after_spool", "source_before_commit")
 SILENCE_POINTS = ("silence_before_delivery", "silence_after_delivery")
 POINTS = PARQUET_POINTS + DELTA_POINTS + COMMON_POINTS + SOURCE_POINTS + SILENCE_POINTS
 

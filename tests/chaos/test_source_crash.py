@@ -119,7 +119,7 @@ def test_redis_down_mid_run_then_back(spark, tmp_path) -> None:
         server.stop()
 
 
-DANUBE_CASES = [("parquet", "source_after_take"), ("parquet", "after_manifest"),
+DANUBE_CASES = [("parquet", "source_after_spool"), ("parquet", "after_manifest"),
                 ("delta", "source_before_commit")]
 
 
@@ -136,6 +136,7 @@ def test_danube_kill_at_a_fault_point_then_restart(tmp_path, fmt, point, round_)
     double = DanubeDouble().start()
     try:
         topic = "/default/crash"
+        double.subscribe_at_start(topic, "lakesink")
         double.publish(topic, [v for _, v in json_events(range(N // 2))])
         double.publish(topic, BAD)
         double.publish(topic, [v for _, v in json_events(range(N // 2, N))])

@@ -1,7 +1,8 @@
 """The Danube reader's contract against the protocol double (the real danube-client
-over gRPC; see tests/fixtures/danube_broker.py), called the way Spark calls it, without
-Spark: a batch is captured before its offsets are logged, a replay reads the capture,
-nothing is acknowledged before ``commit``, a restart neither loses nor duplicates."""
+over gRPC, reliable dispatch: one message in flight, ack-gated; see
+tests/fixtures/danube_broker.py), called the way Spark calls it, without Spark: every
+message is spooled before it is acknowledged, a replay reads the same records, a
+message sent again after a crash is not spooled twice, partitions keep their offsets."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from pyspark.sql.streaming.datasource import ReadMaxRows
 
 pytest.importorskip("danube")
 
-from lakesink.sources.danube import DanubeReader
-from tests.fixtures.danube_broker import DanubeDouble
+from lakesink.sources.danube import DanubeReader, topic_dir  # noqa: E402
+from lakesink.sources.danube_spool import Spool  # noqa: E402
+from tests.fixtures.danube_broker import DanubeDouble  # noqa: E402
 
 pytestmark = [pytest.mark.integration]
 TOPIC = "/default/events"
@@ -22,71 +24,118 @@ TOPIC = "/default/events"
 
 @pytest.fixture()
 def broker() -> Iterator[DanubeDouble]:
-    double = DanubeDouble().start()
+    double = DanubeDouble(ack_timeout_s=2).start()
     yield double
     double.stop()
 
 
 def reader(broker: DanubeDouble, tmp_path, **extra: str) -> DanubeReader:
     return DanubeReader({"service_url": broker.url, "topics": json.dumps([TOPIC]),
-                         "capture_dir": str(tmp_path / "capture"), "idle_s": "2",
+                         "capture_dir": str(tmp_path / "spool"), "idle_s": "2",
                          "connect_timeout_s": "10", **extra})
 
 
-def ids(r: DanubeReader, start: dict, end: dict) -> list[int]:
-    return [json.loads(v)["id"] for p in r.partitions(start, end) for b in r.read(p)
-            for v in b.column("value").to_pylist()]
+def rows(r: DanubeReader, start: dict, end: dict) -> list[tuple[int, int]]:
+    """(id, partition) of the batch's records."""
+    out = []
+    for p in r.partitions(start, end):
+        for b in r.read(p):
+            out += [(json.loads(v)["id"], part) for v, part in
+                    zip(b.column("value").to_pylist(), b.column("partition").to_pylist(),
+                        strict=True)]
+    return out
 
 
-def publish(broker: DanubeDouble, rng: range) -> None:
-    broker.publish(TOPIC, [json.dumps({"id": i}).encode() for i in rng])
+def drain(r: DanubeReader, start: dict, most: int = 10) -> tuple[list[tuple[int, int]], dict]:
+    seen = []
+    while (end := r.latestOffset(start, ReadMaxRows(most))) != start:
+        batch = rows(r, start, end)
+        assert batch == rows(r, start, end), "a replay reads the same records"
+        assert len(batch) <= most
+        seen += batch
+        r.commit(end)
+        start = end
+    return seen, start
 
 
-def test_batches_are_captured_and_acked_only_in_commit(broker, tmp_path) -> None:
+def publish(broker: DanubeDouble, rng: range, topic: str = TOPIC) -> None:
+    broker.publish(topic, [json.dumps({"id": i}).encode() for i in rng])
+
+
+def test_every_message_spooled_once_and_acked(broker, tmp_path) -> None:
+    broker.subscribe_at_start(TOPIC, "lakesink")
     publish(broker, range(25))
     r = reader(broker, tmp_path)
     try:
-        start, seen = r.initialOffset(), []
-        while (end := r.latestOffset(start, ReadMaxRows(10))) != start:
-            batch = ids(r, start, end)
-            assert batch == ids(r, start, end), "a replay reads the capture again"
-            assert broker.unacked(TOPIC, "lakesink") == 25 - len(seen), "acked before commit"
-            seen += batch
-            r.commit(end)
-            start = end
-        assert sorted(seen) == list(range(25))
+        seen, end = drain(r, r.initialOffset())
+        assert sorted(i for i, _ in seen) == list(range(25))
+        assert broker.unacked(TOPIC, "lakesink") == 0 and broker.late_acks == 0
+        publish(broker, range(25, 30))  # the subscription goes on
+        more, _ = drain(r, end)
+        assert [i for i, _ in more] == list(range(25, 30))
+    finally:
+        r.stop()
+
+
+def test_a_message_sent_again_after_a_crash_is_not_spooled_twice(broker, tmp_path) -> None:
+    """The process died between the spool's fsync and the ack: the broker sends the
+    message again to the next run, which acknowledges it without spooling it again."""
+    broker.subscribe_at_start(TOPIC, "lakesink")
+    publish(broker, range(6))
+    first = broker.partitions[TOPIC].messages[0]
+    Spool(topic_dir(str(tmp_path / "spool"), TOPIC)).append(first)  # spooled, never acked
+    r = reader(broker, tmp_path)
+    try:
+        seen, _ = drain(r, {TOPIC: 0})
+        assert sorted(i for i, _ in seen) == list(range(6))
         assert broker.unacked(TOPIC, "lakesink") == 0
     finally:
         r.stop()
 
 
-def test_a_restart_neither_loses_nor_duplicates(broker, tmp_path) -> None:
-    """Run 1 captures batch 1 (offsets logged), captures batch 2 (offsets not logged),
-    commits nothing and dies. Run 2 starts from batch 1's start: it replays the two
-    captures, takes the redelivered messages as the same ones, acks them at commit."""
+def test_a_restart_reads_the_spool_from_the_checkpoint(broker, tmp_path) -> None:
+    broker.subscribe_at_start(TOPIC, "lakesink")
     publish(broker, range(30))
     first = reader(broker, tmp_path)
     start = first.initialOffset()
     one = first.latestOffset(start, ReadMaxRows(10))
-    two = first.latestOffset(one, ReadMaxRows(10))
-    first.stop()  # the process dies: its consumers go, nothing was acknowledged
+    first.stop()  # dies after batch 1's offsets were logged, before it ran
     second = reader(broker, tmp_path)
     try:
-        assert second.latestOffset(start, ReadMaxRows(10)) == one, "batch 1 as captured"
-        seen = ids(second, start, one)
+        assert rows(second, start, one) == rows(first, start, one)
+        seen = rows(second, start, one)
         second.commit(one)
-        assert second.latestOffset(one, ReadMaxRows(10)) == two, "batch 2 as captured"
-        seen += ids(second, one, two)
-        second.commit(two)
-        at = two
-        while (end := second.latestOffset(at, ReadMaxRows(10))) != at:
-            seen += ids(second, at, end)
-            second.commit(end)
-            at = end
-        assert sorted(seen) == list(range(30)), f"{len(seen)} read, {len(set(seen))} distinct"
-        assert broker.unacked(TOPIC, "lakesink") == 0, "a redelivery left unacknowledged"
+        rest, _ = drain(second, one)
+        ids = [i for i, _ in seen + rest]
+        assert sorted(ids) == list(range(30)), f"{len(ids)} read, {len(set(ids))} distinct"
     finally:
         second.stop()
+
+
+def test_partitions_keep_their_own_offsets(broker, tmp_path) -> None:
+    broker.create_topic(TOPIC, partitions=3)
+    broker.subscribe_at_start(TOPIC, "lakesink")
+    publish(broker, range(30))
+    r = reader(broker, tmp_path)
+    try:
+        seen, _ = drain(r, r.initialOffset())
+        assert sorted(i for i, _ in seen) == list(range(30))
+        assert {i % 3: p for i, p in seen} == {0: 0, 1: 1, 2: 2}
+    finally:
+        r.stop()
+
+
+def test_a_new_subscription_starts_at_the_latest_message(broker, tmp_path) -> None:
+    publish(broker, range(5))  # before the subscription: not for it
+    r = reader(broker, tmp_path)
+    try:
+        start = r.initialOffset()
+        assert r.latestOffset(start, ReadMaxRows(10)) == start
+        publish(broker, range(5, 8))
+        seen, _ = drain(r, start)
+        assert [i for i, _ in seen] == [5, 6, 7]
+    finally:
+        r.stop()
 
 
 def test_a_broker_that_is_not_there_fails_within_the_wait(tmp_path) -> None:

@@ -1,6 +1,6 @@
 """Danube -> Parquet and Delta through Spark, against the protocol double (the real
-danube-client over gRPC: tests/fixtures/danube_broker.py; no Danube broker can run
-here): every message once, bad ones in the dead-letter table with the topic and topic
+danube-client over gRPC, reliable dispatch: tests/fixtures/danube_broker.py; no Danube
+broker can run here): every message once, bad ones in the dead-letter table with the topic and topic
 offset, every message acknowledged once the run ends."""
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ def danube() -> Iterator[DanubeDouble]:
 @pytest.mark.parametrize("fmt", ["parquet", "delta"])
 def test_danube_topics_every_message_once(spark, danube, tmp_path, fmt) -> None:
     topics = ["/default/a", "/default/b"]
+    for t in topics:
+        danube.subscribe_at_start(t, "lakesink")  # made before the messages
     danube.publish(topics[0], [v for _, v in json_events(range(700))])
     danube.publish(topics[1], [b"not json", *[v for _, v in json_events(range(700, 1200))]])
     lake = tmp_path / "lake"
