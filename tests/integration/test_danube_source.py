@@ -82,6 +82,8 @@ delta_table_path = "{lake}/sensors"
 schema_type = "Json"
 schema = [{{ name = "id", data_type = "Int64" }}]
 ''')
+    danube.subscribe_at_start("/events/payments", "deltalake-payments")  # made earlier
+    danube.subscribe_at_start("/iot/sensors", "deltalake-iot")
     danube.publish("/events/payments", [v for _, v in json_events(range(400))])
     danube.publish("/iot/sensors", [v for _, v in json_events(range(400, 650))])
     cfg = load_config(toml, env={}, overrides=[f"checkpoint={tmp_path / 'checkpoint'}"])

@@ -212,13 +212,13 @@ class DanubeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         deadline, before, grew_at = now + self.idle_s, None, None
         while True:  # until a batch is full, the spools stop growing, or idle_s passed
             receiver.check()
-            end = {t: self.spools[t].position_after(int(start.get(t, self.spools[t].base)),
-                                                    most) for t in self.topics}
+            scans = {t: self.spools[t].scan(int(start.get(t, self.spools[t].base)), most)
+                     for t in self.topics}
+            end = {t: pos for t, (pos, _) in scans.items()}
             now = time.monotonic()
             if end != before:
                 before, grew_at = end, now
-            full = all(self.spools[t].position_after(int(start[t]), most + 1) == end[t]
-                       for t in self.topics if t in start) is False
+            full = any(n >= most for t, (_, n) in scans.items() if t in start)
             moved = any(end[t] > int(start[t]) for t in self.topics if t in start)
             if full or now >= deadline or (moved and now - grew_at >= LINGER_S):
                 break

@@ -71,6 +71,10 @@ class Spool:
 
     def position_after(self, start: int, most: int) -> int:
         """The position after at most ``most`` records from ``start``."""
+        return self.scan(start, most)[0]
+
+    def scan(self, start: int, most: int) -> tuple[int, int]:
+        """(the position after at most ``most`` records from ``start``, their count)."""
         with self.lock:
             end = self.end
         pos, n = start, 0
@@ -88,7 +92,7 @@ class Spool:
                     n += 1
             if n >= most or pos >= end:
                 break
-        return pos
+        return pos, n
 
     def records(self, start: int, end: int) -> Iterator[Any]:
         """The messages in ``[start, end)``."""
