@@ -31,7 +31,7 @@ def broker() -> Iterator[DanubeDouble]:
 
 def reader(broker: DanubeDouble, tmp_path, **extra: str) -> DanubeReader:
     return DanubeReader({"service_url": broker.url, "topics": json.dumps([TOPIC]),
-                         "capture_dir": str(tmp_path / "spool"), "idle_s": "2",
+                         "spool_dir": str(tmp_path / "spool"), "idle_s": "2",
                          "connect_timeout_s": "10", **extra})
 
 
@@ -143,7 +143,7 @@ def test_a_broker_that_is_not_there_fails_within_the_wait(tmp_path) -> None:
     from lakesink.runtime.services import free_port
 
     r = DanubeReader({"service_url": f"http://127.0.0.1:{free_port()}",
-                      "topics": json.dumps([TOPIC]), "capture_dir": str(tmp_path),
+                      "topics": json.dumps([TOPIC]), "spool_dir": str(tmp_path),
                       "connect_timeout_s": "3"})
     with pytest.raises(SourceError, match="could not subscribe"):
         r.latestOffset({TOPIC: 0}, ReadMaxRows(10))

@@ -51,7 +51,7 @@ def check_reachable(cfg: SourceConfig) -> None:
 def read_stream(spark: SparkSession, cfg: SourceConfig, *, headers: bool = False,
                 checkpoint: str | None = None) -> DataFrame:
     """The streaming source; ``headers`` adds the records' headers column. A source
-    that keeps state beside Spark's (Danube's captures) keeps it in ``checkpoint``."""
+    that keeps state beside Spark's (Danube's spool) keeps it in ``checkpoint``."""
     if cfg.danube is not None:
         return _danube_stream(spark, cfg, headers=headers, checkpoint=checkpoint)
     if cfg.redis is not None:
@@ -247,7 +247,7 @@ def _danube_options(d: DanubeSource, checkpoint: str, headers: bool = False
             "consumer_name": d.consumer_name, "max_records": str(d.max_records_per_trigger),
             "idle_s": str(d.idle_s), "connect_timeout_s": str(d.connect_timeout_s),
             "headers": str(headers).lower(),
-            "capture_dir": str(local_path(checkpoint.rstrip("/") + "/sources/danube"))}
+            "spool_dir": str(local_path(checkpoint.rstrip("/") + "/sources/danube"))}
 
 
 _DANUBE: set[int] = set()

@@ -60,9 +60,9 @@ LINGER_S = 0.2
 SUBSCRIPTION_TYPES = {"exclusive": 0, "shared": 1, "failover": 2}
 
 
-def topic_dir(capture_dir: str, topic: str) -> Path:
+def topic_dir(spool_dir: str, topic: str) -> Path:
     """A topic's spool folder (``/default/x`` -> ``default%2Fx``)."""
-    return Path(capture_dir) / topic.strip("/").replace("%", "%25").replace("/", "%2F")
+    return Path(spool_dir) / topic.strip("/").replace("%", "%25").replace("/", "%2F")
 
 
 def partition_number(name: str) -> int:
@@ -174,7 +174,7 @@ class DanubeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
         self.topics: list[str] = json.loads(options["topics"])
-        self.capture_dir = options["capture_dir"]
+        self.spool_dir = options["spool_dir"]
         self.batch = int(options.get("max_records") or DEFAULT_BATCH)
         self.idle_s = float(options.get("idle_s", "1.0"))
         self._spools: dict[str, Spool] | None = None
@@ -183,7 +183,7 @@ class DanubeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def spools(self) -> dict[str, Spool]:
         if self._spools is None:
-            self._spools = {t: Spool(topic_dir(self.capture_dir, t)) for t in self.topics}
+            self._spools = {t: Spool(topic_dir(self.spool_dir, t)) for t in self.topics}
         return self._spools
 
     @property
@@ -248,7 +248,7 @@ class DanubeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._receiver.close()
 
     def read(self, partition: SpoolRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        folder = topic_dir(self.capture_dir, partition.topic)
+        folder = topic_dir(self.spool_dir, partition.topic)
         headers = self.options.get("headers") == "true"
         chunk: list[Any] = []
         for message in read_range(folder, partition.start, partition.end):
