@@ -142,6 +142,7 @@ def test_danube_kill_at_a_fault_point_then_restart(tmp_path, fmt, point, round_)
         double.publish(topic, [v for _, v in json_events(range(N // 2, N))])
         lake = tmp_path / "lake"
         data = source_config({"danube": {"service_url": double.url, "topics": [topic],
+                                         "subscription": "lakesink",
                                          "max_records_per_trigger": 800, "idle_s": 2}},
                              lake, format=fmt)
         output = kill_then_restart(write_config(tmp_path / "c.yaml", data), point)

@@ -37,6 +37,7 @@ def test_danube_topics_every_message_once(spark, danube, tmp_path, fmt) -> None:
     danube.publish(topics[1], [b"not json", *[v for _, v in json_events(range(700, 1200))]])
     lake = tmp_path / "lake"
     data = source_config({"danube": {"service_url": danube.url, "topics": topics,
+                                     "subscription": "lakesink",
                                      "max_records_per_trigger": 400, "idle_s": 2}},
                          lake, format=fmt)
     stats = Pipeline.build(load_config(flags=flatten(data), env={}), spark).run(

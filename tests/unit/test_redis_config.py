@@ -105,7 +105,8 @@ def test_the_fs_data_sink_environment(tmp_path: Path) -> None:
 
 
 def test_the_danube_section_and_the_danube_sink_variables(tmp_path: Path) -> None:
-    data = {"source": {"danube": {"topics": "/default/a,/default/b"}},
+    data = {"source": {"danube": {"topics": "/default/a,/default/b",
+                                  "subscription": "lake"}},
             "table": {"name": "t"}}
     cfg = load_config(write(tmp_path, data), env={"DANUBE_SERVICE_URL": "http://d:6650",
                                                   "CONNECTOR_NAME": "sink-1"})
@@ -116,6 +117,14 @@ def test_the_danube_section_and_the_danube_sink_variables(tmp_path: Path) -> Non
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, data), env={})
     assert info.value.key == "source.danube.service_url"
+    del data["source"]["danube"]["subscription"]
+    with pytest.raises(ConfigError) as info:  # two deployments would split the messages
+        load_config(write(tmp_path, data), env={"DANUBE_SERVICE_URL": "http://d:6650"})
+    assert info.value.key == "source.danube.subscription"
+    cfg = load_config(write(tmp_path, {**data, "source": {"danube": {
+        "topics": ["/default/a"], "subscriptions": {"/default/a": "own"}}}}),
+        env={"DANUBE_SERVICE_URL": "http://d:6650"})
+    assert cfg.source.danube.subscription_of("/default/a") == "own"
 
 
 DANUBE_TOML = '''

@@ -261,15 +261,34 @@ class DanubeSource(_Section):
 
     service_url: str = Field(description="the broker, http://host:6650 (DANUBE_SERVICE_URL)")
     topics: StrList = Field(description="topics to read, e.g. /default/events")
-    subscription: str = "lakesink"
+    subscription: str | None = Field(
+        default=None, description="the subscription (the broker's cursor): one per "
+        "deployment; required unless every topic has one in `subscriptions`")
     subscriptions: dict[str, str] = Field(
         default_factory=dict, description="a topic's own subscription, if not `subscription`")
     subscription_type: Literal["exclusive", "shared", "failover"] = "exclusive"
-    consumer_name: str = Field(default="lakesink", description="CONNECTOR_NAME")
+    consumer_name: str | None = Field(
+        default=None, description="CONNECTOR_NAME; default lakesink-<host name>")
     max_records_per_trigger: int = Field(default=10_000, gt=0)
     idle_s: float = Field(default=1.0, gt=0,
                           description="a trigger waits this long for a first message")
+    max_spool_mb: int = Field(default=1024, gt=0, description="receiving pauses while "
+                              "this much is spooled and not yet in a durable batch")
     connect_timeout_s: float = Field(default=30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _every_topic_subscribed(self) -> DanubeSource:
+        if self.subscription is None:
+            missing = [t for t in self.topics if t not in self.subscriptions]
+            if missing:
+                raise ValueError(
+                    f"source.danube.subscription: required (no subscription for {missing}); "
+                    "name the subscription this deployment owns: another deployment on "
+                    "the same subscription would split the messages with it")
+        return self
+
+    def subscription_of(self, topic: str) -> str:
+        return self.subscriptions.get(topic) or self.subscription or ""
 
     _split = field_validator("topics", mode="before")(_split_list)
 

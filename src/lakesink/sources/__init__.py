@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import time
 from typing import TYPE_CHECKING
 
@@ -68,9 +69,10 @@ def second_reader(cfg: SourceConfig, key: str) -> SourceConfig:
     of its own, Redis streams read without a group and never trimmed. Redis lists are
     consumed by reading, so they cannot be read twice (ConfigError naming ``key``)."""
     if cfg.danube is not None:  # a subscription of its own gets every message too
-        danube = cfg.danube.model_copy(update={
-            "subscription": f"{cfg.danube.subscription}-{key}",
-            "subscriptions": {t: f"{s}-{key}" for t, s in cfg.danube.subscriptions.items()}})
+        d = cfg.danube
+        danube = d.model_copy(update={
+            "subscription": None,
+            "subscriptions": {t: f"{d.subscription_of(t)}-{key}" for t in d.topics}})
         return cfg.model_copy(update={"danube": danube})
     if cfg.redis is not None:
         if cfg.redis.lists:
@@ -200,24 +202,13 @@ def _redis_options(cfg: RedisSource, kind: str, headers: bool = False) -> dict[s
 
 
 def _check_tcp(url: str, timeout_s: float, key: str) -> None:
-    import socket
     from urllib.parse import urlsplit
 
-    from lakesink.errors import SourceError
+    from lakesink.sources.net import wait_for_tcp
 
     parts = urlsplit(url if "://" in url else f"http://{url}")
-    host, port = parts.hostname or "", parts.port or 6650
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with socket.create_connection((host, port), timeout=2):
-                return
-        except OSError as exc:
-            last = exc.strerror or str(exc)
-        if time.monotonic() >= deadline:
-            raise SourceError(f"nothing answers at {url} after {timeout_s:.0f}s ({last}); "
-                              f"check {key} and the network")
-        time.sleep(1.0)
+    wait_for_tcp([(parts.hostname or "", parts.port or 6650)], timeout_s,
+                 what=f"nothing answers at {url}", key=key)
 
 
 def _danube_stream(spark: SparkSession, cfg: SourceConfig, *, headers: bool,
@@ -242,9 +233,10 @@ def _danube_options(d: DanubeSource, checkpoint: str, headers: bool = False
     from lakesink.tables.fs import local_path
 
     return {"service_url": d.service_url, "topics": json.dumps(d.topics),
-            "subscription": d.subscription, "subscriptions": json.dumps(d.subscriptions),
+            "subscriptions": json.dumps({t: d.subscription_of(t) for t in d.topics}),
             "subscription_type": d.subscription_type,
-            "consumer_name": d.consumer_name, "max_records": str(d.max_records_per_trigger),
+            "consumer_name": d.consumer_name or f"lakesink-{socket.gethostname()}",
+            "max_spool_bytes": str(d.max_spool_mb << 20), "max_records": str(d.max_records_per_trigger),
             "idle_s": str(d.idle_s), "connect_timeout_s": str(d.connect_timeout_s),
             "headers": str(headers).lower(),
             "spool_dir": str(local_path(checkpoint.rstrip("/") + "/sources/danube"))}

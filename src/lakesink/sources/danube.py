@@ -48,7 +48,7 @@ from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailab
 
 from lakesink.errors import SourceError
 from lakesink.faults import fault_point
-from lakesink.sources.danube_spool import Spool, read_range
+from lakesink.sources.danube_spool import SEGMENT_BYTES, Spool, read_range
 from lakesink.sources.records import RecordSource, record_batch
 
 logger = logging.getLogger(__name__)
@@ -57,6 +57,8 @@ FORMAT = "lakesink-danube"
 DEFAULT_BATCH = 10_000
 #: a batch waits this long for more messages once some arrived
 LINGER_S = 0.2
+#: receiving pauses while this many bytes are spooled and not yet in a durable batch
+MAX_SPOOL_BYTES = 1 << 30
 SUBSCRIPTION_TYPES = {"exclusive": 0, "shared": 1, "failover": 2}
 
 
@@ -121,13 +123,24 @@ class _Receiver:
 
     async def _pump(self, topic: str, consumer: Any, queue: asyncio.Queue) -> None:
         spool = self.spools[topic]
+        most = int(self.options.get("max_spool_bytes") or MAX_SPOOL_BYTES)
+        ack_timeout = float(self.options.get("ack_timeout_s", "30"))
         try:
             while True:
+                if spool.backlog() > most:  # Spark is behind: stop taking messages
+                    logger.info("Danube %s: %d bytes spooled and not yet in a durable "
+                                "batch; receiving pauses", topic, spool.backlog())
+                    while spool.backlog() > most:
+                        await asyncio.sleep(0.1)
                 message = await queue.get()
                 if not spool.seen(message):
                     await asyncio.to_thread(spool.append, message)
                     fault_point("source_after_spool")
-                await consumer.ack(message)
+                try:
+                    await asyncio.wait_for(consumer.ack(message), ack_timeout)
+                except TimeoutError:
+                    raise SourceError(f"Danube {topic}: no answer to an acknowledgement "
+                                      f"within {ack_timeout:.0f}s") from None
                 with self.arrived:
                     self.arrived.notify_all()
         except asyncio.CancelledError:
@@ -143,11 +156,12 @@ class _Receiver:
         if self.failure is not None:
             raise SourceError(f"Danube receiving failed: {self.failure!r}") from self.failure
         for consumer in self.consumers:
-            loops = getattr(consumer, "_tasks", [])
-            if loops and all(task.done() for task in loops):
-                raise SourceError("Danube receiving stopped (the client's receive loops "
-                                  "ended; see its log); the query restarts from its "
-                                  "checkpoint")
+            # one receive loop per partition; the client ends one, logging, on errors
+            # it gives up on (private attribute of danube-client 0.5: checked in tests)
+            if any(task.done() for task in getattr(consumer, "_tasks", [])):
+                raise SourceError("Danube receiving stopped for a partition (the "
+                                  "client's receive loop ended; see its log); the query "
+                                  "restarts from its checkpoint")
 
     def wait(self, timeout_s: float) -> None:
         with self.arrived:
@@ -179,11 +193,21 @@ class DanubeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.idle_s = float(options.get("idle_s", "1.0"))
         self._spools: dict[str, Spool] | None = None
         self._receiver: _Receiver | None = None
+        self._target: dict[str, int] | None = None
 
     @property
     def spools(self) -> dict[str, Spool]:
         if self._spools is None:
-            self._spools = {t: Spool(topic_dir(self.spool_dir, t)) for t in self.topics}
+            size = int(self.options.get("segment_bytes") or SEGMENT_BYTES)
+            spools: dict[str, Spool] = {}
+            try:
+                for t in self.topics:
+                    spools[t] = Spool(topic_dir(self.spool_dir, t), segment_bytes=size)
+            except BaseException:
+                for spool in spools.values():
+                    spool.close()
+                raise
+            self._spools = spools
         return self._spools
 
     @property
@@ -199,20 +223,39 @@ class DanubeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.batch)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Until caught up: a subscription has no end to record, so "caught up" is a
-        trigger that finds nothing new in the spools within ``idle_s``."""
+        """Until caught up: a subscription has no end to record, so the run takes what
+        is spooled once the subscription was quiet for ``idle_s`` (at most ten times
+        ``idle_s`` of waiting, for a topic that never goes quiet)."""
+        receiver = self.receiver
+        started = quiet_since = time.monotonic()
+        before = None
+        while True:
+            receiver.check()
+            ends = {t: self.spools[t].end for t in self.topics}
+            now = time.monotonic()
+            if ends != before:
+                before, quiet_since = ends, now
+            if now - quiet_since >= self.idle_s or now - started >= 10 * self.idle_s:
+                break
+            receiver.wait(0.05)
+        self._target = ends
 
     def latestOffset(self, start: dict[str, int] | None = None, limit: object = None
                      ) -> dict[str, int]:
         start = dict(start or self.initialOffset())
+        for t in self.topics:
+            if t in start:
+                self.spools[t].check_position(int(start[t]))
         most = limit.max_rows if isinstance(limit, ReadMaxRows) else self.batch
         most = max(1, most // max(1, len(self.topics)))
         receiver = self.receiver
+        target = self._target or {}
         now = time.monotonic()
         deadline, before, grew_at = now + self.idle_s, None, None
         while True:  # until a batch is full, the spools stop growing, or idle_s passed
             receiver.check()
-            scans = {t: self.spools[t].scan(int(start.get(t, self.spools[t].base)), most)
+            scans = {t: self.spools[t].scan(int(start.get(t, self.spools[t].base)), most,
+                                            target.get(t))
                      for t in self.topics}
             end = {t: pos for t, (pos, _) in scans.items()}
             now = time.monotonic()
@@ -220,7 +263,8 @@ class DanubeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 before, grew_at = end, now
             full = any(n >= most for t, (_, n) in scans.items() if t in start)
             moved = any(end[t] > int(start[t]) for t in self.topics if t in start)
-            if full or now >= deadline or (moved and now - grew_at >= LINGER_S):
+            if (full or self._target is not None or now >= deadline
+                    or (moved and now - grew_at >= LINGER_S)):
                 break
             receiver.wait(0.05)
         for t in self.topics:
@@ -229,6 +273,10 @@ class DanubeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return end
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[SpoolRange]:
+        for t in self.topics:  # a replayed batch: its range must still be there
+            if t in start and t in end and int(end[t]) > int(start[t]):
+                self.spools[t].check_position(int(start[t]))
+                self.spools[t].check_position(int(end[t]))
         return [SpoolRange(t, int(start[t]), int(end[t])) for t in self.topics
                 if t in start and t in end and int(end[t]) > int(start[t])]
 
@@ -241,11 +289,18 @@ class DanubeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def settle(self, end: dict[str, int]) -> None:
         """:meth:`commit` after the query stopped (no consumer needed)."""
-        self.commit(end)
+        try:
+            self.commit(end)
+        finally:
+            self.stop()
 
     def stop(self) -> None:
         if self._receiver is not None:
             self._receiver.close()
+            self._receiver = None
+        for spool in (self._spools or {}).values():
+            spool.close()
+        self._spools = None
 
     def read(self, partition: SpoolRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         folder = topic_dir(self.spool_dir, partition.topic)

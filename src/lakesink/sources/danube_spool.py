@@ -1,112 +1,198 @@
 """The spool of the Danube source: an append-only, fsynced log of one topic's messages
 in the query's checkpoint.
 
-A record is a 4-byte big-endian length and a serialized ``StreamMessage``. Records go to
-segments named by the global byte position of their first record (``<20 digits>.log``);
-a position is a global byte offset, so a batch is a byte range ``[start, end)`` of
-immutable bytes: a replay reads the same records. ``state.json`` keeps the first
-position still on disk and, per partition, the last offset spooled (the key to
-recognise a message the broker sends again after a crash between the fsync and the ack).
+A record is a 4-byte big-endian length, the CRC-32 of the data, and a serialized
+``StreamMessage``. Records go to segments named by the global byte position of their
+first record (``<20 digits>.log``); a position is a global byte offset, so a batch is a
+byte range ``[start, end)`` of immutable bytes: a replay reads the same records.
+
+Contract:
+
+* :meth:`Spool.append` returns only after the record is fsynced (and a new segment's
+  name too): only then may the message be acknowledged.
+* :meth:`Spool.scan` and :attr:`Spool.end` show only whole, fsynced records, so a
+  position handed to Spark never points into a record that a crash can cut off.
+* :meth:`Spool.drop_below` deletes only segments wholly before a position whose batch
+  is durable.
+* One process at a time writes a spool: opening it takes an exclusive ``flock`` on its
+  folder's ``lock`` file (a second lakesink on the checkpoint, or a restarted query whose
+  old planner is still stopping, waits and then fails with a clear message). Spark's
+  tasks read with :func:`read_range`, which takes no lock (segments are immutable).
+* ``state.json`` keeps the first position still on disk and, per partition, the keys
+  ``(offset, publish time, producer id)`` of the last messages spooled: a message with
+  one of these keys is one the broker sent again after a crash between the fsync and
+  the ack (reliable dispatch has one message in flight per partition); a message with a
+  lower offset and another key is new (the topic was deleted and made again) and is
+  spooled, with a warning.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import logging
 import os
 import struct
 import threading
+import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
+
+from lakesink.errors import SourceError
+
+logger = logging.getLogger(__name__)
 
 SEGMENT_BYTES = 64 << 20
-_LEN = struct.Struct(">I")
+#: how many of a partition's last message keys are kept to recognise a redelivery
+RECENT = 16
+_HEAD = struct.Struct(">II")  # length, crc32
+
+
+def message_key(message: Any) -> tuple[int, int, int]:
+    return (message.msg_id.topic_offset, message.publish_time, message.msg_id.producer_id)
 
 
 class Spool:
-    def __init__(self, folder: Path, *, segment_bytes: int = SEGMENT_BYTES) -> None:
+    def __init__(self, folder: Path, *, segment_bytes: int = SEGMENT_BYTES,
+                 lock_timeout_s: float = 30.0) -> None:
         self.folder = folder
         self.segment_bytes = segment_bytes
         folder.mkdir(parents=True, exist_ok=True)
         self.lock = threading.Lock()
+        self._lock_file = _take_lock(folder / "lock", lock_timeout_s)
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+        #: the end of the last batch known durable (the backlog is what lies after it)
+        self.committed = self.base
+        self._cursor: tuple[int, int, int] = (-1, -1, 0)
+
+    def _open(self) -> None:
         state = self._state()
         self.base: int = state.get("base", 0)
-        self.last: dict[str, int] = dict(state.get("last", {}))
-        self.segments = sorted(int(p.stem) for p in folder.glob("*.log"))
+        self.recent: dict[str, list[tuple[int, int, int]]] = {
+            p: [tuple(k) for k in keys] for p, keys in state.get("recent", {}).items()}
+        segments = sorted(int(p.stem) for p in self.folder.glob("*.log"))
+        for s in [s for s in segments if s < self.base]:  # a drop a crash interrupted
+            self._path(s).unlink()
+        self.segments = [s for s in segments if s >= self.base]
+        if self.segments and self.segments[0] != self.base:
+            raise SourceError(f"the Danube spool at {self.folder} starts at "
+                              f"{self.segments[0]} but its state says {self.base}: "
+                              "segments were deleted by hand; their messages are lost")
         self.end = self.base
         if self.segments:
             tail = self.segments[-1]
             self.end = tail + self._valid_length(tail)
-            for message in self.records(self.segments[0], self.end):
+            for message in read_range(self.folder, self.segments[0], self.end):
                 self._remember(message)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the spool (an append still running finishes first; none starts)."""
+        with self.lock:
+            if not self._lock_file.closed:
+                self._lock_file.close()  # releases the flock
 
     # -- writing (the receiving thread) -------------------------------------------------
 
     def seen(self, message: Any) -> bool:
         """Spooled already (the broker sent it again)?"""
-        return message.msg_id.topic_offset <= self.last.get(message.msg_id.topic_name, -1)
+        part = message.msg_id.topic_name
+        keys = self.recent.get(part, [])
+        if message_key(message) in keys:
+            return True
+        if keys and message.msg_id.topic_offset <= max(k[0] for k in keys):
+            logger.warning("Danube %s: offset %d came after %d with another publish time "
+                           "or producer: the topic was made again; spooling it as new",
+                           part, message.msg_id.topic_offset, max(k[0] for k in keys))
+        return False
 
     def append(self, message: Any) -> None:
         """Append and fsync; only then may the message be acknowledged."""
         data = message.SerializeToString()
         with self.lock:
+            if self._lock_file.closed:
+                raise SourceError(f"the Danube spool {self.folder} is closed")
             new = not self.segments or self.end - self.segments[-1] >= self.segment_bytes
             if new:
                 self.segments.append(self.end)
-            path = self._path(self.segments[-1])
-            with open(path, "ab") as out:
-                out.write(_LEN.pack(len(data)) + data)
+            with open(self._path(self.segments[-1]), "ab") as out:
+                out.write(_HEAD.pack(len(data), zlib.crc32(data)) + data)
                 out.flush()
                 os.fsync(out.fileno())
             if new:
                 _fsync_dir(self.folder)  # a new segment's name is durable too
-            self.end += _LEN.size + len(data)
+            self.end += _HEAD.size + len(data)
             self._remember(message)
 
+    def backlog(self) -> int:
+        """Bytes spooled after the last durable batch."""
+        return self.end - max(self.committed, self.base)
+
     def _remember(self, message: Any) -> None:
-        part = message.msg_id.topic_name
-        self.last[part] = max(self.last.get(part, -1), message.msg_id.topic_offset)
+        keys = self.recent.setdefault(message.msg_id.topic_name, [])
+        keys.append(message_key(message))
+        del keys[:-RECENT]
 
     # -- reading ------------------------------------------------------------------------
 
-    def position_after(self, start: int, most: int) -> int:
-        """The position after at most ``most`` records from ``start``."""
-        return self.scan(start, most)[0]
-
-    def scan(self, start: int, most: int) -> tuple[int, int]:
-        """(the position after at most ``most`` records from ``start``, their count)."""
+    def check_position(self, pos: int) -> None:
+        """Fail unless ``pos`` (from the checkpoint) lies in this spool."""
         with self.lock:
-            end = self.end
-        pos, n = start, 0
-        for seg_start in self._segments_from(start):
-            path = self._path(seg_start)
-            with open(path, "rb") as f:
+            base, end = self.base, self.end
+        if pos < base:
+            raise SourceError(
+                f"the checkpoint is at position {pos} of the Danube spool {self.folder}, "
+                f"but the spool starts at {base}: the records before it were deleted "
+                "after a durable batch, so this checkpoint is older than its spool")
+        if pos > end:
+            raise SourceError(
+                f"the checkpoint is at position {pos} of the Danube spool {self.folder}, "
+                f"but the spool ends at {end}: it was deleted, cut or belongs to another "
+                "checkpoint; the messages in between are lost")
+
+    def scan(self, start: int, most: int, until: int | None = None) -> tuple[int, int]:
+        """(the position after at most ``most`` records from ``start`` and not past
+        ``until``, their count). Repeated calls with the same start go on from where the
+        last one stopped (a trigger polls while the spool grows)."""
+        with self.lock:
+            end = self.end if until is None else min(self.end, until)
+        c_start, c_pos, c_n = self._cursor
+        pos, n = (c_pos, c_n) if c_start == start and c_pos <= end and c_n <= most \
+            else (start, 0)
+        for seg_start in segments_from(self.folder, pos):
+            with open(self._path(seg_start), "rb") as f:
                 f.seek(pos - seg_start)
                 while n < most and pos < end:
-                    head = f.read(_LEN.size)
-                    if len(head) < _LEN.size:
+                    head = f.read(_HEAD.size)
+                    if len(head) < _HEAD.size:
                         break
-                    (size,) = _LEN.unpack(head)
+                    size, _ = _HEAD.unpack(head)
                     f.seek(size, os.SEEK_CUR)
-                    pos += _LEN.size + size
+                    pos += _HEAD.size + size
                     n += 1
             if n >= most or pos >= end:
                 break
+        self._cursor = (start, pos, n)
         return pos, n
-
-    def records(self, start: int, end: int) -> Iterator[Any]:
-        """The messages in ``[start, end)``."""
-        return read_range(self.folder, start, end)
-
-    def _segments_from(self, start: int) -> list[int]:
-        return segments_from(self.folder, start)
 
     # -- after a batch is durable -------------------------------------------------------
 
     def drop_below(self, pos: int) -> None:
-        """Delete the segments wholly before ``pos`` (the state first, so the last
-        offsets they held stay known)."""
+        """Delete the segments wholly before ``pos`` (the state first, so the message
+        keys they held stay known)."""
         with self.lock:
+            self.committed = max(self.committed, pos)
             gone = [s for i, s in enumerate(self.segments)
                     if i + 1 < len(self.segments) and self.segments[i + 1] <= pos]
             if not gone:
@@ -123,23 +209,33 @@ class Spool:
         return self.folder / f"{seg_start:020d}.log"
 
     def _valid_length(self, seg_start: int) -> int:
-        """A segment's length up to its last whole record (a torn write at a crash is
-        cut off: its message was never acknowledged, the broker sends it again)."""
+        """A segment's length up to its last whole, intact record: a torn last write
+        (cut short, or its checksum wrong) is cut off — its message was never
+        acknowledged, the broker sends it again. Damage before the last record fails."""
         path = self._path(seg_start)
         size, pos = path.stat().st_size, 0
         with open(path, "rb") as f:
             while True:
-                head = f.read(_LEN.size)
-                if len(head) < _LEN.size:
+                head = f.read(_HEAD.size)
+                if len(head) < _HEAD.size:
                     break
-                (n,) = _LEN.unpack(head)
-                if pos + _LEN.size + n > size:
-                    break
-                f.seek(n, os.SEEK_CUR)
-                pos += _LEN.size + n
+                n, crc = _HEAD.unpack(head)
+                after = pos + _HEAD.size + n
+                if after > size:
+                    break  # cut short
+                if zlib.crc32(f.read(n)) != crc:
+                    if after < size:  # whole records follow: not a torn write
+                        raise SourceError(f"Danube spool {path}: the record at "
+                                          f"{seg_start + pos} is damaged (checksum) and "
+                                          "records follow it; the spool cannot be read")
+                    break  # the last record, torn
+                pos = after
         if pos < size:
+            logger.warning("Danube spool %s: cutting %d bytes of a write a crash tore",
+                           path, size - pos)
             with open(path, "r+b") as f:
                 f.truncate(pos)
+                os.fsync(f.fileno())
         return pos
 
     def _state(self) -> dict[str, Any]:
@@ -150,11 +246,28 @@ class Spool:
         path = self.folder / "state.json"
         tmp = path.with_suffix(".tmp")
         with open(tmp, "w") as out:
-            json.dump({"base": self.base, "last": self.last}, out)
+            json.dump({"base": self.base, "recent": self.recent}, out)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)
         _fsync_dir(self.folder)
+
+
+def _take_lock(path: Path, timeout_s: float) -> Any:
+    handle = open(path, "a")  # noqa: SIM115 - held for the spool's life
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return handle
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                handle.close()
+                raise SourceError(
+                    f"the Danube spool {path.parent} is in use by another process after "
+                    f"{timeout_s:.0f}s: another lakesink runs on this checkpoint, or the "
+                    "last run's reader has not stopped") from None
+            time.sleep(0.1)
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -174,21 +287,31 @@ def segments_from(folder: Path, start: int) -> list[int]:
 
 def read_range(folder: Path, start: int, end: int) -> Iterator[Any]:
     """The messages in ``[start, end)`` of the spool in ``folder``, without opening it
-    for writing (Spark's tasks read while the driver appends)."""
+    for writing (Spark's tasks read while the driver appends). Fails if the range is not
+    all there or a record's checksum does not match: never fewer records in silence."""
     from danube.proto import DanubeApi_pb2 as pb
 
     pos = start
     for seg_start in segments_from(folder, start):
+        if pos >= end:
+            break
+        if seg_start > pos:
+            break  # a gap: reported below
         with open(folder / f"{seg_start:020d}.log", "rb") as f:
             f.seek(pos - seg_start)
             while pos < end:
-                head = f.read(_LEN.size)
-                if len(head) < _LEN.size:
+                head = f.read(_HEAD.size)
+                if len(head) < _HEAD.size:
                     break
-                (size,) = _LEN.unpack(head)
+                size, crc = _HEAD.unpack(head)
+                data = f.read(size)
+                if len(data) < size or zlib.crc32(data) != crc:
+                    raise SourceError(f"Danube spool {folder}: the record at {pos} is "
+                                      "damaged (checksum); the spool cannot be read")
                 message = pb.StreamMessage()
-                message.ParseFromString(f.read(size))
-                pos += _LEN.size + size
+                message.ParseFromString(data)
+                pos += _HEAD.size + size
                 yield message
-        if pos >= end:
-            return
+    if pos != end:
+        raise SourceError(f"Danube spool {folder}: the range [{start}, {end}) is not all "
+                          f"there (read up to {pos}); were segments deleted?")

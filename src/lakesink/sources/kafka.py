@@ -7,12 +7,11 @@ are acknowledged only when Spark marks the batch done, after the table commit.
 from __future__ import annotations
 
 import logging
-import socket
 import time
 from typing import TYPE_CHECKING
 
 from lakesink.config.models import KafkaSource, bootstrap_hosts
-from lakesink.errors import SourceError
+from lakesink.sources.net import wait_for_tcp
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -72,23 +71,9 @@ def source_options(cfg: KafkaSource) -> dict[str, str]:
 
 def check_reachable(cfg: KafkaSource) -> None:
     """Fail with a clear error when no bootstrap server accepts a TCP connection in time."""
-    hosts = bootstrap_hosts(cfg.bootstrap_servers)
-    deadline = time.monotonic() + cfg.connect_timeout_s
-    last_error = "no address"
-    while True:
-        for host, port in hosts:
-            try:
-                with socket.create_connection((host, port), timeout=2):
-                    return
-            except OSError as exc:
-                last_error = f"{host}:{port}: {exc.strerror or exc}"
-        if time.monotonic() >= deadline:
-            raise SourceError(
-                f"no Kafka broker reachable at {cfg.bootstrap_servers} after "
-                f"{cfg.connect_timeout_s:.0f}s ({last_error}); check "
-                "source.kafka.bootstrap_servers and the network"
-            )
-        time.sleep(1.0)
+    wait_for_tcp(bootstrap_hosts(cfg.bootstrap_servers), cfg.connect_timeout_s,
+                 what=f"no Kafka broker reachable at {cfg.bootstrap_servers}",
+                 key="source.kafka.bootstrap_servers")
 
 
 def read_stream(spark: SparkSession, cfg: KafkaSource, *, headers: bool = False

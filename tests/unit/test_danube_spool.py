@@ -1,0 +1,160 @@
+"""The Danube spool on its own (no broker, no Spark): segments roll over and are
+dropped only wholly before a durable position, the state keeps what they held, a torn
+or damaged tail is cut at open, damage elsewhere fails the read, positions outside the
+spool fail, and a scan that goes on from its last stop counts the same."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pb = pytest.importorskip("danube.proto.DanubeApi_pb2")
+
+from lakesink.errors import SourceError  # noqa: E402
+from lakesink.sources.danube_spool import Spool, read_range  # noqa: E402
+
+
+def message(offset: int, *, publish_time: int = 1_000, part: str = "/default/t") -> object:
+    return pb.StreamMessage(
+        msg_id=pb.MsgID(producer_id=7, topic_name=part, topic_offset=offset),
+        payload=json.dumps({"id": offset, "pad": "x" * 40}).encode(),
+        publish_time=publish_time + offset)
+
+
+def ids(folder, start: int, end: int) -> list[int]:
+    return [json.loads(m.payload)["id"] for m in read_range(folder, start, end)]
+
+
+def test_segments_roll_over_and_drop_only_wholly_before_a_position(tmp_path) -> None:
+    with Spool(tmp_path, segment_bytes=200) as spool:
+        for i in range(12):
+            spool.append(message(i))
+        assert len(spool.segments) > 3
+        assert ids(tmp_path, 0, spool.end) == list(range(12))
+        middle, n = spool.scan(0, 6)
+        assert n == 6 and ids(tmp_path, 0, middle) == list(range(6))
+        spool.drop_below(middle)
+        assert spool.base <= middle and spool.segments[0] == spool.base
+        assert ids(tmp_path, middle, spool.end) == list(range(6, 12)), "the rest is there"
+        assert json.loads((tmp_path / "state.json").read_text())["base"] == spool.base
+        end = spool.end
+    with Spool(tmp_path, segment_bytes=200) as again:  # reopened: same end and base
+        assert (again.base, again.end) == (spool.base, end)
+        assert again.seen(message(11)), "the last key is known after a restart"
+        assert not again.seen(message(12))
+
+
+def test_the_keys_of_dropped_segments_stay_known(tmp_path) -> None:
+    with Spool(tmp_path, segment_bytes=100) as spool:
+        for i in range(4):
+            spool.append(message(i))
+        spool.append(message(0, part="/default/t-part-1"))  # its last key, in segment 1
+        for i in range(4, 8):
+            spool.append(message(i))
+        spool.drop_below(spool.end)
+        assert spool.segments == [spool.base] and spool.base > 0
+    with Spool(tmp_path, segment_bytes=100) as again:
+        assert again.seen(message(0, part="/default/t-part-1"))
+
+
+def test_a_topic_made_again_is_not_taken_for_a_redelivery(tmp_path) -> None:
+    with Spool(tmp_path) as spool:
+        for i in range(3):
+            spool.append(message(i))
+        assert spool.seen(message(2))
+        assert not spool.seen(message(0, publish_time=9_000)), "offset 0 again, but new"
+
+
+def test_a_torn_tail_is_cut_at_open(tmp_path) -> None:
+    with Spool(tmp_path) as spool:
+        for i in range(3):
+            spool.append(message(i))
+        whole = spool.end
+        segment = spool._path(spool.segments[-1])
+    with open(segment, "ab") as out:
+        out.write(b"\x00\x00\x01\x00\x12\x34")  # a header cut short, as a crash leaves it
+    with Spool(tmp_path) as again:
+        assert again.end == whole and segment.stat().st_size == whole
+        assert ids(tmp_path, 0, again.end) == [0, 1, 2]
+
+
+def test_a_damaged_last_record_is_cut_and_damage_before_it_fails_the_read(tmp_path) -> None:
+    with Spool(tmp_path) as spool:
+        for i in range(3):
+            spool.append(message(i))
+        second, _ = spool.scan(0, 2)
+        end = spool.end
+        segment = spool._path(spool.segments[-1])
+    data = bytearray(segment.read_bytes())
+    data[-1] ^= 0xFF  # the last record's payload
+    segment.write_bytes(bytes(data))
+    with Spool(tmp_path) as again:
+        assert again.end == second, "the damaged tail record is cut"
+    data = bytearray(segment.read_bytes())
+    data[20] ^= 0xFF  # inside the first record
+    segment.write_bytes(bytes(data))
+    with pytest.raises(SourceError, match="damaged"):
+        ids(tmp_path, 0, second)
+    with pytest.raises(SourceError, match="not all there"):
+        ids(tmp_path, second, end)  # past what is left
+    with pytest.raises(SourceError, match="records follow it"):
+        Spool(tmp_path)  # damage before the last record: never cut in silence
+
+
+def test_positions_outside_the_spool_fail(tmp_path) -> None:
+    with Spool(tmp_path, segment_bytes=100) as spool:
+        for i in range(6):
+            spool.append(message(i))
+        spool.drop_below(spool.end)
+        spool.check_position(spool.base)
+        spool.check_position(spool.end)
+        with pytest.raises(SourceError, match="older than its spool"):
+            spool.check_position(spool.base - 1)
+        with pytest.raises(SourceError, match="deleted, cut or belongs"):
+            spool.check_position(spool.end + 1)
+
+
+def test_a_scan_goes_on_from_its_last_stop(tmp_path) -> None:
+    with Spool(tmp_path, segment_bytes=150) as spool:
+        for i in range(3):
+            spool.append(message(i))
+        assert spool.scan(0, 5)[1] == 3
+        for i in range(3, 9):
+            spool.append(message(i))
+        pos, n = spool.scan(0, 5)  # continues from the cached 3
+        assert n == 5 and ids(tmp_path, 0, pos) == list(range(5))
+        assert spool.scan(0, 2)[1] == 2, "a smaller bound starts over"
+        until = spool.scan(0, 4)[0]
+        assert spool.scan(0, 100, until) == (until, 4), "not past until"
+        assert spool.scan(0, 100) == (spool.end, 9)
+
+
+def test_one_writer_at_a_time(tmp_path) -> None:
+    with Spool(tmp_path), pytest.raises(SourceError, match="in use by another process"):
+        Spool(tmp_path, lock_timeout_s=0.2)
+    spool = Spool(tmp_path, lock_timeout_s=0.2)
+    spool.close()
+    with pytest.raises(SourceError, match="closed"):
+        spool.append(message(0))
+
+
+def test_a_drop_a_crash_interrupted_is_finished_at_open(tmp_path) -> None:
+    """The state was saved, the old segments not yet deleted: the next open deletes
+    them; a segment missing at the start is an error, not a silent skip."""
+    with Spool(tmp_path, segment_bytes=100) as spool:
+        for i in range(6):
+            spool.append(message(i))
+        first = spool._path(spool.segments[0])
+        kept = first.read_bytes()
+        spool.drop_below(spool.end)
+        base, end = spool.base, spool.end
+    first.write_bytes(kept)  # as if the unlink had not happened
+    with Spool(tmp_path, segment_bytes=100) as again:
+        assert (again.base, again.end) == (base, end) and not first.exists()
+        for i in range(6, 9):
+            again.append(message(i))
+        assert len(again.segments) > 1
+    again._path(again.segments[0]).unlink()
+    with pytest.raises(SourceError, match="deleted by hand"):
+        Spool(tmp_path, segment_bytes=100)
