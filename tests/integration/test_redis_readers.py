@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from lakesink.errors import SourceError
-from lakesink.sources.redis_lists import RedisListsReader, names
+from lakesink.sources.redis_lists import RedisListsReader, names, owner_key
 from lakesink.sources.redis_streams import RedisStreamsReader, previous_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
@@ -235,6 +235,27 @@ def test_a_lost_checkpoint_reads_the_processing_lists_first(redis_server, key) -
         fresh.commit(end)
         at = end
     assert seen == list(range(8))
+
+
+def test_a_second_deployment_with_the_same_consumer_is_refused(redis_server, key) -> None:
+    """Two checkpoints, one consumer name: the second must not take the first's
+    processing list as its own batch (both would write its items); a checkpoint made
+    again at the same place is the same owner and reads it first."""
+    push(redis_server, key, range(6))
+    first = RedisListsReader(options(redis_server, [key], max_records="3", owner="/ck/a"))
+    start = first.initialOffset()
+    end = first.latestOffset(start, first.getDefaultReadLimit())  # taken, not committed
+    other = RedisListsReader(options(redis_server, [key], max_records="3", owner="/ck/b"))
+    with pytest.raises(SourceError, match="consumer_name 'lakesink' is used by the "
+                                          "deployment with checkpoint /ck/a"):
+        other.latestOffset(other.initialOffset(), other.getDefaultReadLimit())
+    assert redis_server.client().llen(key) == 3, "the refused one moved nothing"
+    again = RedisListsReader(options(redis_server, [key], max_records="3", owner="/ck/a"))
+    begin = again.initialOffset()
+    assert again.latestOffset(begin, again.getDefaultReadLimit()) == end
+    assert ids(again, begin, end) == [0, 1, 2]
+    again.commit(end)  # nothing in flight: nothing to take over, the owner key goes
+    assert not redis_server.client().exists(owner_key("lakesink:", key, "lakesink"))
 
 
 def test_list_available_now_takes_only_what_was_there(redis_server, key) -> None:

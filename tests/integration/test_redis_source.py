@@ -152,3 +152,34 @@ def test_json_of_all_fields(spark, redis_server, tmp_path) -> None:
     names = [r[0] for r in duckdb.sql(
         f"SELECT name FROM read_parquet('{lake}/events/**/*.parquet')").fetchall()]
     assert sorted(names) == sorted(f"n{i}" for i in range(20))
+
+
+def test_the_fs_data_sink_yaml_runs_unchanged(spark, redis_server, tmp_path,
+                                              request) -> None:
+    """The FS Data Sink's own config file (its README's YAML), pointed at this Redis and
+    a local folder, with lakesink's decode section beside it: one table per stream and
+    list, as the FS Data Sink writes each key to files of its own; every entry once."""
+    import yaml
+
+    from tests.fixtures.services import SCHEMA
+
+    stream, queue = f"fds-s-{request.node.name[-6:]}", "fds-l"
+    redis_events(redis_server, stream, range(700))
+    redis_events(redis_server, queue, range(700, 1000), kind="list")
+    lake = tmp_path / "lake"
+    fds = {"source": {"type": "redis", "host": "127.0.0.1", "port": redis_server.port,
+                      "db": 0, "stream_keys": [stream], "list_keys": [queue],
+                      "value_format": "json", "batch_size": 400, "continuous": False},
+           "sink": {"type": "local", "base_path": str(lake), "compression": "zstd",
+                    "partition_by": ["location"], "merge_enabled": True},
+           "telemetry": {"log_level": "INFO"},
+           "decode": {"schema": SCHEMA}, "trigger": {"interval": "1 second"},
+           "spark": {"master": "local[2]", "log_level": "ERROR"}}
+    path = tmp_path / "fds.yaml"
+    path.write_text(yaml.safe_dump(fds))
+    cfg = load_config(path, env={})
+    assert cfg.trigger.until_caught_up
+    Pipeline.build(cfg, spark).run(until_caught_up=cfg.trigger.until_caught_up)
+    assert sorted(read_ids(lake / stream, "parquet")) == list(range(700))
+    assert sorted(read_ids(lake / queue, "parquet")) == list(range(700, 1000))
+    assert redis_server.client().llen(queue) == 0

@@ -204,18 +204,32 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
     return data
 
 
-def read_file(path: str | Path) -> dict[str, Any]:
+def read_file(path: str | Path, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A config file: lakesink's YAML (or TOML), or a peer's file translated — the
+    Danube sink's TOML, the FS Data Sink's YAML or INI (with its environment, ``env``,
+    over it as there)."""
+    from lakesink.config import fds_file
+
     p = Path(path)
     if not p.is_file():
         raise ConfigError("--config", f"file not found: {p}")
     if p.suffix.lower() == ".toml":
         return _read_toml(p)
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError("--config", f"{p} is not valid YAML: {exc}") from None
+    if p.suffix.lower() in (".ini", ".cfg"):
+        data: Any = fds_file.read_ini(p)
+    else:
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError("--config", f"{p} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError("--config", f"{p} must hold a mapping of sections")
+    if fds_file.is_fds_file(data):
+        skipped = fds_file.ignored(data)
+        if skipped:
+            logger.info("FS Data Sink settings with no meaning in lakesink, ignored: %s",
+                        "; ".join(skipped))
+        return fds_file.translate(data, os.environ if env is None else env)
     return data
 
 
@@ -318,7 +332,7 @@ def load_config(
     from lakesink.config.models import LakesinkConfig
 
     env = os.environ if env is None else env
-    file_data = read_file(path) if path else {}
+    file_data = read_file(path, env) if path else {}
     _refuse_secrets(file_data, "the config file")
     cli_data = parse_overrides(overrides)
     for key, value in (flags or {}).items():

@@ -56,7 +56,7 @@ def read_stream(spark: SparkSession, cfg: SourceConfig, *, headers: bool = False
     if cfg.danube is not None:
         return _danube_stream(spark, cfg, headers=headers, checkpoint=checkpoint)
     if cfg.redis is not None:
-        return _redis_stream(spark, cfg.redis, headers=headers)
+        return _redis_stream(spark, cfg.redis, headers=headers, checkpoint=checkpoint)
     from lakesink.sources import kafka
 
     assert cfg.kafka is not None
@@ -246,15 +246,17 @@ _DANUBE: set[int] = set()
 _REGISTERED: set[int] = set()
 
 
-def _redis_stream(spark: SparkSession, cfg: RedisSource, *, headers: bool) -> DataFrame:
+def _redis_stream(spark: SparkSession, cfg: RedisSource, *, headers: bool,
+                  checkpoint: str | None) -> DataFrame:
     from lakesink.sources import redis_lists, redis_streams
 
     if id(spark) not in _REGISTERED:
         spark.dataSource.register(redis_streams.RedisStreamsDataSource)
         spark.dataSource.register(redis_lists.RedisListsDataSource)
         _REGISTERED.add(id(spark))
-    frames = [spark.readStream.format(fmt).options(**_redis_options(cfg, kind, headers))
-              .load() for kind, fmt in (("streams", redis_streams.FORMAT),
+    owner = (checkpoint or "").rstrip("/")  # the lists' processing lists belong to it
+    frames = [spark.readStream.format(fmt).options(**_redis_options(cfg, kind, headers),
+                                                   owner=owner).load() for kind, fmt in (("streams", redis_streams.FORMAT),
                                         ("lists", redis_lists.FORMAT)) if getattr(cfg, kind)]
     frame = frames[0]
     for other in frames[1:]:

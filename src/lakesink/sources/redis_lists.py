@@ -14,8 +14,13 @@ atomically, into a processing list of their own (the reliable-queue pattern):
 * ``commit(end)`` (after the batch is durable) deletes the processing lists up to
   ``end``. Nothing is removed before.
 
-Processing lists that exist when a new checkpoint starts (the old checkpoint was lost)
-are read first: their items may have reached the table already (at-least-once for
+The processing lists of a list and ``consumer`` belong to one checkpoint (option
+``owner``, recorded in ``<prefix>{<list>}:<consumer>:owner`` by a move, deleted with the
+last processing list): a second deployment with the same consumer name and another
+checkpoint is refused at its move instead of taking the first one's batches as its own
+(both would write them).
+A checkpoint deleted and made again at the same place is the same owner, so processing
+lists that exist when it starts (the old checkpoint was lost) are read first: their items may have reached the table already (at-least-once for
 that case, like re-reading a Kafka topic after deleting its checkpoint), but none is
 lost. A record's ``offset`` is ``n × 2^32 + index`` in its processing list; its
 ``timestamp`` the time of the move (kept in the processing list's index).
@@ -31,7 +36,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
+from redis.exceptions import ResponseError
 
+from lakesink.errors import SourceError
 from lakesink.faults import fault_point
 from lakesink.sources.records import RecordSource, record_batch
 from lakesink.sources.redis_conn import Conn, as_text
@@ -40,10 +47,18 @@ FORMAT = "lakesink-redis-lists"
 PAGE = 1000
 DEFAULT_BATCH = 10_000
 
-# KEYS: source list, processing list, index (a hash: batch number -> move time in ms)
-# ARGV: batch number, max items, now (ms). Returns the items moved, or minus the length
-# of the processing list if it existed already (a batch taken before a crash).
+# KEYS: source list, processing list, index (a hash: batch number -> move time in ms),
+# owner key. ARGV: batch number, max items, now (ms), owner ('' = not checked). Returns
+# the items moved, or minus the length of the processing list if it existed already (a
+# batch taken before a crash); an error if another owner has the processing lists.
 _MOVE = """
+if ARGV[4] ~= '' then
+  local owner = redis.call('GET', KEYS[4])
+  if owner and owner ~= ARGV[4] then
+    return redis.error_reply('LAKESINK_OWNER ' .. owner)
+  end
+  if not owner then redis.call('SET', KEYS[4], ARGV[4]) end
+end
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return -redis.call('LLEN', KEYS[2])
 end
@@ -55,7 +70,8 @@ end
 if n > 0 then redis.call('HSET', KEYS[3], ARGV[1], ARGV[3]) end
 return n
 """
-# KEYS: index; ARGV: processing-list prefix, last batch number to delete
+# KEYS: index, owner key; ARGV: processing-list prefix, last batch number to delete.
+# With no batch left in flight, the owner key goes too (nothing is left to take over).
 _DELETE = """
 local done = 0
 for _, seq in ipairs(redis.call('HKEYS', KEYS[1])) do
@@ -65,6 +81,7 @@ for _, seq in ipairs(redis.call('HKEYS', KEYS[1])) do
     done = done + 1
   end
 end
+if redis.call('HLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[2]) end
 return done
 """
 
@@ -74,6 +91,10 @@ def names(prefix: str, key: str, consumer: str) -> tuple[str, str]:
     tag keeps them in the list's slot on a Redis Cluster."""
     base = f"{prefix}{{{key}}}:{consumer}"
     return f"{base}:", f"{base}:index"
+
+
+def owner_key(prefix: str, key: str, consumer: str) -> str:
+    return f"{prefix}{{{key}}}:{consumer}:owner"
 
 
 @dataclass(frozen=True)
@@ -138,14 +159,31 @@ class RedisListsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             take = most if self.remaining is None else min(most, self.remaining[key])
             moved = 0
             if take > 0 or client.exists(f"{lists}{seq}"):
-                moved = int(self._move(keys=[key, f"{lists}{seq}", index],
-                                       args=[seq, max(take, 0), int(time.time() * 1000)]))
+                moved = self._take(key, seq, take)
                 if moved > 0:
                     fault_point("source_after_take")
                     if self.remaining is not None:
                         self.remaining[key] = max(0, self.remaining[key] - moved)
             end[key] = seq if moved else int(start[key])
         return end
+
+    def _take(self, key: str, seq: int, take: int) -> int:
+        lists, index = names(self.prefix, key, self.consumer)
+        owner = owner_key(self.prefix, key, self.consumer)
+        try:
+            return int(self._move(keys=[key, f"{lists}{seq}", index, owner],
+                                  args=[seq, max(take, 0), int(time.time() * 1000),
+                                        self.options.get("owner", "")]))
+        except ResponseError as exc:
+            if "LAKESINK_OWNER" not in str(exc):
+                raise
+            other = str(exc).split("LAKESINK_OWNER ", 1)[1]
+            raise SourceError(
+                f"Redis list {key}: consumer_name {self.consumer!r} is used by the "
+                f"deployment with checkpoint {other}; two deployments on one list need "
+                "different source.redis.consumer_name values (to take the list over "
+                f"from that checkpoint, delete the key {owner}: its unfinished batches "
+                "are then read first)") from None
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[ListBatch]:
         return [ListBatch(key, seq) for key in self.keys if key in start and key in end
@@ -183,7 +221,8 @@ class RedisListsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             lists, index = names(self.prefix, key, self.consumer)
             if self.client.hlen(index):
                 fault_point("source_before_commit")
-            self._delete(keys=[index], args=[lists, int(seq)])
+            self._delete(keys=[index, owner_key(self.prefix, key, self.consumer)],
+                          args=[lists, int(seq)])
 
     def stop(self) -> None:
         if self._client is not None:

@@ -1,0 +1,167 @@
+"""The FS Data Sink's own config file (YAML as its README documents it, or INI) runs
+as a lakesink config: every documented key mapped, its environment over the file as
+there, secrets refused in the file, settings with no meaning listed."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from lakesink.config import load_config
+from lakesink.errors import ConfigError
+
+REDIS_S3 = """
+source:
+  type: redis
+  host: cache.internal
+  port: 6380
+  db: 2
+  stream_keys:
+    - stream1
+    - stream2
+  list_keys:
+    - list1
+  consumer_group: fds
+  value_format: json
+  batch_size: 500
+
+sink:
+  type: s3
+  bucket: my-bucket
+  prefix: data/raw
+  region_name: eu-west-1
+  endpoint_url: http://minio:9000
+  compression: zstd
+  partition_by:
+    - date
+  merge_enabled: true
+
+telemetry:
+  log_level: INFO
+  log_format: json
+
+pipeline:
+  flush_interval_seconds: 15
+  error_handling: log
+"""
+
+KAFKA_LOCAL = """
+source:
+  type: kafka
+  bootstrap_servers:
+    - broker1:9092
+    - broker2:9092
+  topics:
+    - topic1
+  group_id: my-consumer-group
+  value_format: arrow_ipc
+  batch_size: 1000
+  extra_config:
+    auto_offset_reset: latest
+    enable_auto_commit: true
+sink:
+  type: local
+  base_path: /data/lake
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "fds.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_the_redis_and_s3_file_maps_every_key(tmp_path, caplog) -> None:
+    with caplog.at_level(logging.INFO, logger="lakesink.config.loader"):
+        cfg = load_config(write(tmp_path, REDIS_S3), env={})
+    r = cfg.source.redis
+    assert cfg.source.type == "redis"
+    assert (r.host, r.port, r.db, r.streams, r.lists, r.consumer_group,
+            r.max_records_per_trigger) == ("cache.internal", 6380, 2, ["stream1", "stream2"],
+                                           ["list1"], "fds", 500)
+    assert cfg.decode.format == "json"
+    assert [(r.topics, r.table["name"]) for r in cfg.routes] == [
+        (["stream1"], "stream1"), (["stream2"], "stream2"), (["list1"], "list1")]
+    t = cfg.table
+    assert (t.base_path, t.compression, t.partition_by) == (
+        "s3a://my-bucket/data/raw", "zstd", ["date"])
+    assert (cfg.storage.s3.region, cfg.storage.s3.endpoint) == ("eu-west-1",
+                                                                "http://minio:9000")
+    assert cfg.trigger.interval == "15 seconds"
+    said = caplog.text
+    assert "sink.merge_enabled" in said and "telemetry" in said
+    assert "pipeline.error_handling" in said
+
+
+def test_its_environment_wins_over_the_file_as_there(tmp_path) -> None:
+    cfg = load_config(write(tmp_path, REDIS_S3), env={
+        "REDIS_HOST": "other", "REDIS_STREAM_KEYS": "a,b", "S3_BUCKET": "b2",
+        "S3_PREFIX": "p2", "REDIS_CONTINUOUS": "false", "REDIS_PASSWORD": "pw"})
+    r = cfg.source.redis
+    assert (r.host, r.streams, cfg.table.base_path) == ("other", ["a", "b"], "s3a://b2/p2")
+    assert cfg.trigger.until_caught_up is True
+    assert r.password is not None and r.password.get_secret_value() == "pw"
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    (REDIS_S3.replace("  db: 2\n", "  db: 2\n  password: hunter2\n"), "source.password"),
+    (REDIS_S3.replace("  region_name", "  aws_secret_access_key: k\n  region_name"),
+     "sink.aws_secret_access_key"),
+])
+def test_secrets_in_the_file_are_refused(tmp_path, text, key) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text), env={})
+    assert info.value.key == key
+    assert "hunter2" not in str(info.value)
+
+
+def test_the_kafka_file_and_a_local_sink(tmp_path) -> None:
+    with pytest.raises(ConfigError) as info:  # Arrow IPC needs the columns declared
+        load_config(write(tmp_path, KAFKA_LOCAL), env={})
+    assert info.value.key == "decode.schema"
+    own = "decode:\n  schema:\n    - {name: id, type: long}\n"  # lakesink's own section
+    cfg = load_config(write(tmp_path, KAFKA_LOCAL + own), env={})
+    k = cfg.source.kafka
+    assert (k.bootstrap_servers, k.topics, k.group_id, k.max_offsets_per_trigger,
+            k.starting_offsets) == ("broker1:9092,broker2:9092", ["topic1"],
+                                    "my-consumer-group", 1000, "latest")
+    assert cfg.decode.format == "arrow_ipc" and cfg.table.base_path == "/data/lake"
+
+
+def test_the_ini_file_the_code_reads(tmp_path) -> None:
+    ini = """
+[source]
+type = redis
+host = cache
+stream_keys = s1, s2
+batch_size = 200
+
+[sink]
+type = local
+base_path = /lake
+partition_by = date,hour
+"""
+    cfg = load_config(write(tmp_path, ini, "fds.ini"), env={})
+    assert cfg.source.redis.streams == ["s1", "s2"]
+    assert cfg.source.redis.max_records_per_trigger == 200
+    assert cfg.table.partition_by == ["date", "hour"]
+
+
+def test_an_hdfs_sink_needs_the_rpc_address(tmp_path) -> None:
+    text = KAFKA_LOCAL.replace("arrow_ipc", "json").replace(
+        "  type: local\n  base_path: /data/lake\n",
+                               "  type: hdfs\n  url: http://nn:9870\n  base_path: /raw\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text), env={})
+    assert info.value.key == "sink.url" and "hdfs://<namenode>:8020/raw" in str(info.value)
+    cfg = load_config(write(tmp_path, text + "table:\n  base_path: hdfs://nn:8020/raw\n"
+                                        + "decode:\n  format: json\n"), env={})
+    assert cfg.table.base_path == "hdfs://nn:8020/raw"
+
+
+def test_a_lakesink_file_is_not_taken_for_one(tmp_path) -> None:
+    text = "source:\n  redis:\n    streams: [s]\ntable:\n  name: t\n"
+    cfg = load_config(write(tmp_path, text), env={})
+    assert cfg.source.redis.streams == ["s"] and cfg.table.name == "t"
