@@ -155,7 +155,7 @@ class RedisListsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 end[key] = self._initial(key)  # nothing taken; the next batch takes
                 continue
             seq = int(start[key]) + 1
-            lists, index = names(self.prefix, key, self.consumer)
+            lists, _ = names(self.prefix, key, self.consumer)
             take = most if self.remaining is None else min(most, self.remaining[key])
             moved = 0
             if take > 0 or client.exists(f"{lists}{seq}"):
