@@ -86,7 +86,7 @@ def test_a_message_sent_again_after_a_crash_is_not_spooled_twice(broker, tmp_pat
     publish(broker, range(6))
     first = broker.partitions[TOPIC].messages[0]
     with Spool(topic_dir(str(tmp_path / "spool"), TOPIC)) as spool:
-        spool.append(first)  # spooled, never acked
+        spool.append([first])  # spooled, never acked
     r = reader(broker, tmp_path)
     try:
         seen, _ = drain(r, {TOPIC: 0})

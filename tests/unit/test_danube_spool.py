@@ -29,7 +29,7 @@ def ids(folder, start: int, end: int) -> list[int]:
 def test_segments_roll_over_and_drop_only_wholly_before_a_position(tmp_path) -> None:
     with Spool(tmp_path, segment_bytes=200) as spool:
         for i in range(12):
-            spool.append(message(i))
+            spool.append([message(i)])
         assert len(spool.segments) > 3
         assert ids(tmp_path, 0, spool.end) == list(range(12))
         middle, n = spool.scan(0, 6)
@@ -48,10 +48,10 @@ def test_segments_roll_over_and_drop_only_wholly_before_a_position(tmp_path) -> 
 def test_the_keys_of_dropped_segments_stay_known(tmp_path) -> None:
     with Spool(tmp_path, segment_bytes=100) as spool:
         for i in range(4):
-            spool.append(message(i))
-        spool.append(message(0, part="/default/t-part-1"))  # its last key, in segment 1
+            spool.append([message(i)])
+        spool.append([message(0, part="/default/t-part-1")])  # its last key, in segment 1
         for i in range(4, 8):
-            spool.append(message(i))
+            spool.append([message(i)])
         spool.drop_below(spool.end)
         assert spool.segments == [spool.base] and spool.base > 0
     with Spool(tmp_path, segment_bytes=100) as again:
@@ -61,7 +61,7 @@ def test_the_keys_of_dropped_segments_stay_known(tmp_path) -> None:
 def test_a_topic_made_again_is_not_taken_for_a_redelivery(tmp_path) -> None:
     with Spool(tmp_path) as spool:
         for i in range(3):
-            spool.append(message(i))
+            spool.append([message(i)])
         assert spool.seen(message(2))
         assert not spool.seen(message(0, publish_time=9_000)), "offset 0 again, but new"
 
@@ -69,7 +69,7 @@ def test_a_topic_made_again_is_not_taken_for_a_redelivery(tmp_path) -> None:
 def test_a_torn_tail_is_cut_at_open(tmp_path) -> None:
     with Spool(tmp_path) as spool:
         for i in range(3):
-            spool.append(message(i))
+            spool.append([message(i)])
         whole = spool.end
         segment = spool._path(spool.segments[-1])
     with open(segment, "ab") as out:
@@ -82,7 +82,7 @@ def test_a_torn_tail_is_cut_at_open(tmp_path) -> None:
 def test_a_damaged_last_record_is_cut_and_damage_before_it_fails_the_read(tmp_path) -> None:
     with Spool(tmp_path) as spool:
         for i in range(3):
-            spool.append(message(i))
+            spool.append([message(i)])
         second, _ = spool.scan(0, 2)
         end = spool.end
         segment = spool._path(spool.segments[-1])
@@ -105,7 +105,7 @@ def test_a_damaged_last_record_is_cut_and_damage_before_it_fails_the_read(tmp_pa
 def test_positions_outside_the_spool_fail(tmp_path) -> None:
     with Spool(tmp_path, segment_bytes=100) as spool:
         for i in range(6):
-            spool.append(message(i))
+            spool.append([message(i)])
         spool.drop_below(spool.end)
         spool.check_position(spool.base)
         spool.check_position(spool.end)
@@ -118,10 +118,10 @@ def test_positions_outside_the_spool_fail(tmp_path) -> None:
 def test_a_scan_goes_on_from_its_last_stop(tmp_path) -> None:
     with Spool(tmp_path, segment_bytes=150) as spool:
         for i in range(3):
-            spool.append(message(i))
+            spool.append([message(i)])
         assert spool.scan(0, 5)[1] == 3
         for i in range(3, 9):
-            spool.append(message(i))
+            spool.append([message(i)])
         pos, n = spool.scan(0, 5)  # continues from the cached 3
         assert n == 5 and ids(tmp_path, 0, pos) == list(range(5))
         assert spool.scan(0, 2)[1] == 2, "a smaller bound starts over"
@@ -136,7 +136,7 @@ def test_one_writer_at_a_time(tmp_path) -> None:
     spool = Spool(tmp_path, lock_timeout_s=0.2)
     spool.close()
     with pytest.raises(SourceError, match="closed"):
-        spool.append(message(0))
+        spool.append([message(0)])
 
 
 def test_a_drop_a_crash_interrupted_is_finished_at_open(tmp_path) -> None:
@@ -144,7 +144,7 @@ def test_a_drop_a_crash_interrupted_is_finished_at_open(tmp_path) -> None:
     them; a segment missing at the start is an error, not a silent skip."""
     with Spool(tmp_path, segment_bytes=100) as spool:
         for i in range(6):
-            spool.append(message(i))
+            spool.append([message(i)])
         first = spool._path(spool.segments[0])
         kept = first.read_bytes()
         spool.drop_below(spool.end)
@@ -153,8 +153,19 @@ def test_a_drop_a_crash_interrupted_is_finished_at_open(tmp_path) -> None:
     with Spool(tmp_path, segment_bytes=100) as again:
         assert (again.base, again.end) == (base, end) and not first.exists()
         for i in range(6, 9):
-            again.append(message(i))
+            again.append([message(i)])
         assert len(again.segments) > 1
     again._path(again.segments[0]).unlink()
     with pytest.raises(SourceError, match="deleted by hand"):
         Spool(tmp_path, segment_bytes=100)
+
+
+def test_a_group_is_written_with_one_fsync_and_read_one_by_one(tmp_path) -> None:
+    with Spool(tmp_path, segment_bytes=100) as spool:
+        spool.append([message(i) for i in range(5)])  # larger than a segment: one still
+        spool.append([message(5)])
+        assert spool.scan(0, 100) == (spool.end, 6)
+        assert ids(tmp_path, 0, spool.end) == list(range(6))
+        assert len(spool.segments) == 2
+    with Spool(tmp_path, segment_bytes=100) as again:
+        assert again.end == spool.end and again.seen(message(4))

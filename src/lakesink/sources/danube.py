@@ -7,9 +7,9 @@ unacknowledged until Spark is done with it nor read them again from the broker. 
 reader *spools* them (:mod:`lakesink.sources.danube_spool`):
 
 * on the driver (Spark keeps the reader alive in its planner process for the query's
-  life) the consumers run on an event loop of their own thread; each message received
-  is appended to its topic's spool in the checkpoint and fsynced, and only then
-  acknowledged. The spool is lakesink's own durable storage, as the checkpoint is for
+  life) the consumers run on an event loop of their own thread; the messages received
+  (one in flight per partition) are appended to their topic's spool in the checkpoint
+  and fsynced together, and only then acknowledged. The spool is lakesink's own durable storage, as the checkpoint is for
   Kafka offsets: nothing is acknowledged before it is durable;
 * a message the broker sends again (a crash between the fsync and the ack) is
   recognised by its offset (at most the last one spooled for its partition: reliable
@@ -48,7 +48,7 @@ from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailab
 
 from lakesink.errors import SourceError
 from lakesink.faults import fault_point
-from lakesink.sources.danube_spool import SEGMENT_BYTES, Spool, read_range
+from lakesink.sources.danube_spool import SEGMENT_BYTES, Spool, message_key, read_range
 from lakesink.sources.records import RecordSource, record_batch
 
 logger = logging.getLogger(__name__)
@@ -59,6 +59,8 @@ DEFAULT_BATCH = 10_000
 LINGER_S = 0.2
 #: receiving pauses while this many bytes are spooled and not yet in a durable batch
 MAX_SPOOL_BYTES = 1 << 30
+#: messages spooled with one fsync at most (as many as have arrived)
+GROUP = 512
 SUBSCRIPTION_TYPES = {"exclusive": 0, "shared": 1, "failover": 2}
 
 
@@ -132,12 +134,23 @@ class _Receiver:
                                 "batch; receiving pauses", topic, spool.backlog())
                     while spool.backlog() > most:
                         await asyncio.sleep(0.1)
-                message = await queue.get()
-                if not spool.seen(message):
-                    await asyncio.to_thread(spool.append, message)
+                # what has arrived (one message in flight per partition): spooled with
+                # one fsync, then acknowledged together
+                messages = [await queue.get()]
+                while len(messages) < GROUP and not queue.empty():
+                    messages.append(queue.get_nowait())
+                new, keys = [], set()
+                for message in messages:  # the key is per partition: add its name
+                    key = (message.msg_id.topic_name, *message_key(message))
+                    if key not in keys and not spool.seen(message):
+                        new.append(message)
+                    keys.add(key)
+                if new:
+                    await asyncio.to_thread(spool.append, new)
                     fault_point("source_after_spool")
                 try:
-                    await asyncio.wait_for(consumer.ack(message), ack_timeout)
+                    await asyncio.wait_for(
+                        asyncio.gather(*(consumer.ack(m) for m in messages)), ack_timeout)
                 except TimeoutError:
                     raise SourceError(f"Danube {topic}: no answer to an acknowledgement "
                                       f"within {ack_timeout:.0f}s") from None

@@ -8,8 +8,8 @@ byte range ``[start, end)`` of immutable bytes: a replay reads the same records.
 
 Contract:
 
-* :meth:`Spool.append` returns only after the record is fsynced (and a new segment's
-  name too): only then may the message be acknowledged.
+* :meth:`Spool.append` returns only after its records are fsynced (and a new
+  segment's name too): only then may their messages be acknowledged.
 * :meth:`Spool.scan` and :attr:`Spool.end` show only whole, fsynced records, so a
   position handed to Spark never points into a record that a crash can cut off.
 * :meth:`Spool.drop_below` deletes only segments wholly before a position whose batch
@@ -117,9 +117,10 @@ class Spool:
                            part, message.msg_id.topic_offset, max(k[0] for k in keys))
         return False
 
-    def append(self, message: Any) -> None:
-        """Append and fsync; only then may the message be acknowledged."""
-        data = message.SerializeToString()
+    def append(self, messages: list[Any]) -> None:
+        """Append and fsync (once for all: a group commit); only then may the messages
+        be acknowledged."""
+        data = [m.SerializeToString() for m in messages]
         with self.lock:
             if self._lock_file.closed:
                 raise SourceError(f"the Danube spool {self.folder} is closed")
@@ -127,13 +128,14 @@ class Spool:
             if new:
                 self.segments.append(self.end)
             with open(self._path(self.segments[-1]), "ab") as out:
-                out.write(_HEAD.pack(len(data), zlib.crc32(data)) + data)
+                out.write(b"".join(_HEAD.pack(len(d), zlib.crc32(d)) + d for d in data))
                 out.flush()
                 os.fsync(out.fileno())
             if new:
                 _fsync_dir(self.folder)  # a new segment's name is durable too
-            self.end += _HEAD.size + len(data)
-            self._remember(message)
+            self.end += sum(_HEAD.size + len(d) for d in data)
+            for message in messages:
+                self._remember(message)
 
     def backlog(self) -> int:
         """Bytes spooled after the last durable batch."""
