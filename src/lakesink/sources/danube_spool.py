@@ -258,9 +258,13 @@ class Spool:
 def _take_lock(path: Path, timeout_s: float) -> Any:
     handle = open(path, "a")  # noqa: SIM115 - held for the spool's life
     deadline = time.monotonic() + timeout_s
+    waiting = False
     while True:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if waiting:
+                logger.debug("Danube spool %s: taken over after %.1fs", path.parent,
+                            timeout_s - (deadline - time.monotonic()))
             return handle
         except BlockingIOError:
             if time.monotonic() >= deadline:
@@ -269,6 +273,10 @@ def _take_lock(path: Path, timeout_s: float) -> Any:
                     f"the Danube spool {path.parent} is in use by another process after "
                     f"{timeout_s:.0f}s: another lakesink runs on this checkpoint, or the "
                     "last run's reader has not stopped") from None
+            if not waiting:
+                logger.debug("Danube spool %s: another process has it; waiting up to "
+                            "%.0fs", path.parent, timeout_s)
+                waiting = True
             time.sleep(0.1)
 
 
