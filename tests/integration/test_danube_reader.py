@@ -207,6 +207,68 @@ def test_receiving_pauses_while_the_spool_is_full(broker, tmp_path) -> None:
         r.stop()
 
 
+def test_a_batch_larger_than_the_pause_bound_does_not_stall(broker, tmp_path) -> None:
+    """Driven in Spark's order (``commit`` of a batch only when the next one is
+    planned): a batch bigger than ``max_spool_bytes`` must not pause receiving for
+    good."""
+    broker.subscribe_at_start(TOPIC, "lakesink")
+    publish(broker, range(60))
+    r = reader(broker, tmp_path, max_spool_bytes="400", idle_s="1")
+    try:
+        first = start = r.initialOffset()
+        seen: list[tuple[int, int]] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(seen) < 60:
+            end = r.latestOffset(start, ReadMaxRows(100))
+            if end == start:
+                continue  # no batch: nothing committed either
+            if start != first:
+                r.commit(start)  # the batch before, committed as this one is planned
+            seen += rows(r, start, end)
+            start = end
+        assert [i for i, _ in seen] == list(range(60))
+    finally:
+        r.stop()
+
+
+def test_a_topic_taken_out_and_put_back_goes_on_where_it_was(broker, tmp_path) -> None:
+    other = "/default/other"
+    for t in (TOPIC, other):
+        broker.subscribe_at_start(t, "lakesink")
+    publish(broker, range(10))
+    publish(broker, range(100, 110), topic=other)
+    both = {"topics": json.dumps([TOPIC, other]),
+            "subscriptions": json.dumps({TOPIC: "lakesink", other: "lakesink"})}
+    r = reader(broker, tmp_path, **both)
+    try:
+        seen, end = drain(r, r.initialOffset(), most=40)
+    finally:
+        r.stop()
+    assert sorted(i for i, _ in seen) == [*range(10), *range(100, 110)]
+    publish(broker, range(110, 115), topic=other)  # received while configured ...
+    r = reader(broker, tmp_path, **both)
+    try:
+        r.latestOffset(end, ReadMaxRows(1))
+        while broker.unacked(other, "lakesink"):
+            time.sleep(0.05)
+    finally:
+        r.stop()
+    alone = reader(broker, tmp_path)  # ... then the topic is taken out
+    try:
+        publish(broker, range(10, 15))
+        more, end = drain(alone, end)
+        assert [i for i, _ in more] == list(range(10, 15))
+        assert other in end, "its position is kept"
+    finally:
+        alone.stop()
+    again = reader(broker, tmp_path, **both)
+    try:
+        rest, _ = drain(again, end, most=40)
+        assert sorted(i for i, _ in rest) == list(range(110, 115)), "none lost, none twice"
+    finally:
+        again.stop()
+
+
 def test_a_topic_made_again_is_read_from_its_new_start(broker, tmp_path) -> None:
     """The offsets start at 0 again: the new messages are not taken for redeliveries."""
 

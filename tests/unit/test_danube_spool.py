@@ -98,7 +98,7 @@ def test_a_damaged_last_record_is_cut_and_damage_before_it_fails_the_read(tmp_pa
         ids(tmp_path, 0, second)
     with pytest.raises(SourceError, match="not all there"):
         ids(tmp_path, second, end)  # past what is left
-    with pytest.raises(SourceError, match="records follow it"):
+    with pytest.raises(SourceError, match="data follows it"):
         Spool(tmp_path)  # damage before the last record: never cut in silence
 
 
@@ -169,3 +169,28 @@ def test_a_group_is_written_with_one_fsync_and_read_one_by_one(tmp_path) -> None
         assert len(spool.segments) == 2
     with Spool(tmp_path, segment_bytes=100) as again:
         assert again.end == spool.end and again.seen(message(4))
+
+
+def test_a_broker_restart_resending_acknowledged_messages_is_recognised(tmp_path) -> None:
+    """A restarted broker resends from its last saved cursor, seconds behind: every
+    message at or below the highest offset, published no later, was spooled already."""
+    with Spool(tmp_path) as spool:
+        spool.append([message(i) for i in range(40)])
+        assert all(spool.seen(message(i)) for i in range(40))
+        assert not spool.seen(message(40))
+    with Spool(tmp_path) as again:  # known after a restart too
+        assert again.seen(message(3))
+
+
+def test_zeros_a_crash_left_are_cut_at_open(tmp_path) -> None:
+    with Spool(tmp_path) as spool:
+        spool.append([message(i) for i in range(3)])
+        whole, segment = spool.end, spool._path(spool.segments[-1])
+    with open(segment, "ab") as out:
+        out.write(bytes(4096))  # the file grew, its data never reached the disk
+    with Spool(tmp_path) as again:
+        assert again.end == whole and ids(tmp_path, 0, again.end) == [0, 1, 2]
+    with open(segment, "ab") as out:
+        out.write(bytes(8) + b"not zeros")  # an empty record with data after it
+    with pytest.raises(SourceError, match="truncating the file to"):
+        Spool(tmp_path)

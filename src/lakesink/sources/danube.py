@@ -140,8 +140,8 @@ class _Receiver:
                 while len(messages) < GROUP and not queue.empty():
                     messages.append(queue.get_nowait())
                 new, keys = [], set()
-                for message in messages:  # the key is per partition: add its name
-                    key = (message.msg_id.topic_name, *message_key(message))
+                for message in messages:
+                    key = message_key(message)
                     if key not in keys and not spool.seen(message):
                         new.append(message)
                     keys.add(key)
@@ -207,6 +207,7 @@ class DanubeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._spools: dict[str, Spool] | None = None
         self._receiver: _Receiver | None = None
         self._target: dict[str, int] | None = None
+        self._warned: set[str] = set()
 
     @property
     def spools(self) -> dict[str, Spool]:
@@ -259,6 +260,9 @@ class DanubeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for t in self.topics:
             if t in start:
                 self.spools[t].check_position(int(start[t]))
+                # Spark plans a batch after the one before it is done: what lies before
+                # start no longer counts towards the backlog that pauses receiving
+                self.spools[t].planned(int(start[t]))
         most = limit.max_rows if isinstance(limit, ReadMaxRows) else self.batch
         most = max(1, most // max(1, len(self.topics)))
         receiver = self.receiver
@@ -283,6 +287,14 @@ class DanubeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for t in self.topics:
             if t not in start:  # a topic added to the configuration joins here
                 end[t] = self.spools[t].base
+        for t, pos in start.items():  # a topic taken out of the configuration keeps its
+            if t not in self.topics:  # position, so adding it back goes on from there
+                end[t] = pos
+                if t not in self._warned:
+                    self._warned.add(t)
+                    logger.warning("Danube topic %s is no longer configured; its spool "
+                                   "keeps what was received after position %s until it "
+                                   "is configured again", t, pos)
         return end
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[SpoolRange]:

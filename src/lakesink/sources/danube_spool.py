@@ -18,11 +18,13 @@ Contract:
   folder's ``lock`` file (a second lakesink on the checkpoint, or a restarted query whose
   old planner is still stopping, waits and then fails with a clear message). Spark's
   tasks read with :func:`read_range`, which takes no lock (segments are immutable).
-* ``state.json`` keeps the first position still on disk and, per partition, the keys
-  ``(offset, publish time, producer id)`` of the last messages spooled: a message with
-  one of these keys is one the broker sent again after a crash between the fsync and
-  the ack (reliable dispatch has one message in flight per partition); a message with a
-  lower offset and another key is new (the topic was deleted and made again) and is
+* ``state.json`` keeps the first position still on disk and, per partition, the
+  highest offset spooled and the latest publish time spooled. A message at or below
+  that offset and not published later is one the broker sent again: after a crash
+  between the fsync and the ack (one message in flight per partition), or after a
+  broker restart, which resends what was acknowledged after its last saved cursor
+  (Danube saves subscription progress every few seconds). A message at or below the
+  offset but published later is new — the topic was deleted and made again — and is
   spooled, with a warning.
 """
 
@@ -45,13 +47,13 @@ from lakesink.errors import SourceError
 logger = logging.getLogger(__name__)
 
 SEGMENT_BYTES = 64 << 20
-#: how many of a partition's last message keys are kept to recognise a redelivery
-RECENT = 16
 _HEAD = struct.Struct(">II")  # length, crc32
 
 
-def message_key(message: Any) -> tuple[int, int, int]:
-    return (message.msg_id.topic_offset, message.publish_time, message.msg_id.producer_id)
+def message_key(message: Any) -> tuple[str, int, int, int]:
+    """What tells one message from another: partition, offset, publish time, producer."""
+    return (message.msg_id.topic_name, message.msg_id.topic_offset, message.publish_time,
+            message.msg_id.producer_id)
 
 
 class Spool:
@@ -74,8 +76,9 @@ class Spool:
     def _open(self) -> None:
         state = self._state()
         self.base: int = state.get("base", 0)
-        self.recent: dict[str, list[tuple[int, int, int]]] = {
-            p: [tuple(k) for k in keys] for p, keys in state.get("recent", {}).items()}
+        #: per partition: [highest offset, latest publish time] spooled
+        self.last: dict[str, list[int]] = {p: list(v) for p, v in
+                                           state.get("last", {}).items()}
         segments = sorted(int(p.stem) for p in self.folder.glob("*.log"))
         for s in [s for s in segments if s < self.base]:  # a drop a crash interrupted
             self._path(s).unlink()
@@ -108,13 +111,17 @@ class Spool:
     def seen(self, message: Any) -> bool:
         """Spooled already (the broker sent it again)?"""
         part = message.msg_id.topic_name
-        keys = self.recent.get(part, [])
-        if message_key(message) in keys:
+        if part not in self.last:
+            return False
+        offset, published = self.last[part]
+        if message.msg_id.topic_offset > offset:
+            return False
+        if message.publish_time <= published:
             return True
-        if keys and message.msg_id.topic_offset <= max(k[0] for k in keys):
-            logger.warning("Danube %s: offset %d came after %d with another publish time "
-                           "or producer: the topic was made again; spooling it as new",
-                           part, message.msg_id.topic_offset, max(k[0] for k in keys))
+        logger.warning("Danube %s: offset %d came after %d, published later than anything "
+                       "spooled: the topic was made again; spooling it as new",
+                       part, message.msg_id.topic_offset, offset)
+        self.last[part] = [-1, message.publish_time - 1]  # the new topic starts here
         return False
 
     def append(self, messages: list[Any]) -> None:
@@ -138,13 +145,19 @@ class Spool:
                 self._remember(message)
 
     def backlog(self) -> int:
-        """Bytes spooled after the last durable batch."""
+        """Bytes spooled and not yet in a batch Spark has planned and finished."""
         return self.end - max(self.committed, self.base)
 
+    def planned(self, pos: int) -> None:
+        """Spark plans the batch from ``pos`` on: everything before is in finished
+        batches (it only counts towards :meth:`backlog`; nothing is deleted)."""
+        with self.lock:
+            self.committed = max(self.committed, pos)
+
     def _remember(self, message: Any) -> None:
-        keys = self.recent.setdefault(message.msg_id.topic_name, [])
-        keys.append(message_key(message))
-        del keys[:-RECENT]
+        offset, published = self.last.get(message.msg_id.topic_name, (-1, -1))
+        self.last[message.msg_id.topic_name] = [max(offset, message.msg_id.topic_offset),
+                                                max(published, message.publish_time)]
 
     # -- reading ------------------------------------------------------------------------
 
@@ -225,12 +238,15 @@ class Spool:
                 after = pos + _HEAD.size + n
                 if after > size:
                     break  # cut short
-                if zlib.crc32(f.read(n)) != crc:
-                    if after < size:  # whole records follow: not a torn write
-                        raise SourceError(f"Danube spool {path}: the record at "
-                                          f"{seg_start + pos} is damaged (checksum) and "
-                                          "records follow it; the spool cannot be read")
-                    break  # the last record, torn
+                if n == 0 or zlib.crc32(f.read(n)) != crc:
+                    if after < size and not _zeros(path, pos):
+                        raise SourceError(
+                            f"Danube spool {path}: the record at {seg_start + pos} is "
+                            "damaged (checksum) and data follows it; the spool cannot be "
+                            "read. If the process crashed while writing, nothing from "
+                            "there on was acknowledged: truncating the file to "
+                            f"{pos} bytes lets the broker send it again")
+                    break  # the last write, torn (or zeros a crash left)
                 pos = after
         if pos < size:
             logger.warning("Danube spool %s: cutting %d bytes of a write a crash tore",
@@ -248,7 +264,7 @@ class Spool:
         path = self.folder / "state.json"
         tmp = path.with_suffix(".tmp")
         with open(tmp, "w") as out:
-            json.dump({"base": self.base, "recent": self.recent}, out)
+            json.dump({"base": self.base, "last": self.last}, out)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)
@@ -278,6 +294,17 @@ def _take_lock(path: Path, timeout_s: float) -> Any:
                             "%.0fs", path.parent, timeout_s)
                 waiting = True
             time.sleep(0.1)
+
+
+def _zeros(path: Path, pos: int) -> bool:
+    """Only zero bytes from ``pos`` to the end (a crash can leave a file longer than
+    what reached the disk)?"""
+    with open(path, "rb") as f:
+        f.seek(pos)
+        while chunk := f.read(1 << 20):
+            if chunk.count(0) != len(chunk):
+                return False
+    return True
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -315,7 +342,7 @@ def read_range(folder: Path, start: int, end: int) -> Iterator[Any]:
                     break
                 size, crc = _HEAD.unpack(head)
                 data = f.read(size)
-                if len(data) < size or zlib.crc32(data) != crc:
+                if size == 0 or len(data) < size or zlib.crc32(data) != crc:
                     raise SourceError(f"Danube spool {folder}: the record at {pos} is "
                                       "damaged (checksum); the spool cannot be read")
                 message = pb.StreamMessage()
