@@ -164,7 +164,7 @@ def test_the_fs_data_sink_yaml_runs_unchanged(spark, redis_server, tmp_path,
     from tests.fixtures.services import SCHEMA
 
     stream, queue = f"fds-s-{request.node.name[-6:]}", "fds-l"
-    redis_events(redis_server, stream, range(700))
+    redis_events(redis_server, stream, range(700), field="value")  # as its producers do
     redis_events(redis_server, queue, range(700, 1000), kind="list")
     lake = tmp_path / "lake"
     fds = {"source": {"type": "redis", "host": "127.0.0.1", "port": redis_server.port,

@@ -79,8 +79,8 @@ def test_the_redis_and_s3_file_maps_every_key(tmp_path, caplog) -> None:
     r = cfg.source.redis
     assert cfg.source.type == "redis"
     assert (r.host, r.port, r.db, r.streams, r.lists, r.consumer_group,
-            r.max_records_per_trigger) == ("cache.internal", 6380, 2, ["stream1", "stream2"],
-                                           ["list1"], "fds", 500)
+            r.max_records_per_trigger, r.value_field) == (
+        "cache.internal", 6380, 2, ["stream1", "stream2"], ["list1"], "fds", None, "value")
     assert cfg.decode.format == "json"
     assert [(r.topics, r.table["name"]) for r in cfg.routes] == [
         (["stream1"], "stream1"), (["stream2"], "stream2"), (["list1"], "list1")]
@@ -92,7 +92,7 @@ def test_the_redis_and_s3_file_maps_every_key(tmp_path, caplog) -> None:
     assert cfg.trigger.interval == "15 seconds"
     said = caplog.text
     assert "sink.merge_enabled" in said and "telemetry" in said
-    assert "pipeline.error_handling" in said
+    assert "pipeline.error_handling" in said and "source.batch_size" in said
 
 
 def test_its_environment_wins_over_the_file_as_there(tmp_path) -> None:
@@ -126,8 +126,13 @@ def test_the_kafka_file_and_a_local_sink(tmp_path) -> None:
     k = cfg.source.kafka
     assert (k.bootstrap_servers, k.topics, k.group_id, k.max_offsets_per_trigger,
             k.starting_offsets) == ("broker1:9092,broker2:9092", ["topic1"],
-                                    "my-consumer-group", 1000, "latest")
+                                    "my-consumer-group", None, "latest")
     assert cfg.decode.format == "arrow_ipc" and cfg.table.base_path == "/data/lake"
+    assert cfg.table_name == "topic1"  # one topic: its folder, as there
+    # continuous is the Redis source's; the Kafka source there reads on regardless
+    text = KAFKA_LOCAL.replace("  batch_size", "  continuous: false\n  batch_size")
+    cfg = load_config(write(tmp_path, text + own), env={})
+    assert cfg.trigger.until_caught_up is False
 
 
 def test_the_ini_file_the_code_reads(tmp_path) -> None:
@@ -145,8 +150,46 @@ partition_by = date,hour
 """
     cfg = load_config(write(tmp_path, ini, "fds.ini"), env={})
     assert cfg.source.redis.streams == ["s1", "s2"]
-    assert cfg.source.redis.max_records_per_trigger == 200
+    assert cfg.source.redis.max_records_per_trigger is None
     assert cfg.table.partition_by == ["date", "hour"]
+    assert cfg.trigger.until_caught_up is False and cfg.trigger.interval == "10 seconds"
+    # its getboolean words, and a flush interval left at none
+    for word, once in (("off", True), ("no", True), ("on", False), ("1", False)):
+        text = ini.replace("batch_size = 200", f"continuous = {word}") + (
+            "\n[pipeline]\nflush_interval_seconds = none\n")
+        cfg = load_config(write(tmp_path, text, "fds.ini"), env={})
+        assert (cfg.trigger.until_caught_up, cfg.trigger.interval) == (once, "10 seconds")
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, ini.replace("batch_size = 200", "continuous = maybe"),
+                          "fds.ini"), env={})
+    assert info.value.key == "source.continuous"
+
+
+@pytest.mark.parametrize(("value", "once"), [("false", True), ("False", True),
+                                             ("off", True), ("true", False), ("yes", False)])
+def test_redis_continuous_from_the_environment_as_there(tmp_path, value, once) -> None:
+    # there: os.environ["REDIS_CONTINUOUS"].lower() in ("true", "1", "yes")
+    cfg = load_config(write(tmp_path, REDIS_S3), env={"REDIS_CONTINUOUS": value})
+    assert cfg.trigger.until_caught_up is once
+
+
+def test_one_key_names_the_table_and_brotli_is_refused(tmp_path) -> None:
+    one = REDIS_S3.replace("    - stream2\n", "").replace("  list_keys:\n    - list1\n", "")
+    cfg = load_config(write(tmp_path, one.replace("stream1", "sensors:eu")), env={})
+    assert cfg.routes == [] and cfg.table_name == "sensors_eu"
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, one.replace("zstd", "brotli")), env={})
+    assert info.value.key == "sink.compression" and "zstd" in str(info.value)
+
+
+@pytest.mark.parametrize("key", ["sasl_plain_password", "ssl_password", "ssl_keyfile"])
+def test_a_secret_in_extra_config_is_refused(tmp_path, key) -> None:
+    text = KAFKA_LOCAL.replace("    enable_auto_commit: true\n",
+                               f"    enable_auto_commit: true\n    {key}: hunter2\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text), env={})
+    assert info.value.key == f"source.extra_config.{key}"
+    assert "hunter2" not in str(info.value)
 
 
 def test_an_hdfs_sink_needs_the_rpc_address(tmp_path) -> None:

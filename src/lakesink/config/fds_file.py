@@ -17,10 +17,11 @@ FS Data Sink                                           lakesink
 ``host`` / ``port`` / ``db``                           ``source.redis.*``
 ``stream_keys`` / ``list_keys``                        ``source.redis.streams`` / ``lists``
 ``consumer_group`` / ``consumer_name``                 ``source.redis.*``
-``continuous: false``                                  ``trigger.until_caught_up: true``
+(a stream entry's payload in field ``value``)          ``source.redis.value_field: value``
+``continuous: false`` (Redis only)                     ``trigger.until_caught_up: true``
 ``value_format`` json / arrow_ipc                      ``decode.format``
-``batch_size``                                         ``max_offsets_per_trigger`` (Kafka) /
-                                                       ``max_records_per_trigger`` (Redis)
+``batch_size``                                         ignored: there only the poll size;
+                                                       here it would bound every trigger
 ``sink.type: s3``, ``bucket`` / ``prefix``             ``table.base_path: s3a://bucket/prefix``
 ``region_name`` / ``endpoint_url``                     ``storage.s3.region`` / ``endpoint``
 ``sink.type: hdfs``, ``base_path``                     ``table.base_path`` (give it as
@@ -29,15 +30,17 @@ FS Data Sink                                           lakesink
                                                        writes over HDFS RPC)
 ``sink.type: local``, ``base_path``                    ``table.base_path``
 ``compression`` / ``partition_by``                     ``table.compression`` / ``partition_by``
+                                                       (``brotli`` is refused: not offered)
 ``pipeline.flush_interval_seconds``                    ``trigger.interval``
+(one topic or key)                                     ``table.name``: the key, as a folder
 (more than one topic or key)                           one route per topic or key, each
                                                        into a table named by it (as the
                                                        FS Data Sink writes each to files
                                                        of its own)
 =====================================================  ===================================
 
-Secrets (``source.password``, ``sink.aws_access_key_id`` / ``aws_secret_access_key``)
-are refused in the file, as lakesink refuses every secret in a config file: set
+Secrets (``source.password``, ``sink.aws_access_key_id`` / ``aws_secret_access_key``,
+``source.extra_config`` passwords, keys and tokens) are refused in the file, as lakesink refuses every secret in a config file: set
 ``REDIS_PASSWORD`` (or ``LAKESINK_SOURCE__REDIS__PASSWORD`` / ``…_FILE``) and the AWS
 variables instead. Settings with no meaning here are listed by :func:`ignored`.
 lakesink's own sections (``table``, ``decode``, ``routes``, ``storage``, …) may stand
@@ -86,7 +89,15 @@ _IGNORED = {
     "pipeline.batch_timeout_seconds": "unused in the FS Data Sink too",
     "pipeline.error_handling": "bad records go to the dead-letter table, never dropped",
     "pipeline.flush_interval_batches": "every batch is written when it ends",
+    "source.batch_size": "there only the poll size; lakesink sizes a batch by its trigger "
+                         "(source.*.max_offsets_per_trigger / max_records_per_trigger)",
 }
+# extra_config keys that hold a secret (kafka-python / redis-py argument names)
+_SECRET_WORDS = ("password", "secret", "token", "sasl_plain", "ssl_key", "credential",
+                 "oauth")
+# configparser's words for a boolean (the FS Data Sink reads its INI with getboolean)
+_BOOLEAN = {"1": True, "yes": True, "true": True, "on": True,
+            "0": False, "no": False, "false": False, "off": False}
 
 
 def is_fds_file(data: Mapping[str, Any]) -> bool:
@@ -127,9 +138,17 @@ def translate(data: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]
             raise ConfigError(f"{section}.{key}", f"a secret in the config file; set {var} in "
                               "the environment (or the LAKESINK_* variable or its _FILE) "
                               "instead")
+    for key in (fds["source"].get("extra_config") or {}):
+        if any(word in str(key).lower() for word in _SECRET_WORDS):
+            raise ConfigError(f"source.extra_config.{key}", "a secret in the config file; "
+                              "set it in the environment (lakesink's LAKESINK_SOURCE__* "
+                              "variable or its _FILE) instead")
     for var, (section, key, is_list) in _ENV.items():
         if env.get(var):
             fds[section][key] = env[var].split(",") if is_list else env[var]
+    if env.get("REDIS_CONTINUOUS"):  # read there as lower() in ("true", "1", "yes")
+        fds["source"]["continuous"] = env["REDIS_CONTINUOUS"].strip().lower() in (
+            "true", "1", "yes")
     source, sink, pipeline = fds["source"], fds["sink"], fds["pipeline"]
     for section in (source, sink):
         for key in _LISTS & set(section):
@@ -139,6 +158,8 @@ def translate(data: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]
         *source.get("stream_keys", []), *source.get("list_keys", [])]
     if len(keys) > 1:  # the FS Data Sink writes each topic or key to files of its own
         out["routes"] = [{"topics": [k], "table": {"name": table_name(k)}} for k in keys]
+    elif keys:  # ... in a folder named by it
+        out["table"]["name"] = table_name(keys[0])
     if source.get("value_format"):
         out["decode"] = {"format": source["value_format"]}
     storage = {k: sink[f] for f, k in (("region_name", "region"), ("endpoint_url", "endpoint"))
@@ -146,10 +167,12 @@ def translate(data: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]
     if storage:
         out["storage"] = {"s3": storage}
     trigger = {}
-    if _false(source.get("continuous")):
-        trigger["until_caught_up"] = True
-    if pipeline.get("flush_interval_seconds"):
-        trigger["interval"] = f"{pipeline['flush_interval_seconds']} seconds"
+    if out["source"]["type"] == "redis" and _boolean("source.continuous",
+                                                     source.get("continuous", True)) is False:
+        trigger["until_caught_up"] = True  # one pass; Kafka there reads on regardless
+    interval = pipeline.get("flush_interval_seconds")
+    if interval is not None and str(interval).strip().lower() not in ("", "none", "null"):
+        trigger["interval"] = f"{interval} seconds"
     if trigger:
         out["trigger"] = trigger
     own = {k: v for k, v in data.items() if k not in ("source", "sink", "telemetry",
@@ -177,8 +200,6 @@ def _source(source: dict[str, Any]) -> dict[str, Any]:
         kafka = {k: source[k] for k in ("topics", "group_id") if source.get(k)}
         if source.get("bootstrap_servers"):
             kafka["bootstrap_servers"] = ",".join(source["bootstrap_servers"])
-        if source.get("batch_size"):
-            kafka["max_offsets_per_trigger"] = source["batch_size"]
         reset = (source.get("extra_config") or {}).get("auto_offset_reset")
         if reset in ("earliest", "latest"):
             kafka["starting_offsets"] = reset
@@ -189,8 +210,7 @@ def _source(source: dict[str, Any]) -> dict[str, Any]:
         for theirs, ours in (("stream_keys", "streams"), ("list_keys", "lists")):
             if source.get(theirs):
                 redis[ours] = source[theirs]
-        if source.get("batch_size"):
-            redis["max_records_per_trigger"] = source["batch_size"]
+        redis["value_field"] = "value"  # where the FS Data Sink reads an entry's payload
         return {"type": "redis", "redis": redis}
     raise ConfigError("source.type", f"the FS Data Sink file names source type {kind!r}; "
                       "kafka or redis")
@@ -208,8 +228,12 @@ def _table(sink: dict[str, Any]) -> dict[str, Any]:
     elif kind not in ("", "hdfs"):
         raise ConfigError("sink.bucket" if kind == "s3" else "sink.base_path",
                           f"the FS Data Sink file's {kind!r} sink names no location")
-    if sink.get("compression"):
-        table["compression"] = sink["compression"]
+    codec = str(sink.get("compression") or "").strip().lower()
+    if codec == "brotli":
+        raise ConfigError("sink.compression", "brotli is not offered by lakesink's Parquet "
+                          "writer; use zstd (smaller files than snappy) or gzip")
+    if codec:
+        table["compression"] = codec
     if sink.get("partition_by"):
         table["partition_by"] = sink["partition_by"]
     return table
@@ -227,5 +251,10 @@ def _as_list(value: Any) -> list[str]:
     return [str(v) for v in value or []]
 
 
-def _false(value: Any) -> bool:
-    return str(value).strip().lower() in ("false", "0", "no")
+def _boolean(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    if word not in _BOOLEAN:
+        raise ConfigError(key, f"{value!r} is not a boolean (true / false)")
+    return _BOOLEAN[word]
