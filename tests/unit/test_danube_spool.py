@@ -15,9 +15,10 @@ from lakesink.errors import SourceError  # noqa: E402
 from lakesink.sources.danube_spool import Spool, read_range  # noqa: E402
 
 
-def message(offset: int, *, publish_time: int = 1_000, part: str = "/default/t") -> object:
+def message(offset: int, *, publish_time: int = 1_000, part: str = "/default/t",
+            producer: int = 7) -> object:
     return pb.StreamMessage(
-        msg_id=pb.MsgID(producer_id=7, topic_name=part, topic_offset=offset),
+        msg_id=pb.MsgID(producer_id=producer, topic_name=part, topic_offset=offset),
         payload=json.dumps({"id": offset, "pad": "x" * 40}).encode(),
         publish_time=publish_time + offset)
 
@@ -180,6 +181,31 @@ def test_a_broker_restart_resending_acknowledged_messages_is_recognised(tmp_path
         assert not spool.seen(message(40))
     with Spool(tmp_path) as again:  # known after a restart too
         assert again.seen(message(3))
+
+
+def test_a_topic_made_again_is_new_whatever_the_producers_clocks(tmp_path) -> None:
+    """Publish times are each producer's clock: a producer whose clock runs ahead must
+    not make another producer's messages of a topic made again look like resends."""
+    with Spool(tmp_path) as spool:
+        spool.append([message(0, publish_time=60_000, producer=1),  # ahead by a minute
+                      message(1, publish_time=0, producer=2)])
+        assert spool.seen(message(1, publish_time=0, producer=2)), "a resend"
+        # the topic is deleted and made again; producer 2 sends at its offset 0, later
+        again = message(0, publish_time=10, producer=2)
+        assert not spool.seen(again), "new: later than anything producer 2 sent"
+        spool.append([again])
+        assert spool.seen(again)
+        assert not spool.seen(message(0, publish_time=5, producer=3)), "a new producer"
+
+
+def test_the_state_of_an_earlier_version_is_read(tmp_path) -> None:
+    """A state.json with one [offset, publish time] per partition (before producers
+    were told apart) still recognises resends."""
+    (tmp_path / "state.json").write_text(json.dumps({"base": 0,
+                                                     "last": {"/default/t": [9, 1_009]}}))
+    with Spool(tmp_path) as spool:
+        assert spool.seen(message(9)) and not spool.seen(message(10))
+        assert spool.seen(message(3, producer=8))
 
 
 def test_zeros_a_crash_left_are_cut_at_open(tmp_path) -> None:

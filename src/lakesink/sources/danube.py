@@ -12,8 +12,9 @@ reader *spools* them (:mod:`lakesink.sources.danube_spool`):
   and fsynced together, and only then acknowledged. The spool is lakesink's own durable storage, as the checkpoint is for
   Kafka offsets: nothing is acknowledged before it is durable;
 * a message the broker sends again (a crash between the fsync and the ack) is
-  recognised by its offset (at most the last one spooled for its partition: reliable
-  dispatch delivers a partition in order), acknowledged and not spooled twice;
+  recognised by its offset and publish time (at most the last ones its producer
+  spooled in its partition: reliable dispatch delivers a partition in order),
+  acknowledged and not spooled twice;
 * the offset is the spool position ``{"<topic>": <byte position>}``; a batch is the
   byte range ``[start, end)`` of immutable spool segments, so a replay reads the same
   records; ``max_records_per_trigger`` bounds a batch;

@@ -18,14 +18,16 @@ Contract:
   folder's ``lock`` file (a second lakesink on the checkpoint, or a restarted query whose
   old planner is still stopping, waits and then fails with a clear message). Spark's
   tasks read with :func:`read_range`, which takes no lock (segments are immutable).
-* ``state.json`` keeps the first position still on disk and, per partition, the
-  highest offset spooled and the latest publish time spooled. A message at or below
-  that offset and not published later is one the broker sent again: after a crash
-  between the fsync and the ack (one message in flight per partition), or after a
-  broker restart, which resends what was acknowledged after its last saved cursor
-  (Danube saves subscription progress every few seconds). A message at or below the
-  offset but published later is new — the topic was deleted and made again — and is
-  spooled, with a warning.
+* ``state.json`` keeps the first position still on disk and, per partition and
+  producer, the highest offset spooled and the latest publish time spooled (publish
+  times are the producer's clock, so they are compared only with the same producer's).
+  A message at or below that offset and not published later is one the broker sent
+  again: after a crash between the fsync and the ack (one message in flight per
+  partition), or after a broker restart, which resends what was acknowledged after its
+  last saved cursor (Danube saves subscription progress every few seconds). A message
+  at or below the offset but published later is new — the topic was deleted and made
+  again — and is spooled, with a warning. A producer not seen before sends new
+  messages.
 """
 
 from __future__ import annotations
@@ -76,9 +78,10 @@ class Spool:
     def _open(self) -> None:
         state = self._state()
         self.base: int = state.get("base", 0)
-        #: per partition: [highest offset, latest publish time] spooled
-        self.last: dict[str, list[int]] = {p: list(v) for p, v in
-                                           state.get("last", {}).items()}
+        #: per partition, per producer id: [highest offset, latest publish time] spooled
+        self.last: dict[str, dict[str, list[int]]] = {
+            p: {k: list(x) for k, x in v.items()} if isinstance(v, dict) else {"*": list(v)}
+            for p, v in state.get("last", {}).items()}  # "*": a state of lakesink 0.x
         segments = sorted(int(p.stem) for p in self.folder.glob("*.log"))
         for s in [s for s in segments if s < self.base]:  # a drop a crash interrupted
             self._path(s).unlink()
@@ -110,18 +113,21 @@ class Spool:
 
     def seen(self, message: Any) -> bool:
         """Spooled already (the broker sent it again)?"""
-        part = message.msg_id.topic_name
-        if part not in self.last:
+        part, producer = message.msg_id.topic_name, str(message.msg_id.producer_id)
+        known = self.last.get(part, {})
+        mark = known.get(producer) or known.get("*")
+        if mark is None:
             return False
-        offset, published = self.last[part]
+        offset, published = mark
         if message.msg_id.topic_offset > offset:
             return False
         if message.publish_time <= published:
             return True
-        logger.warning("Danube %s: offset %d came after %d, published later than anything "
-                       "spooled: the topic was made again; spooling it as new",
-                       part, message.msg_id.topic_offset, offset)
-        self.last[part] = [-1, message.publish_time - 1]  # the new topic starts here
+        logger.warning("Danube %s: offset %d of producer %s came after %d, published later "
+                       "than anything it sent: the topic was made again; spooling it as new",
+                       part, message.msg_id.topic_offset, producer, offset)
+        known.pop("*", None)
+        known[producer] = [-1, message.publish_time - 1]  # the new topic starts here
         return False
 
     def append(self, messages: list[Any]) -> None:
@@ -155,9 +161,11 @@ class Spool:
             self.committed = max(self.committed, pos)
 
     def _remember(self, message: Any) -> None:
-        offset, published = self.last.get(message.msg_id.topic_name, (-1, -1))
-        self.last[message.msg_id.topic_name] = [max(offset, message.msg_id.topic_offset),
-                                                max(published, message.publish_time)]
+        known = self.last.setdefault(message.msg_id.topic_name, {})
+        producer = str(message.msg_id.producer_id)
+        offset, published = known.get(producer, (-1, -1))
+        known[producer] = [max(offset, message.msg_id.topic_offset),
+                           max(published, message.publish_time)]
 
     # -- reading ------------------------------------------------------------------------
 
