@@ -258,48 +258,6 @@ def test_a_second_deployment_with_the_same_consumer_is_refused(redis_server, key
     assert not redis_server.client().exists(owner_key("lakesink:", key, "lakesink"))
 
 
-def test_an_idle_deployment_leaves_no_owner_behind(redis_server, key) -> None:
-    """A deployment that never took an item does not hold the list: one started after it
-    with another checkpoint is not refused."""
-    idle = RedisListsReader(options(redis_server, [key], max_records="3", owner="/ck/idle"))
-    start = idle.initialOffset()
-    assert idle.latestOffset(start, idle.getDefaultReadLimit()) == start
-    assert not redis_server.client().exists(owner_key("lakesink:", key, "lakesink"))
-    push(redis_server, key, range(3))
-    after = RedisListsReader(options(redis_server, [key], max_records="3", owner="/ck/new"))
-    begin = after.initialOffset()
-    end = after.latestOffset(begin, after.getDefaultReadLimit())
-    assert ids(after, begin, end) == [0, 1, 2]
-
-
-def test_a_checkpoint_past_anothers_batches_takes_them_again(redis_server, key) -> None:
-    """Taking a list over (the owner key deleted, as the refusal says) with a checkpoint
-    already past the other one's unfinished batches: their items go back to the head of
-    the list, oldest first, and are read, not deleted unread by the next commit."""
-    push(redis_server, key, range(9))
-    mine = RedisListsReader(options(redis_server, [key], max_records="2", owner="/ck/m"))
-    at = mine.initialOffset()
-    for _ in range(3):  # batches 1..3 done and committed: this checkpoint is at 3
-        end = mine.latestOffset(at, mine.getDefaultReadLimit())
-        mine.commit(end)
-        at = end
-    assert at == {key: 3}
-    # another deployment, its own numbering from 0, takes batches 1 and 2 and is lost
-    push(redis_server, key, range(100, 104))
-    other = RedisListsReader(options(redis_server, [key], max_records="2", owner="/ck/o"))
-    o_at = {key: 0}
-    for _ in range(2):
-        o_at = other.latestOffset(o_at, other.getDefaultReadLimit())
-    client = redis_server.client()
-    client.delete(owner_key("lakesink:", key, "lakesink"))  # taken over by hand
-    seen = []
-    while (end := mine.latestOffset(at, mine.getDefaultReadLimit())) != at:
-        seen += ids(mine, at, end)
-        mine.commit(end)
-        at = end
-    assert seen == [6, 7, 8, 100, 101, 102, 103], "nothing lost, in the order taken"
-
-
 def test_list_available_now_takes_only_what_was_there(redis_server, key) -> None:
     push(redis_server, key, range(4))
     reader = RedisListsReader(options(redis_server, [key], max_records="3"))

@@ -18,9 +18,7 @@ The processing lists of a list and ``consumer`` belong to one checkpoint (option
 ``owner``, recorded in ``<prefix>{<list>}:<consumer>:owner`` by a move, deleted with the
 last processing list): a second deployment with the same consumer name and another
 checkpoint is refused at its move instead of taking the first one's batches as its own
-(both would write them). A move that takes nothing records no owner. After a takeover
-(the owner key deleted by hand), processing lists numbered below the taking
-checkpoint's next batch go back to the head of the list (see ``_MOVE``).
+(both would write them).
 A checkpoint deleted and made again at the same place is the same owner, so processing
 lists that exist when it starts (the old checkpoint was lost) are read first: their items may have reached the table already (at-least-once for
 that case, like re-reading a Kafka topic after deleting its checkpoint), but none is
@@ -53,41 +51,23 @@ DEFAULT_BATCH = 10_000
 # owner key. ARGV: batch number, max items, now (ms), owner ('' = not checked). Returns
 # the items moved, or minus the length of the processing list if it existed already (a
 # batch taken before a crash); an error if another owner has the processing lists.
-# With no owner recorded, processing lists numbered below this batch were left by
-# another checkpoint (one's own keep its owner key until the last is deleted): this
-# checkpoint is past them and would delete them unread, so their items go back to the
-# head of the list, in order, and are taken again.
 _MOVE = """
-local owner = nil
 if ARGV[4] ~= '' then
-  owner = redis.call('GET', KEYS[4])
+  local owner = redis.call('GET', KEYS[4])
   if owner and owner ~= ARGV[4] then
     return redis.error_reply('LAKESINK_OWNER ' .. owner)
   end
-  if not owner then
-    local prefix = string.sub(KEYS[2], 1, #KEYS[2] - #ARGV[1])
-    local stray = {}
-    for _, seq in ipairs(redis.call('HKEYS', KEYS[3])) do
-      if tonumber(seq) < tonumber(ARGV[1]) then table.insert(stray, tonumber(seq)) end
-    end
-    table.sort(stray, function(a, b) return a > b end)  -- the oldest ends at the head
-    for _, seq in ipairs(stray) do
-      while redis.call('LMOVE', prefix .. seq, KEYS[1], 'RIGHT', 'LEFT') do end
-      redis.call('HDEL', KEYS[3], tostring(seq))
-    end
-  end
+  if not owner then redis.call('SET', KEYS[4], ARGV[4]) end
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return -redis.call('LLEN', KEYS[2])
 end
 local n = 0
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  n = -redis.call('LLEN', KEYS[2])
-else
-  for i = 1, tonumber(ARGV[2]) do
-    if not redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT') then break end
-    n = n + 1
-  end
-  if n > 0 then redis.call('HSET', KEYS[3], ARGV[1], ARGV[3]) end
+for i = 1, tonumber(ARGV[2]) do
+  if not redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT') then break end
+  n = n + 1
 end
-if n ~= 0 and ARGV[4] ~= '' and not owner then redis.call('SET', KEYS[4], ARGV[4]) end
+if n > 0 then redis.call('HSET', KEYS[3], ARGV[1], ARGV[3]) end
 return n
 """
 # KEYS: index, owner key; ARGV: processing-list prefix, last batch number to delete.
