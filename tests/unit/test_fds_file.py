@@ -182,7 +182,7 @@ def test_one_key_names_the_table_and_brotli_is_refused(tmp_path) -> None:
     assert info.value.key == "sink.compression" and "zstd" in str(info.value)
 
 
-@pytest.mark.parametrize("key", ["sasl_plain_password", "ssl_password", "ssl_keyfile"])
+@pytest.mark.parametrize("key", ["sasl_plain_password", "ssl_password", "api_token"])
 def test_a_secret_in_extra_config_is_refused(tmp_path, key) -> None:
     text = KAFKA_LOCAL.replace("    enable_auto_commit: true\n",
                                f"    enable_auto_commit: true\n    {key}: hunter2\n")
@@ -208,3 +208,10 @@ def test_a_lakesink_file_is_not_taken_for_one(tmp_path) -> None:
     text = "source:\n  redis:\n    streams: [s]\ntable:\n  name: t\n"
     cfg = load_config(write(tmp_path, text), env={})
     assert cfg.source.redis.streams == ["s"] and cfg.table.name == "t"
+
+
+def test_a_key_file_path_in_extra_config_is_not_a_secret(tmp_path) -> None:
+    text = KAFKA_LOCAL.replace("    enable_auto_commit: true\n",
+                               "    enable_auto_commit: true\n    ssl_keyfile: /k.pem\n")
+    cfg = load_config(write(tmp_path, text.replace("arrow_ipc", "json")), env={})
+    assert cfg.source.kafka.topics == ["topic1"]

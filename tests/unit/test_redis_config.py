@@ -93,11 +93,9 @@ def test_the_fs_data_sink_environment(tmp_path: Path) -> None:
     r = cfg.source.redis
     assert (cfg.source.type, r.host, r.port, r.streams) == ("redis", "cache", 6380, ["a", "b"])
     assert r.password.get_secret_value() == "pw2" and cfg.source.kafka is None
-    assert r.value_field == "value"  # all from its variables: its entries' payload field
     cfg = load_config(write(tmp_path, {"source": {"redis": {"host": "mine", "lists": ["l"]}}}),
                       env={"REDIS_HOST": "cache", "REDIS_PORT": "6380"})
     assert (cfg.source.redis.host, cfg.source.redis.port) == ("mine", 6380)
-    assert cfg.source.redis.value_field == "data"  # lakesink's own section: its default
     cfg = load_config(write(tmp_path, {"table": {"name": "t"}}), env={
         "SOURCE_TYPE": "kafka", "KAFKA_BOOTSTRAP_SERVERS": "k:9092", "KAFKA_TOPICS": "x,y",
         "KAFKA_GROUP_ID": "g", "REDIS_HOST": "cache"})

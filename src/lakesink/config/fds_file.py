@@ -93,8 +93,7 @@ _IGNORED = {
                          "(source.*.max_offsets_per_trigger / max_records_per_trigger)",
 }
 # extra_config keys that hold a secret (kafka-python / redis-py argument names)
-_SECRET_WORDS = ("password", "secret", "token", "sasl_plain", "ssl_key", "credential",
-                 "oauth")
+_SECRET_WORDS = ("password", "secret", "token", "sasl_plain", "credential", "oauth")
 # configparser's words for a boolean (the FS Data Sink reads its INI with getboolean)
 _BOOLEAN = {"1": True, "yes": True, "true": True, "on": True,
             "0": False, "no": False, "false": False, "off": False}

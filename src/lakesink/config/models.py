@@ -250,8 +250,6 @@ def _fds_environment(data: dict[str, Any]) -> dict[str, Any]:
         current = out.get(section)
         wanted = section == kind if kind is not None else current is not None
         if given and wanted:
-            if section == "redis" and current is None:  # all from the FS Data Sink's
-                given["value_field"] = "value"  # variables: its entries' payload field
             out[section] = {**given, **(current or {})}
     if "type" not in out and kind is not None:
         out["type"] = kind

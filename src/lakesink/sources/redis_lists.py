@@ -182,8 +182,10 @@ class RedisListsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"Redis list {key}: consumer_name {self.consumer!r} is used by the "
                 f"deployment with checkpoint {other}; two deployments on one list need "
                 "different source.redis.consumer_name values (to take the list over "
-                f"from that checkpoint, delete the key {owner}: its unfinished batches "
-                "are then read first)") from None
+                f"from that checkpoint: stop its deployment, delete the key {owner} and "
+                "start this one from a new checkpoint, which reads its unfinished "
+                "batches first; a checkpoint already past them would delete them "
+                "unread)") from None
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[ListBatch]:
         return [ListBatch(key, seq) for key in self.keys if key in start and key in end
