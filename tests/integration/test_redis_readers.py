@@ -254,6 +254,9 @@ def test_a_second_deployment_with_the_same_consumer_is_refused(redis_server, key
     begin = again.initialOffset()
     assert again.latestOffset(begin, again.getDefaultReadLimit()) == end
     assert ids(again, begin, end) == [0, 1, 2]
+    other.commit({key: 5000})  # the refused one settling: deletes none of /ck/a's lists
+    lists, _ = names("lakesink:", key, "lakesink")
+    assert redis_server.client().llen(f"{lists}{end[key]}") == 3
     again.commit(end)  # nothing in flight: nothing to take over, the owner key goes
     assert not redis_server.client().exists(owner_key("lakesink:", key, "lakesink"))
 

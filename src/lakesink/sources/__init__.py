@@ -182,7 +182,9 @@ def settle(spark: SparkSession, cfg: SourceConfig, checkpoint: str) -> None:
         for ends, reader in ((streams, redis_streams.RedisStreamsReader),
                              (lists, redis_lists.RedisListsReader)):
             if ends:
-                source = reader(_redis_options(r, "streams" if ends is streams else "lists"))
+                source = reader({**_redis_options(r, "streams" if ends is streams
+                                                  else "lists"),
+                                 "owner": (checkpoint or "").rstrip("/")})
                 try:
                     source.commit(ends)
                 finally:

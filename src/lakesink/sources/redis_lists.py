@@ -29,6 +29,7 @@ lost. A record's ``offset`` is ``n × 2^32 + index`` in its processing list; its
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -42,6 +43,8 @@ from lakesink.errors import SourceError
 from lakesink.faults import fault_point
 from lakesink.sources.records import RecordSource, record_batch
 from lakesink.sources.redis_conn import Conn, as_text
+
+logger = logging.getLogger(__name__)
 
 FORMAT = "lakesink-redis-lists"
 PAGE = 1000
@@ -70,9 +73,15 @@ end
 if n > 0 then redis.call('HSET', KEYS[3], ARGV[1], ARGV[3]) end
 return n
 """
-# KEYS: index, owner key; ARGV: processing-list prefix, last batch number to delete.
-# With no batch left in flight, the owner key goes too (nothing is left to take over).
+# KEYS: index, owner key; ARGV: processing-list prefix, last batch number to delete,
+# owner ('' = not checked). With no batch left in flight, the owner key goes too
+# (nothing is left to take over). Another owner's processing lists are not deleted
+# (returns -1): a deployment refused at its move must not delete them unread.
 _DELETE = """
+if ARGV[3] and ARGV[3] ~= '' then
+  local owner = redis.call('GET', KEYS[2])
+  if owner and owner ~= ARGV[3] then return -1 end
+end
 local done = 0
 for _, seq in ipairs(redis.call('HKEYS', KEYS[1])) do
   if tonumber(seq) <= tonumber(ARGV[2]) then
@@ -223,8 +232,10 @@ class RedisListsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             lists, index = names(self.prefix, key, self.consumer)
             if self.client.hlen(index):
                 fault_point("source_before_commit")
-            self._delete(keys=[index, owner_key(self.prefix, key, self.consumer)],
-                          args=[lists, int(seq)])
+            if self._delete(keys=[index, owner_key(self.prefix, key, self.consumer)],
+                            args=[lists, int(seq), self.options.get("owner", "")]) == -1:
+                logger.warning("Redis list %s: its processing lists belong to another "
+                               "checkpoint; this one deletes none of them", key)
 
     def stop(self) -> None:
         if self._client is not None:
