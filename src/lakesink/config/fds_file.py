@@ -94,9 +94,6 @@ _IGNORED = {
 }
 # extra_config keys that hold a secret (kafka-python / redis-py argument names)
 _SECRET_WORDS = ("password", "secret", "token", "sasl_plain", "credential", "oauth")
-# configparser's words for a boolean (the FS Data Sink reads its INI with getboolean)
-_BOOLEAN = {"1": True, "yes": True, "true": True, "on": True,
-            "0": False, "no": False, "false": False, "off": False}
 
 
 def is_fds_file(data: Mapping[str, Any]) -> bool:
@@ -253,7 +250,7 @@ def _as_list(value: Any) -> list[str]:
 def _boolean(key: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
-    word = str(value).strip().lower()
-    if word not in _BOOLEAN:
+    word = str(value).strip().lower()  # the FS Data Sink reads its INI with getboolean
+    if word not in configparser.ConfigParser.BOOLEAN_STATES:
         raise ConfigError(key, f"{value!r} is not a boolean (true / false)")
-    return _BOOLEAN[word]
+    return configparser.ConfigParser.BOOLEAN_STATES[word]

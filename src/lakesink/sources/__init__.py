@@ -182,21 +182,23 @@ def settle(spark: SparkSession, cfg: SourceConfig, checkpoint: str) -> None:
         for ends, reader in ((streams, redis_streams.RedisStreamsReader),
                              (lists, redis_lists.RedisListsReader)):
             if ends:
-                source = reader({**_redis_options(r, "streams" if ends is streams
-                                                  else "lists"),
-                                 "owner": (checkpoint or "").rstrip("/")})
+                source = reader(_redis_options(r, "streams" if ends is streams
+                                               else "lists", checkpoint=checkpoint))
                 try:
                     source.commit(ends)
                 finally:
                     source.stop()
 
 
-def _redis_options(cfg: RedisSource, kind: str, headers: bool = False) -> dict[str, str]:
+def _redis_options(cfg: RedisSource, kind: str, headers: bool = False, *,
+                   checkpoint: str | None) -> dict[str, str]:
     """The data source options of the ``streams`` or ``lists`` reader (secrets included:
-    for Spark and the readers only)."""
+    for Spark and the readers only). ``owner``, the checkpoint, owns the lists'
+    processing lists: the query and :func:`settle` must name the same one."""
     from lakesink.sources.redis_conn import source_options
 
-    opts = {"headers": str(headers).lower(), "consumer": cfg.consumer_name}
+    opts = {"headers": str(headers).lower(), "consumer": cfg.consumer_name,
+            "owner": (checkpoint or "").rstrip("/")}
     if kind == "streams":
         opts.update(starting_position=cfg.starting_position, group=cfg.consumer_group or "",
                     trim_on_commit=str(cfg.trim_on_commit).lower())
@@ -256,10 +258,10 @@ def _redis_stream(spark: SparkSession, cfg: RedisSource, *, headers: bool,
         spark.dataSource.register(redis_streams.RedisStreamsDataSource)
         spark.dataSource.register(redis_lists.RedisListsDataSource)
         _REGISTERED.add(id(spark))
-    owner = (checkpoint or "").rstrip("/")  # the lists' processing lists belong to it
-    frames = [spark.readStream.format(fmt).options(**_redis_options(cfg, kind, headers),
-                                                   owner=owner).load() for kind, fmt in (("streams", redis_streams.FORMAT),
-                                        ("lists", redis_lists.FORMAT)) if getattr(cfg, kind)]
+    frames = [spark.readStream.format(fmt).options(
+                  **_redis_options(cfg, kind, headers, checkpoint=checkpoint)).load()
+              for kind, fmt in (("streams", redis_streams.FORMAT),
+                                ("lists", redis_lists.FORMAT)) if getattr(cfg, kind)]
     frame = frames[0]
     for other in frames[1:]:
         frame = frame.unionByName(other)
