@@ -136,8 +136,8 @@ class TreeRSS:
 
 def cpu_by_process() -> dict[str, float]:
     """CPU seconds so far of this process's children: the Spark JVM (``jvm``), its Python
-    workers (``py``) and a Kafka broker or redis-server started by this process
-    (``broker``)."""
+    workers (``py``) and a Kafka broker, redis-server or Danube double started by this
+    process (``broker``)."""
     import psutil
 
     out = {"jvm": 0.0, "py": 0.0, "broker": 0.0}
@@ -146,7 +146,8 @@ def cpu_by_process() -> dict[str, float]:
             t = child.cpu_times()
             if child.name() == "java":
                 kind = "broker" if "kafka.Kafka" in " ".join(child.cmdline()) else "jvm"
-            elif child.name().startswith("redis-server"):
+            elif child.name().startswith("redis-server") or (
+                    "tests.fixtures.danube_broker" in child.cmdline()):
                 kind = "broker"
             else:
                 kind = "py"
