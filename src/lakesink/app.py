@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import types as T
 
-from lakesink import sources
+from lakesink import catalog, sources
 from lakesink.config.models import LakesinkConfig
 from lakesink.decode import Decoder, fixed_decoder, json_decoder
 from lakesink.decode.evolution import EvolutionPolicy, reconcile_declared, schema_record
@@ -44,7 +44,7 @@ from lakesink.silence.query import SilenceQuery, SilenceRunner
 from lakesink.tables.base import TableWriter, check_layout
 from lakesink.tables.delta import DeltaTableWriter
 from lakesink.tables.fs import HadoopFS, to_uri
-from lakesink.tables.identity import checkpoint_app_id, mark_started
+from lakesink.tables.identity import checkpoint_app_id, mark_started, run_tag
 from lakesink.tables.layout import TableLayout
 from lakesink.tables.lease import WriterLease
 from lakesink.tables.parquet import ParquetTableWriter
@@ -203,6 +203,14 @@ class TableParts:
         else:
             writer = ParquetTableWriter(spark, layout, **common)
         writer.prepare()
+        try:
+            registrar = catalog.registrar(self.cfg.catalog, table, self.fs, layout,
+                                          run=run_tag(app_id))
+            if registrar is not None:
+                registrar.start()
+        except BaseException:
+            writer.close()  # a refused start holds no writer lease
+            raise
         return BatchProcessor(
             schema=self.schema, policy=self.policy, rebuild=self.rebuild,
             store_schema=schema_store(self.fs, layout), writer=writer,
@@ -213,6 +221,7 @@ class TableParts:
             source_columns=self.source_columns, transforms=self.transforms,
             engine=table.engine,
             task_filesystem=storage.task_filesystem(self.cfg, layout.base),
+            registrar=registrar,
         )
 
 

@@ -8,6 +8,9 @@
      ├─ ServiceError       a local service (broker, …) could not be started or reached
      ├─ SourceError        the source is unreachable or refused us (bounded wait, then this)
      ├─ SecondWriterError  another live writer holds the table (refused at start)
+     ├─ CatalogError       the catalog refused a registration (4xx): the run stops
+     │   └─ CatalogUnavailable  the catalog is down or failed transiently: registration
+     │                      waits with backoff, ingestion goes on
      └─ SinkError          a table write failed; the batch is tried again
          ├─ CommitMismatch a commit would record other rows than the batch wrote: never
          │                 committed, never retried (the query stops, loudly)
@@ -85,3 +88,17 @@ class SecondWriterError(LakesinkError):
     """Another live writer holds the table."""
 
     retriable = False
+
+
+class CatalogError(LakesinkError):
+    """The catalog refused what lakesink asked (a 4xx answer, a table it cannot use):
+    trying again cannot help; the run stops with the catalog's answer."""
+
+    retriable = False
+
+
+class CatalogUnavailable(CatalogError):
+    """The catalog could not be reached or failed transiently (refused connection,
+    timeout, 5xx): registration waits and is retried with backoff; ingestion goes on."""
+
+    retriable = True

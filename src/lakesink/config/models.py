@@ -896,6 +896,49 @@ class DlqConfig(_Section):
         "batch) or delta (a Delta table, committed once per batch)")
 
 
+class QuixCatalogConfig(_Section):
+    """The Quix lakehouse catalog (``catalog.type: quix``): see ``docs/catalogs.md``."""
+
+    url: str | None = Field(default=None, description="the catalog's base URL "
+                            "(Quix__Lakehouse__Catalog__Url, CATALOG_URL)")
+    auth_token: SecretStr | None = Field(
+        default=None, description="Bearer token; env or secret file only "
+        "(Quix__Lakehouse__Catalog__AuthToken, CATALOG_AUTH_TOKEN)")
+    namespace: str = Field(default="default", description="CATALOG_NAMESPACE")
+    auto_discover: bool = Field(
+        default=True, description="create the table in the catalog when it is not there "
+        "(AUTO_DISCOVER); off: files are registered once someone else created it")
+    timeout_s: float = Field(default=10.0, gt=0, description="per request")
+
+
+class CatalogConfig(_Section):
+    """Where committed batches are registered after their commit (off by default)."""
+
+    type: Literal["none", "quix"] = Field(
+        default="none", description="none (default) or quix; set by the section given")
+    quix: QuixCatalogConfig | None = None
+    retry_initial_s: float = Field(default=1.0, gt=0, description="the first wait after "
+                                   "a failed registration; doubles up to retry_max_s")
+    retry_max_s: float = Field(default=60.0, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _type_from_section(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "type" not in data and data.get("quix") is not None:
+            data = {**data, "type": "quix"}
+        return data
+
+    @model_validator(mode="after")
+    def _section_of_type(self) -> CatalogConfig:
+        if self.type == "quix":
+            if self.quix is None:
+                self.quix = QuixCatalogConfig()
+            if not self.quix.url:
+                raise ValueError("catalog.quix.url: required for catalog.type quix (or set "
+                                 "Quix__Lakehouse__Catalog__Url / CATALOG_URL)")
+        return self
+
+
 class LakesinkConfig(BaseSettings):
     """Everything ``lakesink run`` needs. Sections: source, decode, table, trigger, spark."""
 
@@ -920,6 +963,7 @@ class LakesinkConfig(BaseSettings):
     storage: StorageConfig = Field(default_factory=StorageConfig)
     retry: RetryConfig = Field(default_factory=RetryConfig)
     silence: SilenceConfig = Field(default_factory=SilenceConfig)
+    catalog: CatalogConfig = Field(default_factory=CatalogConfig)
     routes: list[RouteConfig] = Field(
         default_factory=list,
         description="topic -> table routes; each inherits `table` and `decode`",
@@ -939,6 +983,37 @@ class LakesinkConfig(BaseSettings):
         if isinstance(data, dict) and "source" not in data:
             data = {**data, "source": {}}
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _catalog_from_environment(cls, data: Any) -> Any:
+        """The Quix sink's catalog variables: ``Quix__Lakehouse__Catalog__Url`` turns the
+        Quix catalog on when no catalog is configured; with ``catalog.type: quix`` they
+        and ``CATALOG_URL`` / ``CATALOG_AUTH_TOKEN`` / ``CATALOG_NAMESPACE`` /
+        ``AUTO_DISCOVER`` fill what the config leaves unset."""
+        from lakesink.config.loader import _env_data
+
+        env = _env_data.get() or {}
+        if not isinstance(data, dict):
+            return data
+        catalog = data.get("catalog")
+        catalog = dict(catalog) if isinstance(catalog, dict) else {}
+        kind = catalog.get("type") or ("quix" if catalog.get("quix") is not None else None)
+        if kind is None and env.get("Quix__Lakehouse__Catalog__Url"):
+            kind = "quix"
+        if kind != "quix":
+            return data
+        quix = catalog.get("quix")
+        quix = dict(quix) if isinstance(quix, dict) else {}
+        for key, names in (("url", ("Quix__Lakehouse__Catalog__Url", "CATALOG_URL")),
+                           ("auth_token", ("Quix__Lakehouse__Catalog__AuthToken",
+                                           "CATALOG_AUTH_TOKEN")),
+                           ("namespace", ("CATALOG_NAMESPACE",)),
+                           ("auto_discover", ("AUTO_DISCOVER",))):
+            value = next((env[n] for n in names if env.get(n)), None)
+            if key not in quix and value is not None:
+                quix[key] = value
+        return {**data, "catalog": {**catalog, "type": "quix", "quix": quix}}
 
     @model_validator(mode="after")
     def _aws_environment(self) -> LakesinkConfig:

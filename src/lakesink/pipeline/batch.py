@@ -66,6 +66,7 @@ from lakesink.tables.rejected import RejectedWriter
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
+    from lakesink.catalog.outbox import Registrar
     from lakesink.pipeline.arrow_path import StagedByTasks
 
 logger = logging.getLogger(__name__)
@@ -104,9 +105,12 @@ class RunStats:
     files: int = 0
     bytes: int = 0
     seconds: float = 0.0
+    #: with a catalog: batches registered, and committed batches still waiting at stop
+    registered: int | None = None
+    unregistered: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
 class BatchProcessor:
@@ -124,8 +128,10 @@ class BatchProcessor:
         transforms: Transforms | None = None,
         engine: str = "spark",
         task_filesystem: tuple[str, dict[str, Any]] | str = "no filesystem for the tasks",
+        registrar: Registrar | None = None,
     ) -> None:
-        """``engine``: ``spark`` (JVM row expressions), ``arrow`` (pyarrow in the tasks;
+        """``registrar``: registers each committed batch in a catalog (after its commit
+        and its dead letters; :mod:`lakesink.catalog.outbox`); ``engine``: ``spark`` (JVM row expressions), ``arrow`` (pyarrow in the tasks;
         refused at start for a table it cannot write) or ``auto`` (arrow where it can);
         ``task_filesystem``: where the Arrow tasks write
         (:func:`~lakesink.runtime.storage.task_filesystem`)."""
@@ -140,6 +146,7 @@ class BatchProcessor:
         self.store_schema = store_schema
         self.writer = writer
         self.rejected = rejected
+        self.registrar = registrar
         self.app_id = app_id
         self.stats = RunStats()
         self._use(schema)
@@ -385,8 +392,19 @@ class BatchProcessor:
     # -- one batch -----------------------------------------------------------------------
 
     def close(self) -> None:
-        self.writer.close()
-        self.rejected.close()
+        try:
+            if self.registrar is not None:
+                self.registrar.close()
+                self.stats.registered = self.registrar.registered
+                self.stats.unregistered = len(self.registrar.pending)
+        finally:
+            self.writer.close()
+            self.rejected.close()
+
+    def _register(self, batch_id: int) -> None:
+        """The committed batch goes to the catalog (or waits in the outbox)."""
+        if self.registrar is not None:
+            self.registrar.committed(batch_id)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -409,6 +427,7 @@ class BatchProcessor:
             self.rejected.publish(batch_id)
             logger.warning("batch %d: %d record(s) rejected -> %s", batch_id,
                            counts["rejected"], self.rejected.path(batch_id))
+        self._register(batch_id)
         stats = self.stats
         stats.batches += 1
         stats.seconds += time.monotonic() - started
@@ -735,6 +754,7 @@ class BatchProcessor:
         if published:
             logger.warning("batch %d (replayed): %d rejected record(s) published", batch_id,
                            published)
+        self._register(batch_id)
         self.stats.batches += 1
         self.stats.skipped += 1
         self.stats.seconds += time.monotonic() - started

@@ -260,7 +260,7 @@ class Router:
         for route in self.routes:
             for processor in route.processors:
                 for key, value in processor.stats.as_dict().items():
-                    setattr(total, key, getattr(total, key) + value)
+                    setattr(total, key, (getattr(total, key) or 0) + value)
         total.batches = self.batches
         total.rejected += self.unrouted_records
         return total

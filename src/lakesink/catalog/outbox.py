@@ -1,0 +1,190 @@
+"""The registration outbox: every committed batch reaches the catalog exactly once.
+
+The Parquet writer's manifest (``manifests/<run>/<batch>.json``, the commit point) lists
+the batch's files; it is the outbox entry. After the catalog accepted a batch, a mark
+``registered/<catalog id>/<run>/<batch>.json`` is written. So at any moment:
+
+* manifest, no mark — committed, not (known to be) registered: pending;
+* manifest and mark — done.
+
+A crash after the commit and before registration (fault point ``after_manifest``)
+leaves a pending batch: the next start finds it (:meth:`Registrar.start` lists the
+manifests of every run without a mark, so enabling a catalog on an existing table
+registers what it already holds). A crash after registration and before the mark
+(``after_registration``) registers the batch again, which the catalog's ``register``
+must absorb (its contract, :mod:`lakesink.catalog.base`).
+
+Registration never blocks ingestion: a batch is registered right after its commit when
+the catalog answers; while it does not (:class:`~lakesink.errors.CatalogUnavailable`),
+the backlog waits with exponential backoff (``catalog.retry_initial_s`` doubling to
+``catalog.retry_max_s``), logged when it starts and when it clears, and is registered
+in commit order at the first batch after the wait. At stop, one last attempt; what is
+left is registered by the next start.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from lakesink.catalog.base import Catalog, CatalogFile, CommittedBatch
+from lakesink.errors import CatalogUnavailable
+from lakesink.faults import fault_point
+from lakesink.pipeline.partitioning import unescape_value
+from lakesink.tables.fs import join
+
+if TYPE_CHECKING:
+    from lakesink.tables.fs import HadoopFS
+    from lakesink.tables.layout import TableLayout
+
+logger = logging.getLogger(__name__)
+
+
+def partition_of(relative: str, null_value: str) -> dict[str, str | None]:
+    """The Hive partition values of a file's folder (``c1=v1/c2=v2/part-….parquet``)."""
+    out: dict[str, str | None] = {}
+    for part in relative.split("/")[:-1]:
+        col, _, value = part.partition("=")
+        text = unescape_value(value)
+        out[unescape_value(col)] = None if text == null_value else text
+    return out
+
+
+def committed_batch(manifest: dict[str, Any], *, table: str, location: str, run: str,
+                    null_value: str) -> CommittedBatch:
+    """The catalog's view of a manifest."""
+    files = tuple(
+        CatalogFile(path=join(location, f["path"]), relative=f["path"], bytes=int(f["bytes"]),
+                    rows=int(f["rows"]), partition=partition_of(f["path"], null_value))
+        for f in manifest["files"])
+    return CommittedBatch(table=table, location=location, app_id=str(manifest["app_id"]),
+                          run=run, batch_id=int(manifest["batch_id"]), files=files,
+                          committed_at=str(manifest.get("committed_at", "")))
+
+
+class Registrar:
+    """Drives one table's catalog registration; see the module docstring."""
+
+    def __init__(self, catalog: Catalog, fs: HadoopFS, layout: TableLayout, *, run: str,
+                 null_value: str, retry_initial_s: float = 1.0, retry_max_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.catalog = catalog
+        self.fs = fs
+        self.layout = layout
+        self.run = run
+        self.null_value = null_value
+        self.retry_initial_s = retry_initial_s
+        self.retry_max_s = retry_max_s
+        self.clock = clock
+        self.pending: list[tuple[str, int]] = []  #: (run, batch), in registration order
+        self.prepared = False
+        self.failures = 0
+        self.next_try = 0.0
+        self.registered = 0  #: batches registered by this process
+
+    # -- where things live -------------------------------------------------------------
+
+    @property
+    def marks(self) -> str:
+        return join(self.layout.meta, "registered", self.catalog.id)
+
+    def mark(self, run: str, batch_id: int) -> str:
+        return join(self.marks, run, f"{batch_id:010d}.json")
+
+    # -- the outbox --------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Find the committed batches without a mark (every run's: a table the catalog
+        is new to registers what it holds), other runs' first, then this run's, each in
+        batch order; then try to prepare the catalog and register them."""
+        manifests = self._listed(join(self.layout.meta, "manifests"))
+        done = set(self._listed(self.marks))
+        self.pending = sorted((k for k in manifests if k not in done),
+                              key=lambda k: (k[0] == self.run, k[0], k[1]))
+        if self.pending:
+            logger.info("catalog %s: %d committed batch(es) to register",
+                        self.catalog.describe(), len(self.pending))
+        self.drain()
+
+    def _listed(self, folder: str) -> list[tuple[str, int]]:
+        out = []
+        for f in self.fs.list_files(folder, suffix=".json"):
+            run, _, name = f.relative.rpartition("/")
+            if run and name[:-5].isdigit():
+                out.append((run, int(name[:-5])))
+        return out
+
+    def committed(self, batch_id: int) -> None:
+        """After ``batch_id`` of this run was committed (or found committed by a
+        replay): queue it, unless marked, and register what is due."""
+        key = (self.run, batch_id)
+        if key not in self.pending and not self.fs.exists(self.mark(*key)):
+            self.pending.append(key)
+        self.drain()
+
+    def drain(self, *, force: bool = False) -> int:
+        """Register pending batches in order until one fails (then back off) or none is
+        left; returns how many were registered. Waits for the backoff unless ``force``."""
+        if not self.pending and self.prepared:
+            return 0
+        if not force and self.clock() < self.next_try:
+            return 0
+        done = 0
+        try:
+            if not self.prepared:
+                self.catalog.prepare()
+                self.prepared = True
+            while self.pending:
+                run, batch_id = self.pending[0]
+                self._register(run, batch_id)
+                self.pending.pop(0)
+                done += 1
+        except CatalogUnavailable as exc:
+            self._failed(exc)
+            return done
+        if self.failures:
+            logger.warning("catalog %s: reachable again after %d failed attempt(s); the "
+                           "backlog is registered", self.catalog.describe(), self.failures)
+        self.failures, self.next_try = 0, 0.0
+        self.registered += done
+        return done
+
+    def _register(self, run: str, batch_id: int) -> None:
+        path = join(self.layout.meta, "manifests", run, f"{batch_id:010d}.json")
+        manifest = self.fs.read_json(path)
+        if manifest is None:  # rolled up or removed since it was listed: nothing to do
+            return
+        batch = committed_batch(manifest, table=self.layout.name, location=self.layout.table,
+                                run=run, null_value=self.null_value)
+        self.catalog.register(batch)
+        fault_point("after_registration", batch_id)
+        self.fs.write_json(self.mark(run, batch_id), {
+            "batch_id": batch_id, "app_id": batch.app_id, "files": len(batch.files),
+            "rows": batch.rows, "catalog": self.catalog.describe()})
+        logger.info("catalog %s: batch %d registered (%d file(s), %d row(s))",
+                    self.catalog.describe(), batch_id, len(batch.files), batch.rows)
+
+    def _failed(self, exc: CatalogUnavailable) -> None:
+        wait = min(self.retry_max_s, self.retry_initial_s * 2 ** self.failures)
+        self.failures += 1
+        self.next_try = self.clock() + wait
+        log = logger.warning if self.failures == 1 or wait >= self.retry_max_s else logger.info
+        log("catalog %s unavailable (%s); %d batch(es) wait for registration, next try in "
+            "%.0fs; ingestion goes on", self.catalog.describe(), exc, len(self.pending), wait)
+
+    def close(self) -> None:
+        """One last attempt; what is left is registered by the next start."""
+        try:
+            self.drain(force=True)
+            if self.pending:
+                logger.warning("catalog %s: %d committed batch(es) not registered yet; the "
+                               "next start registers them", self.catalog.describe(),
+                               len(self.pending))
+        finally:
+            self.catalog.close()
+
+    def status(self) -> dict[str, Any]:
+        return {"catalog": self.catalog.describe(), "pending": len(self.pending),
+                "registered": self.registered, "failures": self.failures}

@@ -1,0 +1,218 @@
+"""The catalog step without Spark or network: the config, the outbox's order, marks and
+backoff (the Quix catalog's calls: tests/integration/test_catalog_quix.py)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from lakesink.catalog import Catalog, CommittedBatch, registrar
+from lakesink.catalog.outbox import Registrar, committed_batch, partition_of
+from lakesink.config import load_config, redacted_dict
+from lakesink.errors import CatalogUnavailable, ConfigError
+from lakesink.tables.layout import TableLayout
+
+KAFKA = {"source": {"kafka": {"bootstrap_servers": "b:9092", "topics": ["events"]}}}
+
+
+def write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "lakesink.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+# -- configuration -----------------------------------------------------------------------
+
+def test_no_catalog_by_default(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, KAFKA), env={}).catalog.type == "none"
+
+
+def test_the_quix_variables_fill_the_quix_catalog(tmp_path: Path) -> None:
+    env = {"Quix__Lakehouse__Catalog__Url": "http://cat:8080/", "CATALOG_URL": "http://other",
+           "Quix__Lakehouse__Catalog__AuthToken": "tok-123", "CATALOG_NAMESPACE": "lake",
+           "AUTO_DISCOVER": "false"}
+    cfg = load_config(write(tmp_path, KAFKA), env=env)
+    quix = cfg.catalog.quix
+    assert cfg.catalog.type == "quix" and quix is not None
+    assert (quix.url, quix.namespace, quix.auto_discover) == ("http://cat:8080/", "lake", False)
+    assert quix.auth_token is not None and quix.auth_token.get_secret_value() == "tok-123"
+    assert "tok-123" not in json.dumps(redacted_dict(cfg), default=str)
+
+
+def test_catalog_url_alone_needs_the_quix_catalog_chosen(tmp_path: Path) -> None:
+    """CATALOG_URL is a generic name (pyiceberg's too): it only fills a chosen catalog."""
+    assert load_config(write(tmp_path, KAFKA), env={"CATALOG_URL": "http://c"}
+                       ).catalog.type == "none"
+    cfg = load_config(write(tmp_path, {**KAFKA, "catalog": {"type": "quix"}}),
+                      env={"CATALOG_URL": "http://c", "CATALOG_AUTH_TOKEN": "t"})
+    assert cfg.catalog.quix is not None and cfg.catalog.quix.url == "http://c"
+    assert cfg.catalog.quix.auth_token is not None
+
+
+def test_the_quix_catalog_needs_a_url(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="catalog.quix.url"):
+        load_config(write(tmp_path, {**KAFKA, "catalog": {"type": "quix"}}), env={})
+
+
+def test_a_token_in_the_file_is_refused(tmp_path: Path) -> None:
+    data = {**KAFKA, "catalog": {"quix": {"url": "http://c", "auth_token": "s3cr3t"}}}
+    with pytest.raises(ConfigError, match="catalog.quix.auth_token") as err:
+        load_config(write(tmp_path, data), env={})
+    assert "s3cr3t" not in str(err.value)
+
+
+def test_a_delta_table_with_a_file_catalog_is_refused(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, {**KAFKA, "table": {"format": "delta"},
+                                       "catalog": {"quix": {"url": "http://c"}}}), env={})
+    with pytest.raises(ConfigError, match="catalog.type"):
+        registrar(cfg.catalog, cfg.table, FakeFS(), TableLayout.of("/lake", "events"), run="r")
+
+
+# -- the outbox --------------------------------------------------------------------------
+
+def test_partition_values_come_back_unescaped_with_nulls() -> None:
+    rel = "city=São%2FPaulo/day=__HIVE_DEFAULT_PARTITION__/part-0000000001-r-0.parquet"
+    assert partition_of(rel, "__HIVE_DEFAULT_PARTITION__") == {"city": "São/Paulo",
+                                                                "day": None}
+    assert partition_of("part-0.parquet", "x") == {}
+
+
+@dataclass
+class Info:
+    path: str
+    relative: str
+    size: int
+
+
+class FakeFS:
+    """The HadoopFS calls the outbox makes, over a dict of path -> JSON text."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, str] = {}
+
+    def list_files(self, path: str, *, suffix: str = "") -> list[Info]:
+        base = path.rstrip("/") + "/"
+        return sorted((Info(p, p[len(base):], len(t)) for p, t in self.files.items()
+                       if p.startswith(base) and p.endswith(suffix)), key=lambda i: i.relative)
+
+    def read_json(self, path: str) -> Any:  # noqa: ANN401
+        return json.loads(self.files[path]) if path in self.files else None
+
+    def write_json(self, path: str, data: Any) -> None:  # noqa: ANN401
+        self.files[path] = json.dumps(data)
+
+    def exists(self, path: str) -> bool:
+        return path in self.files
+
+
+class FakeCatalog(Catalog):
+    id = "fake"
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[str, int]] = []
+        self.down = 0  # calls left that fail
+        self.prepared = 0
+
+    def prepare(self) -> None:
+        self._maybe_down()
+        self.prepared += 1
+
+    def register(self, batch: CommittedBatch) -> None:
+        self._maybe_down()
+        self.batches.append((batch.run, batch.batch_id))
+
+    def _maybe_down(self) -> None:
+        if self.down:
+            self.down -= 1
+            raise CatalogUnavailable("down")
+
+
+LAYOUT = TableLayout("file:/lake", "events")
+
+
+def commit(fs: FakeFS, run: str, batch: int) -> None:
+    fs.write_json(LAYOUT.manifest(run, batch), {
+        "batch_id": batch, "app_id": f"app-{run}",
+        "files": [{"path": f"day=1/part-{batch:010d}-{run}-0.parquet", "bytes": 10,
+                   "rows": 3}]})
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(fs: FakeFS, catalog: FakeCatalog, clock: Clock, run: str = "r2") -> Registrar:
+    return Registrar(catalog, fs, LAYOUT, run=run, null_value="__HIVE_DEFAULT_PARTITION__",
+                     retry_initial_s=1.0, retry_max_s=4.0, clock=clock)
+
+
+def test_start_registers_every_runs_unmarked_batches_in_order() -> None:
+    fs, catalog, clock = FakeFS(), FakeCatalog(), Clock()
+    for run, batch in (("r2", 1), ("r1", 7), ("r2", 0), ("r1", 3)):
+        commit(fs, run, batch)
+    fs.write_json(Registrar(catalog, fs, LAYOUT, run="r2", null_value="").mark("r1", 3), {})
+    reg = make(fs, catalog, clock)
+    reg.start()
+    assert catalog.batches == [("r1", 7), ("r2", 0), ("r2", 1)]  # other runs first
+    assert reg.pending == [] and reg.registered == 3
+    assert all(fs.exists(reg.mark(r, b)) for r, b in catalog.batches)
+    reg.committed(1)  # a replay of a registered batch: not again
+    assert len(catalog.batches) == 3
+
+
+def test_a_catalog_that_is_down_delays_registration_with_backoff() -> None:
+    fs, catalog, clock = FakeFS(), FakeCatalog(), Clock()
+    catalog.down = 3
+    reg = make(fs, catalog, clock)
+    reg.start()  # prepare fails: 1 s
+    for b in range(4):
+        commit(fs, "r2", b)
+        reg.committed(b)
+        clock.now += 0.6
+    # tried at t=100 (start; then waits 1 s) and 101.2 (b2; then waits 2 s): both failed
+    assert catalog.batches == [] and reg.pending == [("r2", b) for b in range(4)]
+    assert reg.failures == 2 and reg.next_try == pytest.approx(103.2)
+    clock.now = reg.next_try
+    reg.drain()  # fails a third time: 4 s, the most
+    assert reg.failures == 3 and reg.next_try == pytest.approx(107.2)
+    clock.now = reg.next_try
+    commit(fs, "r2", 4)
+    reg.committed(4)  # the catalog is back: the backlog goes first, in order
+    assert catalog.batches == [("r2", b) for b in range(5)] and catalog.prepared == 1
+    assert reg.failures == 0 and reg.pending == []
+
+
+def test_close_tries_once_more_and_leaves_the_rest_to_the_next_start() -> None:
+    fs, catalog, clock = FakeFS(), FakeCatalog(), Clock()
+    reg = make(fs, catalog, clock)
+    reg.start()
+    catalog.down = 10
+    commit(fs, "r2", 0)
+    reg.committed(0)
+    reg.close()  # not waiting for the backoff, fails again
+    assert reg.pending == [("r2", 0)] and catalog.batches == []
+    catalog.down = 0
+    again = make(fs, catalog, clock)
+    again.start()
+    assert catalog.batches == [("r2", 0)]
+
+
+def test_a_crash_between_registration_and_mark_registers_again() -> None:
+    """Why a catalog's register must be idempotent: the outbox alone cannot tell."""
+    fs, catalog, clock = FakeFS(), FakeCatalog(), Clock()
+    commit(fs, "r2", 0)
+    reg = make(fs, catalog, clock)
+    reg.catalog.register(committed_batch(
+        fs.read_json(LAYOUT.manifest("r2", 0)), table="events", location=LAYOUT.table,
+        run="r2", null_value=""))  # registered, then killed before the mark
+    reg.start()
+    assert catalog.batches == [("r2", 0), ("r2", 0)]
