@@ -10,6 +10,8 @@ dict lookup. Points:
 * ``mid_publish``           — half of the batch's files are published, no manifest
 * ``after_publish``         — every file is published, no manifest
 * ``after_manifest``        — the manifest is written, Spark has not recorded the batch
+* ``after_registration``    — a catalog accepted the batch's files, the outbox has not
+  marked it registered (with ``catalog:``)
 * ``after_delta_commit``    — the Delta commit is durable, Spark has not recorded the batch
 * ``raise_after_delta_commit`` — the Delta commit is durable, then the write *raises*
   (a failed post-commit hook, a lost response) instead of killing: once per process
@@ -25,7 +27,7 @@ dict lookup. Points:
 * ``silence_after_delivery``  — a silence batch's events are delivered (table, topic,
   callback), Spark has not recorded the batch
 
-The first four are in the Parquet writer (``after_staging`` also in the Arrow path's
+The first four are in the Parquet writer, ``after_registration`` in the catalog outbox (``after_staging`` also in the Arrow path's
 Delta batch), the fifth in the Delta writer, the sixth in
 the batch function (both formats), the source points in the Redis and Danube readers (the
 first time reached), the last two in the silence query (the first batch with events, unless
@@ -41,11 +43,13 @@ import signal
 logger = logging.getLogger(__name__)
 
 PARQUET_POINTS = ("after_staging", "mid_publish", "after_publish", "after_manifest")
+CATALOG_POINTS = ("after_registration",)
 DELTA_POINTS = ("after_delta_commit",)
 COMMON_POINTS = ("after_schema_evolved",)
 SOURCE_POINTS = ("source_after_take", "source_after_spool", "source_before_commit")
 SILENCE_POINTS = ("silence_before_delivery", "silence_after_delivery")
-POINTS = PARQUET_POINTS + DELTA_POINTS + COMMON_POINTS + SOURCE_POINTS + SILENCE_POINTS
+POINTS = (PARQUET_POINTS + CATALOG_POINTS + DELTA_POINTS + COMMON_POINTS + SOURCE_POINTS
+          + SILENCE_POINTS)
 
 
 RAISE_POINTS = ("raise_after_delta_commit",)
