@@ -205,7 +205,7 @@ class TableParts:
         writer.prepare()
         try:
             registrar = catalog.registrar(self.cfg.catalog, table, self.fs, layout,
-                                          run=run_tag(app_id))
+                                          run=run_tag(app_id), storage=self.cfg.storage)
             if registrar is not None:
                 registrar.start()
         except BaseException:

@@ -10,7 +10,12 @@ from lakesink.catalog.outbox import Registrar
 from lakesink.errors import ConfigError
 
 if TYPE_CHECKING:
-    from lakesink.config.models import CatalogConfig, TableConfig
+    from lakesink.config.models import (
+        CatalogConfig,
+        IcebergCatalogConfig,
+        StorageConfig,
+        TableConfig,
+    )
     from lakesink.tables.fs import HadoopFS
     from lakesink.tables.layout import TableLayout
 
@@ -18,7 +23,7 @@ __all__ = ["Catalog", "CatalogFile", "CommittedBatch", "Registrar", "registrar"]
 
 
 def registrar(config: CatalogConfig, table: TableConfig, fs: HadoopFS, layout: TableLayout,
-              *, run: str) -> Registrar | None:
+              *, run: str, storage: StorageConfig | None = None) -> Registrar | None:
     """The table's registrar, or None when no catalog is configured."""
     if config.type == "none":
         return None
@@ -26,10 +31,44 @@ def registrar(config: CatalogConfig, table: TableConfig, fs: HadoopFS, layout: T
         raise ConfigError("catalog.type", f"the {config.type} catalog registers Parquet "
                           f"files; table {layout.name} is {table.format}",
                           fix="use table.format parquet, or no catalog for this table")
-    from lakesink.catalog.quix import QuixCatalog
+    catalog: Catalog
+    if config.type == "iceberg":
+        from lakesink.catalog.iceberg import IcebergCatalog
 
-    assert config.quix is not None  # the model fills it for type quix
-    catalog = QuixCatalog(config.quix, table=layout.name, location=layout.table,
-                          partition_by=list(table.partition_by))
+        assert config.iceberg is not None
+        catalog = IcebergCatalog(config.iceberg, table=layout.name, location=layout.table,
+                                 partition_by=list(table.partition_by),
+                                 properties=iceberg_properties(config.iceberg, storage))
+    else:
+        from lakesink.catalog.quix import QuixCatalog
+
+        assert config.quix is not None  # the model fills it for type quix
+        catalog = QuixCatalog(config.quix, table=layout.name, location=layout.table,
+                              partition_by=list(table.partition_by))
     return Registrar(catalog, fs, layout, run=run, null_value=table.null_partition_value,
                      retry_initial_s=config.retry_initial_s, retry_max_s=config.retry_max_s)
+
+
+def iceberg_properties(config: IcebergCatalogConfig, storage: StorageConfig | None
+                       ) -> dict[str, str]:
+    """pyiceberg's catalog and FileIO properties: the section's, its secrets, and the S3
+    settings of ``storage.s3`` where the section leaves them unset (the catalog's FileIO
+    reads the files' footers and writes the table's metadata)."""
+    props: dict[str, str] = {"type": config.kind, "uri": config.uri}
+    if config.warehouse:
+        props["warehouse"] = config.warehouse
+    if storage is not None:
+        s3 = storage.s3
+        for key, value in (
+                ("s3.endpoint", s3.endpoint), ("s3.region", s3.region),
+                ("s3.access-key-id", s3.access_key_id and s3.access_key_id.get_secret_value()),
+                ("s3.secret-access-key",
+                 s3.secret_access_key and s3.secret_access_key.get_secret_value()),
+                ("s3.session-token", s3.session_token and s3.session_token.get_secret_value()),
+                ("s3.path-style-access", None if s3.path_style_access is None and not s3.endpoint
+                 else str(s3.path_style_access is not False).lower())):
+            if value:
+                props[key] = value
+    props.update(config.properties)
+    props.update({k: v.get_secret_value() for k, v in config.secret_properties.items()})
+    return props

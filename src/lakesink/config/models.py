@@ -911,12 +911,45 @@ class QuixCatalogConfig(_Section):
     timeout_s: float = Field(default=10.0, gt=0, description="per request")
 
 
+class IcebergCatalogConfig(_Section):
+    """An Iceberg catalog through pyiceberg (``catalog.type: iceberg``): see
+    ``docs/catalogs.md``."""
+
+    kind: Literal["rest", "sql"] = Field(
+        default="rest", description="rest (an Iceberg REST catalog) or sql (pyiceberg's "
+        "SQL catalog, e.g. sqlite:///lake/catalog.db for local disk)")
+    uri: str = Field(description="http://host:8181 (rest) or a SQLAlchemy URL (sql)")
+    warehouse: str | None = None
+    name: str = Field(default="default", description="the catalog's name (the SQL "
+                      "catalog keeps tables per catalog name: readers use the same)")
+    namespace: str = "default"
+    table: str | None = Field(default=None, description="default: the table's name")
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="more pyiceberg catalog / FileIO properties "
+        "(s3.endpoint, …); secret-bearing ones are refused here: use secret_properties")
+    secret_properties: dict[str, SecretStr] = Field(
+        default_factory=dict, description="credential, token, s3.secret-access-key, …: "
+        "env or secret file only")
+
+    @field_validator("properties")
+    @classmethod
+    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if any(w in key.lower() for w in ("credential", "token", "secret", "password",
+                                               "access-key")):
+                raise ValueError(f"catalog.iceberg.properties.{key}: a secret; set it in "
+                                 f"catalog.iceberg.secret_properties (env or secret file)")
+        return value
+
+
 class CatalogConfig(_Section):
     """Where committed batches are registered after their commit (off by default)."""
 
-    type: Literal["none", "quix"] = Field(
-        default="none", description="none (default) or quix; set by the section given")
+    type: Literal["none", "quix", "iceberg"] = Field(
+        default="none", description="none (default), quix or iceberg; set by the section "
+        "given")
     quix: QuixCatalogConfig | None = None
+    iceberg: IcebergCatalogConfig | None = None
     retry_initial_s: float = Field(default=1.0, gt=0, description="the first wait after "
                                    "a failed registration; doubles up to retry_max_s")
     retry_max_s: float = Field(default=60.0, gt=0)
@@ -924,12 +957,18 @@ class CatalogConfig(_Section):
     @model_validator(mode="before")
     @classmethod
     def _type_from_section(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "type" not in data and data.get("quix") is not None:
-            data = {**data, "type": "quix"}
+        if isinstance(data, dict) and "type" not in data:
+            given = [k for k in ("quix", "iceberg") if data.get(k) is not None]
+            if len(given) > 1:
+                raise ValueError(f"catalog: one catalog per run; sections {given} given")
+            if given:
+                data = {**data, "type": given[0]}
         return data
 
     @model_validator(mode="after")
     def _section_of_type(self) -> CatalogConfig:
+        if self.type == "iceberg" and self.iceberg is None:
+            raise ValueError("catalog.iceberg: required for catalog.type iceberg (uri, …)")
         if self.type == "quix":
             if self.quix is None:
                 self.quix = QuixCatalogConfig()
