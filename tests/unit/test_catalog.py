@@ -216,3 +216,32 @@ def test_a_crash_between_registration_and_mark_registers_again() -> None:
         run="r2", null_value=""))  # registered, then killed before the mark
     reg.start()
     assert catalog.batches == [("r2", 0), ("r2", 0)]
+
+
+def test_iceberg_properties_take_storage_s3_and_secrets_from_env(tmp_path: Path) -> None:
+    from lakesink.catalog import iceberg_properties
+
+    data = {**KAFKA, "storage": {"s3": {"endpoint": "http://127.0.0.1:8333"}},
+            "catalog": {"iceberg": {"uri": "http://127.0.0.1:8181", "warehouse": "ice",
+                                    "properties": {"s3.region": "eu-1"}}}}
+    env = {"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK",
+           "LAKESINK_CATALOG__ICEBERG__SECRET_PROPERTIES__CREDENTIAL": "id:pw"}
+    cfg = load_config(write(tmp_path, data), env=env)
+    assert cfg.catalog.type == "iceberg" and cfg.catalog.iceberg is not None
+    props = iceberg_properties(cfg.catalog.iceberg, cfg.storage)
+    assert props == {"type": "rest", "uri": "http://127.0.0.1:8181", "warehouse": "ice",
+                     "s3.endpoint": "http://127.0.0.1:8333", "s3.region": "eu-1",
+                     "s3.access-key-id": "AK", "s3.secret-access-key": "SK",
+                     "s3.path-style-access": "true", "credential": "id:pw"}
+    assert "id:pw" not in json.dumps(redacted_dict(cfg), default=str)
+
+
+def test_iceberg_secrets_are_refused_in_plain_properties(tmp_path: Path) -> None:
+    data = {**KAFKA, "catalog": {"iceberg": {"uri": "http://c",
+                                             "properties": {"token": "abc"}}}}
+    with pytest.raises(ConfigError, match="secret_properties") as err:
+        load_config(write(tmp_path, data), env={})
+    assert "abc" not in str(err.value)
+    data = {**KAFKA, "catalog": {"iceberg": {"uri": "http://c"}, "quix": {"url": "http://q"}}}
+    with pytest.raises(ConfigError, match="one catalog"):
+        load_config(write(tmp_path, data), env={})

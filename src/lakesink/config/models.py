@@ -1037,6 +1037,8 @@ class LakesinkConfig(BaseSettings):
             return data
         catalog = data.get("catalog")
         catalog = dict(catalog) if isinstance(catalog, dict) else {}
+        if "type" not in catalog and catalog.get("iceberg") is not None:
+            return data  # the catalog section decides (and refuses two)
         kind = catalog.get("type") or ("quix" if catalog.get("quix") is not None else None)
         if kind is None and env.get("Quix__Lakehouse__Catalog__Url"):
             kind = "quix"
