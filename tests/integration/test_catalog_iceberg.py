@@ -61,3 +61,36 @@ def test_every_batch_one_snapshot_and_pyiceberg_reads_exactly_the_rows(
     files = {f.file.file_path for f in table.scan().plan_files()}
     assert files == {f"file://{p}" for p in (lake / "events").rglob("*.parquet")}
     assert [f.name for f in table.spec().fields] == ["location", "year", "month", "day"]
+
+
+@pytest.mark.s3
+def test_iceberg_rest_catalog_of_seaweedfs_registers_the_s3_lake(
+        spark, kafka_broker, s3_server, topic, tmp_path) -> None:
+    """The lake on S3 (SeaweedFS), the table in SeaweedFS's own Iceberg REST catalog (its
+    S3 Tables bucket ``icetables``): the data files stay in the lake's bucket."""
+    from pyiceberg.catalog import load_catalog
+
+    produce_events(kafka_broker, topic, range(600))
+    data = config_dict(kafka_broker, topic, tmp_path / "unused")
+    data["table"]["base_path"] = f"s3a://lake/iceberg-{topic}"
+    data["source"]["kafka"]["max_offsets_per_trigger"] = 400
+    data["catalog"] = {"iceberg": {"uri": s3_server.iceberg_uri, "warehouse": "icetables",
+                                   "namespace": "lake", "table": f"t_{topic}".replace("-", "_")}}
+    credential = f"{s3_server.access_key}:{s3_server.secret_key}"
+    env = {**s3_server.env(),
+           "LAKESINK_CATALOG__ICEBERG__SECRET_PROPERTIES__CREDENTIAL": credential}
+    stats = Pipeline.build(load_config(flags=flatten(data), env=env), spark).run(
+        until_caught_up=True)
+    assert stats.registered == 2
+
+    table = load_catalog("default", type="rest", uri=s3_server.iceberg_uri,
+                         warehouse="icetables", credential=credential,
+                         **{"s3.endpoint": s3_server.endpoint, "s3.path-style-access": "true",
+                            "s3.access-key-id": s3_server.access_key,
+                            "s3.secret-access-key": s3_server.secret_key,
+                            "s3.region": "us-east-1"}
+                         ).load_table(("lake", data["catalog"]["iceberg"]["table"]))
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(600))
+    files = {t.file.file_path for t in table.scan().plan_files()}
+    assert files and all(f.startswith(f"s3://lake/iceberg-{topic}/events/") for f in files)
+    assert table.location().startswith("s3://icetables/")

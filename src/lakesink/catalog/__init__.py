@@ -36,7 +36,7 @@ def registrar(config: CatalogConfig, table: TableConfig, fs: HadoopFS, layout: T
         from lakesink.catalog.iceberg import IcebergCatalog
 
         assert config.iceberg is not None
-        catalog = IcebergCatalog(config.iceberg, table=layout.name, location=layout.table,
+        catalog = IcebergCatalog(config.iceberg, table=layout.name,
                                  partition_by=list(table.partition_by),
                                  properties=iceberg_properties(config.iceberg, storage))
     else:

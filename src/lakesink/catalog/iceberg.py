@@ -2,8 +2,10 @@
 table through ``pyiceberg`` (a REST catalog, or its SQL catalog for local disk), since no
 Iceberg runtime exists for Spark 4.2.
 
-* **The table** is made at the first batch: the columns of the batch's Parquet files
-  plus the partition columns (optional strings: the Hive folders' text, exactly), an
+* **The table** is made at the first batch, where the catalog puts its tables (its
+  warehouse: the metadata never enters the lake's table folder; the data files stay
+  where lakesink wrote them): the columns of the batch's Parquet files plus the
+  partition columns (optional strings: the Hive folders' text, exactly), an
   identity partition per ``table.partition_by`` column, and the name mapping Iceberg
   needs for files without field ids. An existing table must be partitioned by the same
   columns (:class:`~lakesink.errors.LayoutError` at start).
@@ -55,11 +57,10 @@ def iceberg_path(path: str) -> str:
 
 
 class IcebergCatalog(Catalog):
-    def __init__(self, config: IcebergCatalogConfig, *, table: str, location: str,
-                 partition_by: list[str], properties: dict[str, str]) -> None:
+    def __init__(self, config: IcebergCatalogConfig, *, table: str, partition_by: list[str],
+                 properties: dict[str, str]) -> None:
         self.config = config
         self.identifier = (config.namespace, config.table or table)
-        self.location = iceberg_path(location)
         self.partition_by = list(partition_by)
         self.properties = properties  # catalog + FileIO properties, secrets included
         self.id = f"iceberg-{config.namespace}"
@@ -167,8 +168,8 @@ class IcebergCatalog(Catalog):
                             *(pa.field(c, pa.string()) for c in self.partition_by)])
 
         def create() -> Table:
-            table = self.catalog.create_table(
-                self.identifier, schema=schema, location=self.location,
+            table = self.catalog.create_table(  # its location: the catalog's warehouse
+                self.identifier, schema=schema,
                 properties={"commit.manifest-merge.enabled": "true",
                             "created-by": "lakesink"})
             with table.transaction() as tx:

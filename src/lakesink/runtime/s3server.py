@@ -37,8 +37,11 @@ class SeaweedS3(LocalService):
     """``with SeaweedS3() as s3: ... s3.endpoint, s3.access_key, s3.secret_key ...``"""
 
     def __init__(self, *, bucket: str = "lake", work_dir: str | Path | None = None,
-                 start_timeout_s: float = 60.0) -> None:
+                 start_timeout_s: float = 60.0, table_bucket: str | None = None) -> None:
+        """``table_bucket``: also serve an Iceberg REST catalog (:attr:`iceberg_uri`)
+        whose tables live in that S3 Tables bucket (their warehouse)."""
         self._own_dir = work_dir is None
+        self.table_bucket = table_bucket
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="lakesink-s3-"))
         self.bucket = bucket
         self.access_key = "lakesink"
@@ -51,6 +54,11 @@ class SeaweedS3(LocalService):
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.ports['s3.port']}"
+
+    @property
+    def iceberg_uri(self) -> str:
+        """The Iceberg REST catalog (with ``table_bucket``)."""
+        return f"http://127.0.0.1:{self.ports['s3.port.iceberg']}"
 
     def env(self) -> dict[str, str]:
         """The standard AWS variables a client of this server needs."""
@@ -84,6 +92,7 @@ class SeaweedS3(LocalService):
         data.mkdir(parents=True, exist_ok=True)
         cmd = [weed_binary(), "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                "-admin.ui=false", f"-bucket={self.bucket}",
+               *([f"-tableBucket={self.table_bucket}"] if self.table_bucket else []),
                *[f"-{name}={port}" for name, port in self.ports.items()]]
         env = {**os.environ, "AWS_ACCESS_KEY_ID": self.access_key,
                "AWS_SECRET_ACCESS_KEY": self.secret_key}
