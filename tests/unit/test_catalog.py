@@ -44,6 +44,14 @@ def test_the_quix_variables_fill_the_quix_catalog(tmp_path: Path) -> None:
     assert "tok-123" not in json.dumps(redacted_dict(cfg), default=str)
 
 
+def test_auto_discover_is_on_only_for_true_as_in_the_quix_sink(tmp_path: Path) -> None:
+    url = {"Quix__Lakehouse__Catalog__Url": "http://c"}
+    for value, on in (("TRUE", True), ("true", True), ("1", False), ("yes", False),
+                      ("off", False)):
+        cfg = load_config(write(tmp_path, KAFKA), env={**url, "AUTO_DISCOVER": value})
+        assert cfg.catalog.quix is not None and cfg.catalog.quix.auto_discover is on, value
+
+
 def test_catalog_url_alone_needs_the_quix_catalog_chosen(tmp_path: Path) -> None:
     """CATALOG_URL is a generic name (pyiceberg's too): it only fills a chosen catalog."""
     assert load_config(write(tmp_path, KAFKA), env={"CATALOG_URL": "http://c"}

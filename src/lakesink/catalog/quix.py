@@ -15,12 +15,12 @@ Every call sends ``Authorization: Bearer <token>`` when a token is configured. A
 connection, a timeout or a 5xx answer is :class:`~lakesink.errors.CatalogUnavailable`
 (the outbox retries); any other non-2xx answer is a :class:`~lakesink.errors.CatalogError`.
 
-**Idempotency.** The API is append-only: it can neither say which files it holds nor
-take a batch key. :meth:`QuixCatalog.register` therefore sends each batch at most once
-per process and the outbox marks it right after the answer; the one window left is a
-crash between the catalog's answer and that mark (fault point ``after_registration``),
-after which the batch is sent again with the *same* file paths (lakesink's names are
-deterministic), so a catalog that keys its manifest by path holds each file once.
+**Idempotency.** The API can neither say which files it holds nor take a batch key;
+the outbox marks a batch right after the catalog's answer. The one window left is a
+crash between that answer and the mark (fault point ``after_registration``), after
+which the batch is sent again with the *same* file paths (lakesink's names derive from
+the batch); Quix's open-source catalog keeps one manifest entry per path (an upsert on
+``(table, file_path)``), so it still lists each file once.
 """
 
 from __future__ import annotations

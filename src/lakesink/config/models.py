@@ -1052,8 +1052,9 @@ class LakesinkConfig(BaseSettings):
                            ("namespace", ("CATALOG_NAMESPACE",)),
                            ("auto_discover", ("AUTO_DISCOVER",))):
             value = next((env[n] for n in names if env.get(n)), None)
-            if key not in quix and value is not None:
-                quix[key] = value
+            if key not in quix and value is not None:  # AUTO_DISCOVER: only "true" is
+                quix[key] = (value.strip().lower() == "true"  # on, as in the Quix sink
+                             if key == "auto_discover" else value)
         return {**data, "catalog": {**catalog, "type": "quix", "quix": quix}}
 
     @model_validator(mode="after")
