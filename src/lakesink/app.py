@@ -25,6 +25,7 @@ from lakesink.decode.evolution import EvolutionPolicy, reconcile_declared, schem
 from lakesink.decode.json import infer_schema
 from lakesink.decode.schema import declared_schema
 from lakesink.errors import (
+    CatalogError,
     CommitMismatch,
     ConfigError,
     LeaseLost,
@@ -365,7 +366,7 @@ class Pipeline:
         caught_up = self._caught_up(until_caught_up)
         beside = self._silence_beside(caught_up, stop)
         try:
-            return self._run(caught_up, stop)
+            self._run(caught_up, stop)
         finally:
             self._settle_source()
             if beside is not None:
@@ -373,6 +374,7 @@ class Pipeline:
             if self.silence is not None:
                 self.silence.close()
             self.processor.close()
+        return self.stats  # after close: the catalog's last registrations counted
 
     def _settle_source(self) -> None:
         """Acknowledge the source up to the last batch Spark recorded done (see
@@ -489,7 +491,7 @@ def type_table_names(cfg: LakesinkConfig, spark: SparkSession, index: int) -> li
 
 #: batch errors a query restart cannot mend (they arrive wrapped by Spark's
 #: StreamingQueryException, so they are found by their class names)
-_FINAL = (CommitMismatch, ConfigError, LeaseLost, SecondWriterError)
+_FINAL = (CommitMismatch, ConfigError, LeaseLost, SecondWriterError, CatalogError)
 
 
 def _never_retried(exc: BaseException) -> bool:

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from lakesink.catalog import Catalog, CommittedBatch, registrar
-from lakesink.catalog.outbox import Registrar, committed_batch, partition_of
+from lakesink.catalog.outbox import Registrar, partition_of
 from lakesink.config import load_config, redacted_dict
 from lakesink.errors import CatalogUnavailable, ConfigError
 from lakesink.tables.layout import TableLayout
@@ -214,16 +214,87 @@ def test_close_tries_once_more_and_leaves_the_rest_to_the_next_start() -> None:
     assert catalog.batches == [("r2", 0)]
 
 
-def test_a_crash_between_registration_and_mark_registers_again() -> None:
-    """Why a catalog's register must be idempotent: the outbox alone cannot tell."""
+def test_a_batch_marked_by_another_process_is_not_registered_again() -> None:
     fs, catalog, clock = FakeFS(), FakeCatalog(), Clock()
     commit(fs, "r2", 0)
+    commit(fs, "r2", 1)
     reg = make(fs, catalog, clock)
-    reg.catalog.register(committed_batch(
-        fs.read_json(LAYOUT.manifest("r2", 0)), table="events", location=LAYOUT.table,
-        run="r2", null_value=""))  # registered, then killed before the mark
+    catalog.down = 1
+    reg.start()  # unavailable: both wait
+    fs.write_json(reg.mark("r2", 0), {})  # meanwhile another process registered batch 0
+    clock.now += 5
+    reg.drain()
+    assert catalog.batches == [("r2", 1)] and reg.pending == []
+
+
+def test_a_long_backlog_is_registered_over_several_batches() -> None:
+    fs, clock = FakeFS(), Clock()
+
+    class Slow(FakeCatalog):
+        def register(self, batch: CommittedBatch) -> None:
+            super().register(batch)
+            clock.now += 4.0  # each registration takes 4 s
+
+    catalog = Slow()
+    for b in range(10):
+        commit(fs, "r1", b)
+    reg = Registrar(catalog, fs, LAYOUT, run="r2", null_value="", budget_s=10.0, clock=clock)
+    reg.start()  # 3 registrations fit in 10 s
+    assert len(catalog.batches) == 3 and len(reg.pending) == 7
+    commit(fs, "r2", 0)
+    reg.committed(0)  # the next batch goes on with the oldest first
+    assert catalog.batches[3:] == [("r1", 3), ("r1", 4), ("r1", 5)]
+
+
+def test_close_never_raises_and_an_unreadable_manifest_is_reported(caplog) -> None:
+    from lakesink.errors import CatalogError
+
+    fs, clock = FakeFS(), Clock()
+
+    class Refusing(FakeCatalog):
+        def register(self, batch: CommittedBatch) -> None:
+            raise CatalogError("HTTP 401")
+
+    fs.files[LAYOUT.manifest("r2", 0)] = ""  # a manifest emptied by a kill (older lakesink)
+    catalog = FakeCatalog()
+    reg = make(fs, catalog, clock)
     reg.start()
-    assert catalog.batches == [("r2", 0), ("r2", 0)]
+    assert "unreadable" in caplog.text and reg.pending == [] and catalog.batches == []
+    reg = make(fs, Refusing(), clock)
+    commit(fs, "r2", 1)
+    reg.pending = [("r2", 1)]
+    reg.close()  # logged, not raised: closing goes on to release the writers
+    assert "registration failed at stop" in caplog.text and reg.pending == [("r2", 1)]
+
+
+def test_catalog_ids_and_log_names_hide_passwords() -> None:
+    from lakesink.catalog.iceberg import IcebergCatalog, safe_uri
+    from lakesink.config.models import IcebergCatalogConfig
+
+    assert safe_uri("postgresql://u:hunter2@db:5432/x?sslkey=k") == "postgresql://db:5432/x"
+
+    def ice(uri: str) -> IcebergCatalog:
+        return IcebergCatalog(IcebergCatalogConfig(uri=uri), table="t", location="file:/l/t",
+                              partition_by=[], properties={})
+
+    one = ice("postgresql://u:hunter2@db/x")
+    assert "hunter2" not in one.describe() and "hunter2" not in one.id
+    assert one.id != ice("postgresql://u:hunter2@other/x").id  # another catalog: anew
+
+
+def test_the_quix_url_alone_leaves_a_delta_table_unregistered(tmp_path: Path, caplog) -> None:
+    data = {**KAFKA, "table": {"format": "delta"}}
+    cfg = load_config(write(tmp_path, data), env={"Quix__Lakehouse__Catalog__Url": "http://c"})
+    assert cfg.catalog.type == "quix" and cfg.catalog.from_environment
+    assert registrar(cfg.catalog, cfg.table, FakeFS(), LAYOUT, run="r") is None
+    assert "not registered" in caplog.text
+
+
+def test_one_iceberg_table_name_for_several_routes_is_refused(tmp_path: Path) -> None:
+    data = {**KAFKA, "routes": [{"topics": ["a"]}, {"topics": ["b"]}],
+            "catalog": {"iceberg": {"uri": "http://c", "table": "all"}}}
+    with pytest.raises(ConfigError, match="catalog.iceberg.table"):
+        load_config(write(tmp_path, data), env={})
 
 
 def test_iceberg_properties_take_storage_s3_and_secrets_from_env(tmp_path: Path) -> None:

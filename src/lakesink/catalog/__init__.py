@@ -3,6 +3,7 @@ for the contract and :mod:`lakesink.catalog.outbox` for how each batch gets ther
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from lakesink.catalog.base import Catalog, CatalogFile, CommittedBatch
@@ -21,11 +22,18 @@ if TYPE_CHECKING:
 
 __all__ = ["Catalog", "CatalogFile", "CommittedBatch", "Registrar", "registrar"]
 
+logger = logging.getLogger(__name__)
+
 
 def registrar(config: CatalogConfig, table: TableConfig, fs: HadoopFS, layout: TableLayout,
               *, run: str, storage: StorageConfig | None = None) -> Registrar | None:
     """The table's registrar, or None when no catalog is configured."""
     if config.type == "none":
+        return None
+    if table.format != "parquet" and config.from_environment:
+        logger.warning("Quix__Lakehouse__Catalog__Url is set, but the catalog registers "
+                       "Parquet files and table %s is %s: it is not registered",
+                       layout.name, table.format)
         return None
     if table.format != "parquet":
         raise ConfigError("catalog.type", f"the {config.type} catalog registers Parquet "
@@ -36,7 +44,7 @@ def registrar(config: CatalogConfig, table: TableConfig, fs: HadoopFS, layout: T
         from lakesink.catalog.iceberg import IcebergCatalog
 
         assert config.iceberg is not None
-        catalog = IcebergCatalog(config.iceberg, table=layout.name,
+        catalog = IcebergCatalog(config.iceberg, table=layout.name, location=layout.table,
                                  partition_by=list(table.partition_by),
                                  properties=iceberg_properties(config.iceberg, storage))
     else:

@@ -43,6 +43,26 @@ logger = logging.getLogger(__name__)
 
 APP_ID = "lakesink.app-id"
 BATCH_ID = "lakesink.batch-id"
+SOURCE = "lakesink.table"  # the lake table's folder the files belong to
+
+
+def _said(exc: BaseException) -> str:
+    """An error in one line, for logs (pyiceberg's messages name no secret)."""
+    text = str(exc).splitlines()[0][:200] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"
+
+
+def safe_uri(uri: str) -> str:
+    """A catalog URI without user info or query (a database URL may hold a password)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return "<uri>"
+    host = parts.hostname or ""
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def iceberg_path(path: str) -> str:
@@ -57,41 +77,47 @@ def iceberg_path(path: str) -> str:
 
 
 class IcebergCatalog(Catalog):
-    def __init__(self, config: IcebergCatalogConfig, *, table: str, partition_by: list[str],
-                 properties: dict[str, str]) -> None:
+    def __init__(self, config: IcebergCatalogConfig, *, table: str, location: str,
+                 partition_by: list[str], properties: dict[str, str]) -> None:
         self.config = config
         self.identifier = (config.namespace, config.table or table)
         self.partition_by = list(partition_by)
         self.properties = properties  # catalog + FileIO properties, secrets included
-        self.id = f"iceberg-{config.namespace}"
+        import hashlib
+
+        key = "|".join((config.kind, safe_uri(config.uri), config.name, *self.identifier))
+        self.id = f"iceberg-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+        self.location = location  # lakesink's table folder: one Iceberg table, one source
         self._catalog: PyCatalog | None = None
 
     def describe(self) -> str:
-        return f"iceberg {self.config.uri} {'.'.join(self.identifier)}"
+        return f"iceberg {safe_uri(self.config.uri)} {'.'.join(self.identifier)}"
 
     # -- connection ----------------------------------------------------------------------
 
     def _guard(self, what: str, fn: Any) -> Any:  # noqa: ANN401
-        """Run ``fn`` and sort its failure: unreachable -> CatalogUnavailable."""
-        from pyiceberg.exceptions import (
-            CommitFailedException,
-            NoSuchTableError,
-            ServerError,
-            ServiceUnavailableError,
-        )
+        """Run ``fn`` and sort its failure by what helps: the catalog unreachable, busy or
+        unsure whether a commit landed (:func:`_done` finds a commit that did) ->
+        CatalogUnavailable (retried with backoff); a refusal -> CatalogError (stops)."""
+        from pyiceberg import exceptions as ice
 
         try:
             return fn()
-        except (NoSuchTableError, LayoutError, CatalogError):
+        except (ice.NoSuchTableError, ice.TableAlreadyExistsError, LayoutError, CatalogError):
             raise
-        except (ServerError, ServiceUnavailableError, CommitFailedException, OSError,
-                ConnectionError, TimeoutError) as exc:
-            raise CatalogUnavailable(f"{what}: {type(exc).__name__}: "
-                                     f"{str(exc).splitlines()[0][:200] if str(exc) else ''}"
-                                     ) from None
-        except Exception as exc:  # requests' errors and the like
+        except (ice.ServerError, ice.ServiceUnavailableError, ice.CommitFailedException,
+                ice.CommitStateUnknownException, ice.TooManyRequestsError,
+                ice.AuthorizationExpiredError, OSError, ConnectionError,
+                TimeoutError) as exc:
+            raise CatalogUnavailable(f"{what}: {_said(exc)}") from None
+        except (ice.RESTError, ice.ValidationError, ice.NoSuchNamespaceError,
+                ice.NoSuchPropertyException, ValueError) as exc:
+            if "Did not receive a response" in str(exc):
+                raise CatalogUnavailable(f"{what}: {_said(exc)}") from None
+            raise CatalogError(f"catalog {self.describe()}: {what}: {_said(exc)}") from None
+        except Exception as exc:  # the HTTP or database client's own errors
             if type(exc).__module__.startswith(("requests", "urllib3", "sqlalchemy")):
-                raise CatalogUnavailable(f"{what}: {type(exc).__name__}") from None
+                raise CatalogUnavailable(f"{what}: {_said(exc)}") from None
             raise
 
     @property
@@ -134,20 +160,31 @@ class IcebergCatalog(Catalog):
     def register(self, batch: CommittedBatch) -> None:
         if not batch.files:
             return
+        from pyiceberg.exceptions import TableAlreadyExistsError
+
         table = self._table()
         if table is None:
-            table = self._create(self._file_schema(batch.files[0].path))
-        elif self._done(table, batch):
+            schema = self._guard("read a footer",
+                                 lambda: self._file_schema(batch.files[0].path))
+            try:
+                table = self._create(schema)
+            except TableAlreadyExistsError:  # made meanwhile by another writer
+                table = self._table()
+                if table is None:
+                    raise CatalogUnavailable("the table was made and is gone") from None
+        self._check(table)
+        if self._done(table, batch):
             logger.info("catalog %s: batch %d is already in snapshot history",
                         self.describe(), batch.batch_id)
             return
         self._guard("append", lambda: self._append(table, batch))
 
     def _done(self, table: Table, batch: CommittedBatch) -> bool:
-        want = (batch.app_id, str(batch.batch_id))
-        for snapshot in table.snapshots():
+        """Whether a snapshot of this table already holds the batch (newest first)."""
+        want = (batch.app_id, str(batch.batch_id), self.location)
+        for snapshot in reversed(table.snapshots()):
             props = snapshot.summary.additional_properties if snapshot.summary else {}
-            if (props.get(APP_ID), props.get(BATCH_ID)) == want:
+            if (props.get(APP_ID), props.get(BATCH_ID), props.get(SOURCE)) == want:
                 return True
         return False
 
@@ -168,17 +205,19 @@ class IcebergCatalog(Catalog):
                             *(pa.field(c, pa.string()) for c in self.partition_by)])
 
         def create() -> Table:
-            table = self.catalog.create_table(  # its location: the catalog's warehouse
-                self.identifier, schema=schema,
+            """One commit: the schema, the partition spec and the name mapping together
+            (a table left half made would take files without partition values)."""
+            tx = self.catalog.create_table_transaction(
+                self.identifier, schema=schema,  # its location: the catalog's warehouse
                 properties={"commit.manifest-merge.enabled": "true",
                             "created-by": "lakesink"})
-            with table.transaction() as tx:
-                if self.partition_by:
-                    with tx.update_spec() as spec:
-                        for c in self.partition_by:
-                            spec.add_identity(c)
-                tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
-                                     tx.table_metadata.schema().name_mapping.model_dump_json()})
+            if self.partition_by:
+                with tx.update_spec() as spec:
+                    for c in self.partition_by:
+                        spec.add_identity(c)
+            tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
+                                 tx.table_metadata.schema().name_mapping.model_dump_json()})
+            tx.commit_transaction()
             return self.catalog.load_table(self.identifier)
 
         table = self._guard("create table", create)
@@ -204,7 +243,7 @@ class IcebergCatalog(Catalog):
                 tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
                                      tx.table_metadata.schema().name_mapping.model_dump_json()})
             summary = {APP_ID: batch.app_id, BATCH_ID: str(batch.batch_id),
-                       "lakesink.run": batch.run}
+                       SOURCE: self.location, "lakesink.run": batch.run}
             with tx.update_snapshot(snapshot_properties=summary).merge_append() as append:
                 for f in batch.files:
                     append.append_data_file(self._data_file(tx.table_metadata, table, f))

@@ -14,8 +14,9 @@ registers what it already holds). A crash after registration and before the mark
 (``after_registration``) registers the batch again, which the catalog's ``register``
 must absorb (its contract, :mod:`lakesink.catalog.base`).
 
-Registration never blocks ingestion: a batch is registered right after its commit when
-the catalog answers; while it does not (:class:`~lakesink.errors.CatalogUnavailable`),
+Registration never holds ingestion up for long: a batch is registered right after its
+commit when the catalog answers (a backlog over several batches, ``budget_s`` of it per
+batch); while it does not (:class:`~lakesink.errors.CatalogUnavailable`),
 the backlog waits with exponential backoff (``catalog.retry_initial_s`` doubling to
 ``catalog.retry_max_s``), logged when it starts and when it clears, and is registered
 in commit order at the first batch after the wait. At stop, one last attempt; what is
@@ -69,7 +70,7 @@ class Registrar:
 
     def __init__(self, catalog: Catalog, fs: HadoopFS, layout: TableLayout, *, run: str,
                  null_value: str, retry_initial_s: float = 1.0, retry_max_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 budget_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.catalog = catalog
         self.fs = fs
         self.layout = layout
@@ -77,6 +78,7 @@ class Registrar:
         self.null_value = null_value
         self.retry_initial_s = retry_initial_s
         self.retry_max_s = retry_max_s
+        self.budget_s = budget_s
         self.clock = clock
         self.pending: list[tuple[str, int]] = []  #: (run, batch), in registration order
         self.prepared = False
@@ -125,23 +127,26 @@ class Registrar:
         self.drain()
 
     def drain(self, *, force: bool = False) -> int:
-        """Register pending batches in order until one fails (then back off) or none is
-        left; returns how many were registered. Waits for the backoff unless ``force``."""
+        """Register pending batches in order until one fails (then back off), none is
+        left or ``budget_s`` is spent (a long backlog is registered over several batches,
+        so it never holds ingestion up for long); returns how many were registered.
+        Waits for the backoff unless ``force``."""
         if not self.pending and self.prepared:
             return 0
         if not force and self.clock() < self.next_try:
             return 0
-        done = 0
+        done, started = 0, self.clock()
         try:
             if not self.prepared:
                 self.catalog.prepare()
                 self.prepared = True
-            while self.pending:
+            while self.pending and self.clock() - started < self.budget_s:
                 run, batch_id = self.pending[0]
                 self._register(run, batch_id)
                 self.pending.pop(0)
                 done += 1
         except CatalogUnavailable as exc:
+            self.registered += done
             self._failed(exc)
             return done
         if self.failures:
@@ -152,8 +157,16 @@ class Registrar:
         return done
 
     def _register(self, run: str, batch_id: int) -> None:
+        if self.fs.exists(self.mark(run, batch_id)):  # another process registered it
+            return
         path = join(self.layout.meta, "manifests", run, f"{batch_id:010d}.json")
-        manifest = self.fs.read_json(path)
+        try:
+            manifest = self.fs.read_json(path)
+        except ValueError:  # an empty manifest (a kill mid-write, before writes were
+            logger.error("catalog %s: the manifest %s is unreadable; its files are not "  # atomic)
+                         "registered (check the table with lakesink repair)",
+                         self.catalog.describe(), path)
+            return
         if manifest is None:  # rolled up or removed since it was listed: nothing to do
             return
         batch = committed_batch(manifest, table=self.layout.name, location=self.layout.table,
@@ -162,7 +175,7 @@ class Registrar:
         fault_point("after_registration", batch_id)
         self.fs.write_json(self.mark(run, batch_id), {
             "batch_id": batch_id, "app_id": batch.app_id, "files": len(batch.files),
-            "rows": batch.rows, "catalog": self.catalog.describe()})
+            "rows": batch.rows, "catalog": self.catalog.id})
         logger.info("catalog %s: batch %d registered (%d file(s), %d row(s))",
                     self.catalog.describe(), batch_id, len(batch.files), batch.rows)
 
@@ -175,15 +188,21 @@ class Registrar:
             "%.0fs; ingestion goes on", self.catalog.describe(), exc, len(self.pending), wait)
 
     def close(self) -> None:
-        """One last attempt; what is left is registered by the next start."""
+        """One last attempt; what is left is registered by the next start. Never raises
+        (closing must go on to release the writers and leases)."""
         try:
             self.drain(force=True)
-            if self.pending:
-                logger.warning("catalog %s: %d committed batch(es) not registered yet; the "
-                               "next start registers them", self.catalog.describe(),
-                               len(self.pending))
-        finally:
+        except Exception as exc:  # noqa: BLE001 - reported; the next start retries
+            logger.error("catalog %s: registration failed at stop (%s)",
+                         self.catalog.describe(), str(exc).splitlines()[0][:300])
+        if self.pending:
+            logger.warning("catalog %s: %d committed batch(es) not registered yet; the "
+                           "next start registers them", self.catalog.describe(),
+                           len(self.pending))
+        try:
             self.catalog.close()
+        except Exception:  # noqa: BLE001
+            logger.debug("closing the catalog client failed", exc_info=True)
 
     def status(self) -> dict[str, Any]:
         return {"catalog": self.catalog.describe(), "pending": len(self.pending),

@@ -62,7 +62,10 @@ class QuixCatalog(Catalog):
         self.partition_by = list(partition_by)
         self.auto_discover = config.auto_discover
         self.timeout_s = config.timeout_s
-        self.id = f"quix-{self.namespace}"
+        import hashlib
+
+        key = "|".join((self.url, self.namespace, self.table))
+        self.id = f"quix-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
         self.session = requests.Session()
         if config.auth_token is not None:
             self.session.headers["Authorization"] = (
@@ -104,12 +107,13 @@ class QuixCatalog(Catalog):
             raise CatalogUnavailable(
                 f"table {self.namespace}.{self.table} is not in the catalog and "
                 "catalog.quix.auto_discover is off: create it there (files wait)")
-        self._call("PUT", self._table_url, json={
+        made = self._call("PUT", self._table_url, ok=(200, 201, 204, 409), json={
             "location": self.location, "partition_spec": [],
             "properties": {"created_by": "lakesink", "auto_discovered": "false",
                            "expected_partitions": self.partition_by}})
         self.exists = True
-        logger.info("catalog %s: table created", self.describe())
+        if made.status_code != 409:  # 409: made meanwhile by another writer
+            logger.info("catalog %s: table created", self.describe())
 
     def _check(self, table: dict[str, Any]) -> None:
         spec = table.get("partition_spec") or []
@@ -133,8 +137,16 @@ class QuixCatalog(Catalog):
                   "partition_values": {k: NULL_VALUE if v is None else v
                                        for k, v in f.partition.items()},
                   "row_count": f.rows} for f in batch.files]
-        if files:
-            self._call("POST", f"{self._table_url}/manifest/add-files", json={"files": files})
+        if not files:
+            return
+        if not self.exists:
+            self.prepare()
+        answer = self._call("POST", f"{self._table_url}/manifest/add-files",
+                            json={"files": files}, ok=(200, 201, 204, 404))
+        if answer.status_code == 404:  # the table went away: made again at the next try
+            self.exists = False
+            raise CatalogUnavailable(f"table {self.namespace}.{self.table} is gone from "
+                                     "the catalog; it is made again")
 
     def close(self) -> None:
         self.session.close()

@@ -953,6 +953,10 @@ class CatalogConfig(_Section):
     retry_initial_s: float = Field(default=1.0, gt=0, description="the first wait after "
                                    "a failed registration; doubles up to retry_max_s")
     retry_max_s: float = Field(default=60.0, gt=0)
+    from_environment: bool = Field(
+        default=False, description="set when only Quix__Lakehouse__Catalog__Url turned "
+        "the catalog on: a Delta table is then written without registration (a warning) "
+        "instead of refused")
 
     @model_validator(mode="before")
     @classmethod
@@ -1042,6 +1046,7 @@ class LakesinkConfig(BaseSettings):
         kind = catalog.get("type") or ("quix" if catalog.get("quix") is not None else None)
         if kind is None and env.get("Quix__Lakehouse__Catalog__Url"):
             kind = "quix"
+            catalog["from_environment"] = True
         if kind != "quix":
             return data
         quix = catalog.get("quix")
@@ -1119,6 +1124,14 @@ class LakesinkConfig(BaseSettings):
                 kafka.topic_pattern = "|".join(
                     f"(?:{r.topic_pattern})" if r.topic_pattern
                     else "|".join(re.escape(t) for t in r.topics) for r in self.routes)
+        return self
+
+    @model_validator(mode="after")
+    def _one_iceberg_table_per_route(self) -> LakesinkConfig:
+        ice = self.catalog.iceberg
+        if self.catalog.type == "iceberg" and ice is not None and ice.table and self.routes:
+            raise ValueError("catalog.iceberg.table: with routes each table registers as "
+                             "its own Iceberg table (named after it); remove this key")
         return self
 
     def _resolve_routes(self) -> list[tuple[TableConfig, DecodeConfig]]:
