@@ -206,7 +206,8 @@ class TableParts:
         writer.prepare()
         try:
             registrar = catalog.registrar(self.cfg.catalog, table, self.fs, layout,
-                                          run=run_tag(app_id), storage=self.cfg.storage)
+                                          run=run_tag(app_id), storage=self.cfg.storage,
+                                          spark=spark)
             if registrar is not None:
                 registrar.start()
         except BaseException:

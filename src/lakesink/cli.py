@@ -220,12 +220,13 @@ app.add_typer(dlq_app, name="dlq")
 
 def _spark(cfg: Any, *, suffix: str = ""):  # noqa: ANN202
     """The SparkSession of a command, from the config's ``spark`` section."""
+    from lakesink.catalog.hive import spark_conf as catalog_conf
     from lakesink.runtime import storage
     from lakesink.runtime.spark import build_spark_session
 
     return build_spark_session(
         master=cfg.spark.master, app_name=cfg.spark.app_name + suffix,
-        conf={**storage.spark_conf(cfg), **cfg.spark.conf},
+        conf={**storage.spark_conf(cfg), **catalog_conf(cfg.catalog), **cfg.spark.conf},
         driver_memory=cfg.spark.driver_memory, log_level=cfg.spark.log_level)
 
 

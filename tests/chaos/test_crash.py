@@ -14,6 +14,7 @@ import pytest
 
 from lakesink.faults import CATALOG_POINTS, COMMON_POINTS, DELTA_POINTS, PARQUET_POINTS
 from lakesink.runtime.services import produce
+from tests.fixtures import hive_client
 from tests.fixtures.quix_catalog import QuixCatalogDouble
 from tests.fixtures.services import (
     ENGINE,
@@ -34,8 +35,9 @@ N = 3000
 #: (format, point, catalog): Parquet runs register their batches in a catalog too
 CASES = ([("parquet", p, "iceberg" if p == "after_manifest" else "quix")
           for p in PARQUET_POINTS]
-         + [("parquet", p, c) for p in CATALOG_POINTS for c in ("quix", "iceberg")]
-         + [("delta", p, None) for p in DELTA_POINTS]
+         + [("parquet", "after_manifest", "hive")]
+         + [("parquet", p, c) for p in CATALOG_POINTS for c in ("quix", "iceberg", "hive")]
+         + [("delta", p, "hive") for p in DELTA_POINTS]
          + [(f, p, "quix" if f == "parquet" else None) for p in COMMON_POINTS
             for f in ("parquet", "delta")])
 FORMATS = ["parquet", "delta"]
@@ -68,20 +70,25 @@ def crash_then_recover(kafka_broker, topic: str, tmp_path: Path, fmt: str, point
 @pytest.mark.parametrize(("fmt", "point", "catalog"), CASES,
                          ids=[f"{f}-{p}" + (f"-{c}" if c else "") for f, p, c in CASES])
 def test_kill_at_fault_point_then_restart(kafka_broker, topic, tmp_path, fmt, point, catalog,
-                                          round_) -> None:
-    """Parquet runs register every batch in a catalog (the Quix protocol double, or
-    pyiceberg's SQL catalog): after the restart the catalog lists each table file once.
-    A kill between the catalog's answer and the outbox's mark (``after_registration``)
-    sends that batch again: the Quix catalog keeps one entry per file path (and only that
-    batch is re-sent); Iceberg finds the batch in its snapshot history."""
+                                          round_, request) -> None:
+    """Parquet runs register every batch in a catalog (the Quix protocol double,
+    pyiceberg's SQL catalog or a Hive metastore): after the restart the catalog lists each
+    table file once. A kill between the catalog's answer and the outbox's mark
+    (``after_registration``) sends that batch again: the Quix catalog keeps one entry per
+    file path (and only that batch is re-sent); Iceberg finds the batch in its snapshot
+    history; Hive's steps are idempotent. Read by name through the metastore (Spark SQL),
+    Hive tables hold exactly the produced rows."""
     produce_events(kafka_broker, topic, range(N // 2))
     produce(kafka_broker.bootstrap_servers, topic, BAD)  # rejected rows must survive too
     produce_events(kafka_broker, topic, range(N // 2, N), firmware="2.0")  # a new field
     quix = QuixCatalogDouble().start() if catalog == "quix" else None
     iceberg = {"kind": "sql", "uri": f"sqlite:///{tmp_path}/iceberg.db",
                "warehouse": f"file://{tmp_path}/warehouse"}
-    section = ({"quix": {"url": quix.url}} if quix else {"iceberg": iceberg} if catalog
-               else None)
+    hms = request.getfixturevalue("hive_metastore") if catalog == "hive" else None
+    database = f"crash_{fmt}_{point}"
+    section = ({"quix": {"url": quix.url}} if quix
+               else {"hive": {"uri": hms.uri, "database": database}} if hms
+               else {"iceberg": iceberg} if catalog else None)
     try:
         ids, rejected = crash_then_recover(kafka_broker, topic, tmp_path, fmt, point, section)
         table = tmp_path / "lake" / "events"
@@ -95,6 +102,8 @@ def test_kill_at_fault_point_then_restart(kafka_broker, topic, tmp_path, fmt, po
             assert resent == (len(again) if point == "after_registration" else 0)
         elif catalog == "iceberg":
             check_registered(iceberg_files(iceberg["uri"]), table, point, catalog)
+        elif hms is not None:
+            check_hive(hms.uri, f"{database}.events", table, fmt)
     finally:
         if quix is not None:
             quix.stop()
@@ -116,6 +125,19 @@ def iceberg_files(uri: str) -> list[dict[str, object]]:
     assert len(table.scan().to_arrow()) == N  # pyiceberg's own read
     return [{"file_path": t.file.file_path, "row_count": t.file.record_count}
             for t in table.scan().plan_files()]
+
+
+def check_hive(uri: str, name: str, table: Path, fmt: str) -> None:
+    """Spark SQL by table name, through the metastore: exactly the produced rows, and
+    (Parquet) the table's partition folders, each registered."""
+    out = hive_client.run("read", uri, name)
+    print(f"crash-matrix catalog=hive table={name} rows={len(out['ids'])} "
+          f"distinct={len(set(out['ids']))} partitions={len(out.get('partitions', []))}")
+    assert sorted(out["ids"]) == list(range(N))
+    assert out["provider"] == fmt
+    if fmt == "parquet":
+        folders = {str(p.parent.relative_to(table)) for p in table.rglob("*.parquet")}
+        assert sorted(out["partitions"]) == sorted(folders)
 
 
 def check_registered(registered: list[dict[str, object]], table: Path, point: str,

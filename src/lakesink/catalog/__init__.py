@@ -11,6 +11,8 @@ from lakesink.catalog.outbox import Registrar
 from lakesink.errors import ConfigError
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from lakesink.config.models import (
         CatalogConfig,
         IcebergCatalogConfig,
@@ -26,10 +28,22 @@ logger = logging.getLogger(__name__)
 
 
 def registrar(config: CatalogConfig, table: TableConfig, fs: HadoopFS, layout: TableLayout,
-              *, run: str, storage: StorageConfig | None = None) -> Registrar | None:
-    """The table's registrar, or None when no catalog is configured."""
+              *, run: str, storage: StorageConfig | None = None,
+              spark: SparkSession | None = None) -> Registrar | None:
+    """The table's registrar, or None when no catalog is configured. ``spark``: the
+    session, the Hive catalog's client."""
     if config.type == "none":
         return None
+    retry = {"null_value": table.null_partition_value, "retry_initial_s": config.retry_initial_s,
+             "retry_max_s": config.retry_max_s}
+    if config.type == "hive":  # Parquet through the outbox; Delta once, by its log
+        from lakesink.catalog.hive import DeltaRegistrar, HiveCatalog
+
+        assert config.hive is not None and spark is not None
+        hive = HiveCatalog(config.hive, spark, table=layout.name, location=layout.table,
+                           partition_by=list(table.partition_by), fmt=table.format)
+        kind = DeltaRegistrar if table.format == "delta" else Registrar
+        return kind(hive, fs, layout, run=run, **retry)
     if table.format != "parquet" and config.from_environment:
         logger.warning("Quix__Lakehouse__Catalog__Url is set, but the catalog registers "
                        "Parquet files and table %s is %s: it is not registered",
@@ -38,7 +52,8 @@ def registrar(config: CatalogConfig, table: TableConfig, fs: HadoopFS, layout: T
     if table.format != "parquet":
         raise ConfigError("catalog.type", f"the {config.type} catalog registers Parquet "
                           f"files; table {layout.name} is {table.format}",
-                          fix="use table.format parquet, or no catalog for this table")
+                          fix="use table.format parquet, catalog.type hive (Delta tables "
+                          "register there), or no catalog for this table")
     catalog: Catalog
     if config.type == "iceberg":
         from lakesink.catalog.iceberg import IcebergCatalog
@@ -53,8 +68,7 @@ def registrar(config: CatalogConfig, table: TableConfig, fs: HadoopFS, layout: T
         assert config.quix is not None  # the model fills it for type quix
         catalog = QuixCatalog(config.quix, table=layout.name, location=layout.table,
                               partition_by=list(table.partition_by))
-    return Registrar(catalog, fs, layout, run=run, null_value=table.null_partition_value,
-                     retry_initial_s=config.retry_initial_s, retry_max_s=config.retry_max_s)
+    return Registrar(catalog, fs, layout, run=run, **retry)
 
 
 def iceberg_properties(config: IcebergCatalogConfig, storage: StorageConfig | None

@@ -942,14 +942,43 @@ class IcebergCatalogConfig(_Section):
         return value
 
 
+class HiveCatalogConfig(_Section):
+    """A Hive metastore through Spark's own Hive support (``catalog.type: hive``): see
+    ``docs/catalogs.md``."""
+
+    uri: str | None = Field(
+        default=None, description="thrift://host:9083; unset: the metastore the Spark "
+        "session is configured with (spark.hadoop.hive.metastore.uris, hive-site.xml), "
+        "else an embedded Derby one in the working folder")
+    database: str = Field(default="default", description="created when missing")
+    table: str | None = Field(default=None, description="default: the table's name")
+
+    @field_validator("uri")
+    @classmethod
+    def _thrift(cls, value: str | None) -> str | None:
+        if value is not None and not all(u.strip().startswith("thrift://")
+                                         for u in value.split(",")):
+            raise ValueError("catalog.hive.uri: thrift://host:port (comma-separated for "
+                             f"several metastores), got {value!r}")
+        return value
+
+    @field_validator("database", "table")
+    @classmethod
+    def _identifier(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9_]+", value):
+            raise ValueError(f"{value!r}: a Hive name holds letters, digits and _ only")
+        return value
+
+
 class CatalogConfig(_Section):
     """Where committed batches are registered after their commit (off by default)."""
 
-    type: Literal["none", "quix", "iceberg"] = Field(
-        default="none", description="none (default), quix or iceberg; set by the section "
-        "given")
+    type: Literal["none", "quix", "iceberg", "hive"] = Field(
+        default="none", description="none (default), quix, iceberg or hive; set by the "
+        "section given")
     quix: QuixCatalogConfig | None = None
     iceberg: IcebergCatalogConfig | None = None
+    hive: HiveCatalogConfig | None = None
     retry_initial_s: float = Field(default=1.0, gt=0, description="the first wait after "
                                    "a failed registration; doubles up to retry_max_s")
     retry_max_s: float = Field(default=60.0, gt=0)
@@ -962,7 +991,7 @@ class CatalogConfig(_Section):
     @classmethod
     def _type_from_section(cls, data: Any) -> Any:
         if isinstance(data, dict) and "type" not in data:
-            given = [k for k in ("quix", "iceberg") if data.get(k) is not None]
+            given = [k for k in ("quix", "iceberg", "hive") if data.get(k) is not None]
             if len(given) > 1:
                 raise ValueError(f"catalog: one catalog per run; sections {given} given")
             if given:
@@ -973,6 +1002,8 @@ class CatalogConfig(_Section):
     def _section_of_type(self) -> CatalogConfig:
         if self.type == "iceberg" and self.iceberg is None:
             raise ValueError("catalog.iceberg: required for catalog.type iceberg (uri, …)")
+        if self.type == "hive" and self.hive is None:
+            self.hive = HiveCatalogConfig()
         if self.type == "quix":
             if self.quix is None:
                 self.quix = QuixCatalogConfig()
@@ -1128,10 +1159,12 @@ class LakesinkConfig(BaseSettings):
 
     @model_validator(mode="after")
     def _one_iceberg_table_per_route(self) -> LakesinkConfig:
-        ice = self.catalog.iceberg
-        if self.catalog.type == "iceberg" and ice is not None and ice.table and self.routes:
-            raise ValueError("catalog.iceberg.table: with routes each table registers as "
-                             "its own Iceberg table (named after it); remove this key")
+        for kind in ("iceberg", "hive"):
+            section = getattr(self.catalog, kind)
+            if self.catalog.type == kind and section is not None and section.table \
+                    and self.routes:
+                raise ValueError(f"catalog.{kind}.table: with routes each table registers "
+                                 "as its own catalog table (named after it); remove this key")
         return self
 
     def _resolve_routes(self) -> list[tuple[TableConfig, DecodeConfig]]:

@@ -63,6 +63,17 @@ def tail(path: Path, lines: int = 40) -> str:
         return "<no log>"
 
 
+def java_binary() -> str:
+    """``$JAVA_HOME/bin/java``, else the ``java`` on PATH."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").exists():
+        return str(Path(java_home) / "bin" / "java")
+    java = shutil.which("java")
+    if not java:
+        raise ServiceError("java not found: install OpenJDK 17 (scripts/setup.sh does)")
+    return java
+
+
 class LocalService:
     """A server the project starts on 127.0.0.1 for the demo, tests and benchmark:
     ``start()`` returns it ready, ``stop()`` ends it; as a context manager, its data is
@@ -114,15 +125,6 @@ class KafkaBroker(LocalService):
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def _java(self) -> str:
-        java_home = os.environ.get("JAVA_HOME")
-        if java_home and (Path(java_home) / "bin" / "java").exists():
-            return str(Path(java_home) / "bin" / "java")
-        java = shutil.which("java")
-        if not java:
-            raise ServiceError("java not found: install OpenJDK 17 (scripts/setup.sh does)")
-        return java
-
     def _write_properties(self) -> Path:
         data_dir = self.work_dir / "data"
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -157,7 +159,7 @@ class KafkaBroker(LocalService):
         if self.process is not None:
             return self
         cp = kafka_broker_classpath()
-        java = self._java()
+        java = java_binary()
         self.port, self.controller_port = free_port(), free_port()
         while self.controller_port == self.port:
             self.controller_port = free_port()

@@ -1,0 +1,282 @@
+"""A Hive metastore, through Spark's own Hive support (``catalog.type: hive``).
+
+Spark is the metastore client: the session runs with ``spark.sql.catalogImplementation
+hive`` (set by :func:`spark_conf` when lakesink builds the session, with the metastore's
+``thrift://`` URI), so what lakesink registers is what Spark SQL, Hive and Trino find
+by name, created the way a Spark job creates it.
+
+**Parquet** (through the outbox, :mod:`lakesink.catalog.outbox`): the table is an
+external data-source table ``USING parquet`` over the lake's table folder, made at the
+first batch with the columns of the batch's files and the partition columns as
+``STRING`` (the folders' text; the null folder is ``NULL``). Spark stores such a table
+in the Hive-compatible form, so Hive and Trino read it too. For each batch, in order:
+
+* columns its files hold that the table lacks: ``ALTER TABLE … ADD COLUMNS``;
+* a column the batch widened (``int`` → ``bigint``, :func:`~lakesink.decode.evolution.
+  can_widen`): a data-source table's column type cannot be altered, so the table's entry
+  is made again with the wider type (``DROP TABLE`` of an external table leaves its
+  files) and its partitions recovered from the folders;
+* the partition folders it wrote that the table lacks: ``ALTER TABLE … ADD IF NOT EXISTS
+  PARTITION (…) LOCATION '…'``.
+
+Every step is idempotent, so a batch registered again after a crash (fault point
+``after_registration``) changes nothing; a crash between ``DROP`` and ``CREATE`` is
+repaired by the next registration (a missing table is created and its partitions
+recovered). A Hive table's partitions are folders: the files of a registered partition
+are read from the folder, so a later batch's files there are visible from its commit.
+
+**Delta** (:class:`DeltaRegistrar`): the table ``USING delta LOCATION '…'`` once, after
+the first commit (Delta needs its log to exist); the log holds the schema, partitions
+and files, so Spark SQL by name reads exactly what the log commits.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+from lakesink.catalog.base import Catalog, CommittedBatch
+from lakesink.catalog.outbox import Registrar
+from lakesink.errors import CatalogError, CatalogUnavailable, ConfigError, LayoutError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql import types as T
+
+    from lakesink.config.models import CatalogConfig, HiveCatalogConfig
+
+logger = logging.getLogger(__name__)
+
+#: how a metastore that cannot be reached shows in Spark's errors
+_UNREACHABLE = ("TTransportException", "Could not connect to meta store", "Connection refused",
+                "Unable to instantiate", "SocketTimeoutException", "SocketException",
+                "connect timed out", "Read timed out")
+
+
+def spark_conf(config: CatalogConfig) -> dict[str, str]:
+    """The Spark settings a Hive catalog needs, set before the session starts (the
+    user's ``spark.conf`` still wins)."""
+    if config.type != "hive" or config.hive is None:
+        return {}
+    conf = {"spark.sql.catalogImplementation": "hive",
+            # Hive's default waits 600 s on a metastore that accepted and went silent
+            "spark.hadoop.hive.metastore.client.socket.timeout": "60s",
+            "spark.hadoop.hive.metastore.connect.retries": "2"}
+    if config.hive.uri:
+        conf["spark.hadoop.hive.metastore.uris"] = config.hive.uri
+    return conf
+
+
+def quote(name: str) -> str:
+    """A Spark SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def literal(value: str | None) -> str:
+    """A Spark SQL string literal (NULL for the null partition)."""
+    if value is None:
+        return "NULL"
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def same_location(a: str, b: str) -> bool:
+    """``file:/x`` (how the metastore keeps it), ``file:///x/`` and ``file:///x`` agree."""
+    def norm(uri: str) -> str:
+        return re.sub(r"^file:/+", "file:///", uri.rstrip("/"))
+    return norm(a) == norm(b)
+
+
+def partition_clause(values: dict[str, str | None], columns: list[str], folder: str) -> str:
+    spec = ", ".join(f"{quote(c)} = {literal(values.get(c))}" for c in columns)
+    return f"PARTITION ({spec}) LOCATION {literal(folder)}"
+
+
+def sorted_error(exc: Exception, what: str) -> CatalogError:
+    """A metastore that cannot be reached waits (:class:`CatalogUnavailable`); anything
+    else it answered is a refusal (:class:`CatalogError`, the run stops)."""
+    text = str(exc)
+    first = (text.strip().splitlines() or [type(exc).__name__])[0][:400]
+    if any(m in text for m in _UNREACHABLE):
+        return CatalogUnavailable(f"{what}: the metastore cannot be reached ({first})")
+    return CatalogError(f"{what}: {first}")
+
+
+class HiveCatalog(Catalog):
+    """One lake table in a Hive metastore; Parquet through the outbox, or Delta."""
+
+    def __init__(self, config: HiveCatalogConfig, spark: SparkSession, *, table: str,
+                 location: str, partition_by: list[str], fmt: str) -> None:
+        self.spark = spark
+        self.database = config.database
+        self.table = config.table or table
+        self.location = location
+        self.partition_by = partition_by
+        self.format = fmt
+        self.fq = f"{quote(self.database)}.{quote(self.table)}"
+        self.id = f"hive-{self.database}.{self.table}"
+        self.uri = config.uri
+        self.known = False  #: the table is in the metastore (Delta registers once)
+
+    def describe(self) -> str:
+        return f"hive {self.database}.{self.table}"
+
+    # -- Spark as the client ---------------------------------------------------------
+
+    def _sql(self, statement: str, what: str) -> Any:
+        try:
+            return self.spark.sql(statement)
+        except Exception as exc:  # noqa: BLE001 - sorted: wait or stop
+            raise sorted_error(exc, what) from None
+
+    def _exists(self) -> bool:
+        try:
+            return bool(self.spark.catalog.tableExists(f"{self.database}.{self.table}"))
+        except Exception as exc:  # noqa: BLE001
+            raise sorted_error(exc, "looking the table up") from None
+
+    def _details(self) -> dict[str, str]:
+        rows = self._sql(f"DESCRIBE TABLE EXTENDED {self.fq}", "describing the table"
+                         ).collect()
+        return {str(r[0]).strip(): str(r[1]).strip() for r in rows if r[0]}
+
+    # -- the contract ----------------------------------------------------------------
+
+    def prepare(self) -> None:
+        if self.spark.conf.get("spark.sql.catalogImplementation", "in-memory") != "hive":
+            raise ConfigError("catalog.hive", "the Spark session runs without Hive support",
+                              fix="lakesink run sets it; a session of your own needs "
+                              "spark.sql.catalogImplementation=hive")
+        self._sql(f"CREATE DATABASE IF NOT EXISTS {quote(self.database)}",
+                  "creating the database")
+        if self._exists():
+            self._check(self._details())
+            self.known = True
+
+    def _check(self, details: dict[str, str]) -> None:
+        """An existing table must be this lake table: same provider, folder and
+        partition columns (else the start is refused, naming the key)."""
+        provider = details.get("Provider", "hive").lower()
+        if provider != self.format:
+            raise LayoutError("catalog.hive.table", f"{self.database}.{self.table} exists as "
+                              f"a {provider} table; this table is {self.format}",
+                              fix="name another table (catalog.hive.table) or drop it")
+        location = details.get("Location", "")
+        if not same_location(location, self.location):
+            raise LayoutError("catalog.hive.table", f"{self.database}.{self.table} exists "
+                              f"at {location}, not at {self.location}",
+                              fix="name another table (catalog.hive.table) or drop it")
+        if self.format == "parquet":
+            columns = self.spark.catalog.listColumns(f"{self.database}.{self.table}")
+            parts = [c.name for c in columns if c.isPartition]
+            if [p.lower() for p in parts] != [p.lower() for p in self.partition_by]:
+                raise LayoutError("table.partition_by", f"{self.database}.{self.table} is "
+                                  f"partitioned by {parts}, the configuration by "
+                                  f"{self.partition_by}")
+
+    def register(self, batch: CommittedBatch) -> None:
+        if self.format == "delta":
+            self.register_table()
+            return
+        if not batch.files:
+            return
+        try:
+            schema = (self.spark.read.option("mergeSchema", "true")
+                      .parquet(*[f.path for f in batch.files]).schema)
+        except Exception as exc:  # noqa: BLE001 - the lake's storage, not the catalog
+            raise CatalogUnavailable(f"reading batch {batch.batch_id}'s footers: "
+                                     f"{str(exc).splitlines()[0][:300]}") from None
+        parts = {p.lower() for p in self.partition_by}
+        fields = [f for f in schema.fields if f.name.lower() not in parts]
+        if not self._exists():
+            self._create(fields)
+        else:
+            self._evolve(fields)
+        self._add_partitions(batch)
+
+    def register_table(self) -> None:
+        """Delta: the table by name, over its log."""
+        self._sql(f"CREATE TABLE IF NOT EXISTS {self.fq} USING delta LOCATION "
+                  f"{literal(self.location)}", "creating the table")
+        self.known = True
+
+    # -- Parquet ---------------------------------------------------------------------
+
+    def _ddl(self, fields: list[T.StructField]) -> str:
+        """Column definitions in Spark's own DDL (nested types, odd names quoted)."""
+        from pyspark.sql import types as T
+
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        struct = jvm.org.apache.spark.sql.types.DataType.fromJson(T.StructType(fields).json())
+        return str(struct.toDDL())
+
+    def _create(self, fields: list[T.StructField]) -> None:
+        columns = self._ddl(fields)
+        if self.partition_by:
+            columns += ", " + ", ".join(f"{quote(c)} STRING" for c in self.partition_by)
+        partitioned = (f" PARTITIONED BY ({', '.join(quote(c) for c in self.partition_by)})"
+                       if self.partition_by else "")
+        self._sql(f"CREATE TABLE IF NOT EXISTS {self.fq} ({columns}) USING parquet"
+                  f"{partitioned} LOCATION {literal(self.location)}", "creating the table")
+        logger.info("catalog %s: table created at %s", self.describe(), self.location)
+        if self.partition_by:  # a lake that held data before (or a re-created entry)
+            self._sql(f"ALTER TABLE {self.fq} RECOVER PARTITIONS", "recovering partitions")
+
+    def _evolve(self, fields: list[T.StructField]) -> None:
+        from lakesink.decode.evolution import can_widen
+
+        table = self._sql(f"SELECT * FROM {self.fq}", "reading the table's schema").schema
+        known = {f.name.lower(): f for f in table.fields}
+        missing = [f for f in fields if f.name.lower() not in known]
+        wider = [f for f in fields if f.name.lower() in known
+                 and can_widen(known[f.name.lower()].dataType, f.dataType)]
+        if wider:
+            logger.warning("catalog %s: column(s) %s widened; the table's entry is made "
+                           "again (its files stay)", self.describe(), [f.name for f in wider])
+            widened = {f.name.lower(): f for f in wider}
+            parts = {p.lower() for p in self.partition_by}
+            keep = [widened.get(f.name.lower(), f) for f in table.fields
+                    if f.name.lower() not in parts]
+            self._sql(f"DROP TABLE IF EXISTS {self.fq}", "re-creating the table")
+            self._create(keep + missing)
+        elif missing:
+            self._sql(f"ALTER TABLE {self.fq} ADD COLUMNS ({self._ddl(missing)})",
+                      "adding columns")
+            logger.info("catalog %s: column(s) %s added", self.describe(),
+                        [f.name for f in missing])
+
+    def _add_partitions(self, batch: CommittedBatch) -> None:
+        if not self.partition_by:
+            return
+        folders: dict[str, dict[str, str | None]] = {}
+        for f in batch.files:
+            folder = f.path[: len(f.path) - len(f.relative.rsplit("/", 1)[-1])].rstrip("/")
+            folders.setdefault(folder, f.partition)
+        clauses = " ".join(partition_clause(values, self.partition_by, folder)
+                           for folder, values in sorted(folders.items()))
+        self._sql(f"ALTER TABLE {self.fq} ADD IF NOT EXISTS {clauses}", "adding partitions")
+
+
+class DeltaRegistrar(Registrar):
+    """A Delta table in the metastore: registered once, after its first commit (the log
+    must exist); it has no outbox, nothing per batch to register. Waits and backs off
+    like the outbox while the metastore cannot be reached."""
+
+    catalog: HiveCatalog
+
+    def start(self) -> None:
+        if self.fs.exists(self.layout.table.rstrip("/") + "/_delta_log"):
+            self.pending = [(self.run, -1)]
+        self.drain()
+
+    def committed(self, batch_id: int) -> None:
+        if not self.catalog.known:
+            self.pending = [(self.run, batch_id)]
+        self.drain()
+
+    def _register(self, run: str, batch_id: int) -> None:
+        if self.catalog.known:  # prepare found it
+            return
+        self.catalog.register_table()
+        logger.info("catalog %s: the Delta table is registered", self.catalog.describe())

@@ -1,0 +1,71 @@
+"""The Hive metastore catalog against a real metastore (the standalone thrift service
+from pyspark's jars), read back by Spark SQL by table name in an application of its own.
+
+The kills after the commit and after the registration are in the crash matrix
+(``tests/chaos/test_crash.py``, the ``-hive`` cases)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lakesink.runtime.services import free_port
+from tests.fixtures import hive_client
+from tests.fixtures.services import config_dict, produce_events, run_cli, write_config
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def test_each_step_through_spark_sql(hive_metastore, tmp_path) -> None:
+    """A null partition, an escaped folder name, a new column, a widened column (the
+    entry made again, its partitions kept), a batch registered twice, an older batch
+    registered late, a table with other partition columns refused, a Delta table."""
+    out = hive_client.run("scenario", hive_metastore.uri, str(tmp_path))
+    first = out["after_create"]
+    assert first["provider"] == "parquet"
+    assert sorted(first["ids"]) == [0, 1, 2, 3]
+    assert first["columns"] == ["id", "v", "site", "day"]
+    assert sorted(first["partitions"]) == ["site=__HIVE_DEFAULT_PARTITION__/day=2026-01-01",
+                                           "site=a%2Fb/day=2026-01-02",
+                                           "site=oslo/day=2026-01-01"]
+    assert out["null_site_ids"] == [2]
+    assert out["slash_site"] == ["a/b"]
+    again = out["after_new_column"]
+    assert sorted(again["ids"]) == [0, 1, 2, 3, 4]  # registered twice: no row twice
+    assert again["columns"] == ["id", "v", "extra", "site", "day"]
+    assert out["extra"] == [1.5]
+    widened = out["after_widening"]
+    assert sorted(widened["ids"]) == [0, 1, 2, 3, 4, 5_000_000_000]
+    assert len(widened["partitions"]) == 5  # recovered after the entry was made again
+    assert out["id_type"] == "bigint"
+    assert out["after_late"] == widened
+    assert out["id_type_after_late"] == "bigint"
+    assert out["refused"] == "table.partition_by"
+    assert out["delta"]["provider"] == "delta"
+    assert sorted(out["delta"]["ids"]) == list(range(7))
+
+
+def test_a_metastore_down_delays_registration_not_ingestion(kafka_broker, topic, tmp_path,
+                                                            hive_metastore) -> None:
+    """With the metastore unreachable the run writes every row and reports the batches
+    waiting; the next run, with the metastore back, registers the backlog."""
+    produce_events(kafka_broker, topic, range(300))
+    lake = tmp_path / "lake"
+    data = config_dict(kafka_broker, topic, lake)
+    data["catalog"] = {"hive": {"uri": f"thrift://127.0.0.1:{free_port()}",
+                                "database": "down"}, "retry_initial_s": 60}
+    cfg = write_config(tmp_path / "c.yaml", data)
+    first = run_cli("run", "-c", str(cfg), "--until-caught-up")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "unavailable" in first.stderr
+    assert "unregistered" in first.stdout + first.stderr
+    data["catalog"]["hive"]["uri"] = hive_metastore.uri
+    write_config(cfg, data)
+    second = run_cli("run", "-c", str(cfg), "--until-caught-up")
+    assert second.returncode == 0, second.stderr[-3000:]
+    out = hive_client.run("read", hive_metastore.uri, "down.events")
+    assert sorted(out["ids"]) == list(range(300))
+    folders = {str(p.parent.relative_to(lake / "events")) for p in
+               Path(lake / "events").rglob("*.parquet")}
+    assert set(out["partitions"]) == folders

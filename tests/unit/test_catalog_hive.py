@@ -1,0 +1,142 @@
+"""The Hive catalog without Spark: its config, the Spark settings it implies, the SQL it
+writes, how errors are sorted, and the Delta registrar (against a real metastore:
+tests/integration/test_catalog_hive.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lakesink.catalog import registrar
+from lakesink.catalog.hive import (
+    DeltaRegistrar,
+    HiveCatalog,
+    literal,
+    partition_clause,
+    quote,
+    same_location,
+    sorted_error,
+    spark_conf,
+)
+from lakesink.config import load_config
+from lakesink.errors import CatalogError, CatalogUnavailable, ConfigError
+from lakesink.tables.layout import TableLayout
+from tests.unit.test_catalog import KAFKA, FakeFS, write
+
+
+def test_the_hive_section_chooses_the_catalog_and_its_session(tmp_path) -> None:
+    cfg = load_config(write(tmp_path, {**KAFKA, "catalog": {"hive": {
+        "uri": "thrift://hms:9083", "database": "lake"}}}), env={})
+    assert cfg.catalog.type == "hive"
+    conf = spark_conf(cfg.catalog)
+    assert conf["spark.sql.catalogImplementation"] == "hive"
+    assert conf["spark.hadoop.hive.metastore.uris"] == "thrift://hms:9083"
+    # no uri: the session's own metastore (spark-defaults, hive-site.xml)
+    cfg = load_config(write(tmp_path, {**KAFKA, "catalog": {"type": "hive"}}), env={})
+    assert cfg.catalog.hive is not None and cfg.catalog.hive.database == "default"
+    assert "spark.hadoop.hive.metastore.uris" not in spark_conf(cfg.catalog)
+    assert spark_conf(load_config(write(tmp_path, KAFKA), env={}).catalog) == {}
+
+
+@pytest.mark.parametrize(("section", "key"), [
+    ({"uri": "http://hms:9083"}, "catalog.hive.uri"),
+    ({"database": "my-lake"}, "catalog.hive.database"),
+    ({"table": "a.b"}, "catalog.hive.table"),
+])
+def test_bad_hive_settings_name_their_key(tmp_path, section, key) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, {**KAFKA, "catalog": {"hive": section}}), env={})
+    assert key in str(err.value)
+
+
+def test_one_hive_table_name_for_several_routes_is_refused(tmp_path) -> None:
+    data = {**KAFKA, "catalog": {"hive": {"table": "t"}},
+            "routes": [{"topics": ["events"], "table": {"name": "a"}}]}
+    with pytest.raises(ConfigError, match="catalog.hive.table"):
+        load_config(write(tmp_path, data), env={})
+
+
+def test_sql_quoting() -> None:
+    assert quote("we`ird") == "`we``ird`"
+    assert literal("it's a\\b") == "'it\\'s a\\\\b'"
+    assert literal(None) == "NULL"
+    assert partition_clause({"day": "2026-01-01", "site": None}, ["site", "day"],
+                            "s3a://b/t/site=__HIVE_DEFAULT_PARTITION__/day=2026-01-01") == (
+        "PARTITION (`site` = NULL, `day` = '2026-01-01') "
+        "LOCATION 's3a://b/t/site=__HIVE_DEFAULT_PARTITION__/day=2026-01-01'")
+
+
+def test_locations_compare_as_the_metastore_keeps_them() -> None:
+    assert same_location("file:/lake/events", "file:///lake/events/")
+    assert same_location("s3a://b/lake/events", "s3a://b/lake/events/")
+    assert not same_location("file:/lake/events", "file:///lake/other")
+
+
+def test_an_unreachable_metastore_waits_a_refusal_stops() -> None:
+    down = sorted_error(RuntimeError("org.apache.thrift.transport.TTransportException: "
+                                     "java.net.ConnectException: Connection refused"), "x")
+    assert isinstance(down, CatalogUnavailable)
+    refused = sorted_error(RuntimeError("[SCHEMA_NOT_FOUND] no such database"), "x")
+    assert isinstance(refused, CatalogError) and not isinstance(refused, CatalogUnavailable)
+
+
+class FakeHive(HiveCatalog):
+    """The Delta path of HiveCatalog without Spark: counts table registrations."""
+
+    def __init__(self, exists: bool = False) -> None:
+        self.id, self.known, self.exists, self.created, self.down = "hive-x", False, exists, 0, 0
+
+    def describe(self) -> str:
+        return "hive x"
+
+    def prepare(self) -> None:
+        if self.down:
+            self.down -= 1
+            raise CatalogUnavailable("down")
+        self.known = self.exists
+
+    def register_table(self) -> None:
+        self.created += 1
+        self.known = True
+
+
+def delta_registrar(fs: FakeFS, hive: FakeHive) -> DeltaRegistrar:
+    return DeltaRegistrar(hive, fs, TableLayout("file:/lake", "events"), run="r",  # type: ignore[arg-type]
+                          null_value="", retry_initial_s=1.0, retry_max_s=4.0)
+
+
+def test_a_delta_table_is_registered_once_after_its_first_commit() -> None:
+    fs, hive = FakeFS(), FakeHive()
+    reg = delta_registrar(fs, hive)
+    reg.start()  # no log yet: nothing to register
+    assert hive.created == 0 and reg.pending == []
+    for b in range(3):
+        reg.committed(b)
+    assert hive.created == 1 and reg.registered == 1 and reg.pending == []
+
+
+def test_a_delta_table_already_in_the_metastore_is_left_alone() -> None:
+    fs, hive = FakeFS(), FakeHive(exists=True)
+    fs.files["file:/lake/events/_delta_log"] = ""
+    reg = delta_registrar(fs, hive)
+    reg.start()
+    reg.committed(0)
+    assert hive.created == 0
+
+
+def test_a_delta_table_waits_for_the_metastore() -> None:
+    fs, hive = FakeFS(), FakeHive()
+    hive.down = 1
+    fs.files["file:/lake/events/_delta_log"] = ""
+    reg = delta_registrar(fs, hive)
+    reg.start()  # down: waits
+    assert hive.created == 0 and reg.pending and reg.failures == 1
+    reg.close()  # the last try at stop
+    assert hive.created == 1 and reg.pending == []
+
+
+def test_hive_takes_delta_tables_too(tmp_path) -> None:
+    cfg = load_config(write(tmp_path, {**KAFKA, "table": {"format": "delta"},
+                                       "catalog": {"hive": {}}}), env={})
+    reg = registrar(cfg.catalog, cfg.table, FakeFS(), TableLayout("file:/lake", "events"),  # type: ignore[arg-type]
+                    run="r", spark=object())  # type: ignore[arg-type]
+    assert isinstance(reg, DeltaRegistrar) and reg.catalog.format == "delta"
