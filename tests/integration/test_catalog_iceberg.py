@@ -94,3 +94,28 @@ def test_iceberg_rest_catalog_of_seaweedfs_registers_the_s3_lake(
     files = {t.file.file_path for t in table.scan().plan_files()}
     assert files and all(f.startswith(f"s3://lake/iceberg-{topic}/events/") for f in files)
     assert table.location().startswith("s3://icetables/")
+
+
+def test_a_rest_catalog_that_never_answers_times_out_and_waits() -> None:
+    """pyiceberg sets no HTTP timeout: lakesink bounds each request (catalog.iceberg.
+    timeout_s), so a catalog that accepts the connection and goes silent delays
+    registration (CatalogUnavailable) instead of holding the batch forever."""
+    import socket
+    import time
+
+    from lakesink.catalog.iceberg import IcebergCatalog
+    from lakesink.config.models import IcebergCatalogConfig
+    from lakesink.errors import CatalogUnavailable
+
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts (backlog), never answers
+    try:
+        port = silent.getsockname()[1]
+        config = IcebergCatalogConfig(uri=f"http://127.0.0.1:{port}", timeout_s=0.5)
+        catalog = IcebergCatalog(config, table="t", location="file:/l/t", partition_by=[],
+                                 properties={"type": "rest", "uri": config.uri})
+        started = time.monotonic()
+        with pytest.raises(CatalogUnavailable):
+            catalog.prepare()
+        assert time.monotonic() - started < 30
+    finally:
+        silent.close()

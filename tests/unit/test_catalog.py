@@ -324,3 +324,13 @@ def test_iceberg_secrets_are_refused_in_plain_properties(tmp_path: Path) -> None
     data = {**KAFKA, "catalog": {"iceberg": {"uri": "http://c"}, "quix": {"url": "http://q"}}}
     with pytest.raises(ConfigError, match="one catalog"):
         load_config(write(tmp_path, data), env={})
+
+
+def test_validate_shows_no_password_of_a_catalog_database_url(tmp_path: Path) -> None:
+    data = {**KAFKA, "catalog": {"iceberg": {
+        "kind": "sql", "uri": "postgresql://lake:hunter2@db:5432/cat?password=hunter3"}}}
+    cfg = load_config(write(tmp_path, data), env={})
+    shown = json.dumps(redacted_dict(cfg))
+    assert "hunter2" not in shown and "hunter3" not in shown
+    assert "postgresql://lake:**********@db:5432/cat" in shown
+    assert cfg.catalog.iceberg is not None and "hunter2" in cfg.catalog.iceberg.uri

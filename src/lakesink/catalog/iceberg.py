@@ -52,6 +52,30 @@ def _said(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
+def timed_rest_catalog(name: str, timeout_s: float, properties: dict[str, str]) -> PyCatalog:
+    """pyiceberg's REST catalog, each HTTP request bounded by ``timeout_s`` (pyiceberg
+    sets no timeout: a catalog that accepts and never answers would hold the batch)."""
+    import functools
+
+    from pyiceberg.catalog.rest import RestCatalog
+
+    class TimedRestCatalog(RestCatalog):
+        def _create_session(self) -> Any:  # noqa: ANN401
+            session = super()._create_session()
+            request = session.request
+
+            @functools.wraps(request)
+            def bounded(*args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
+                if kwargs.get("timeout") is None:
+                    kwargs["timeout"] = timeout_s
+                return request(*args, **kwargs)
+
+            session.request = bounded  # type: ignore[method-assign]
+            return session
+
+    return TimedRestCatalog(name, **{k: v for k, v in properties.items() if k != "type"})
+
+
 def safe_uri(uri: str) -> str:
     """A catalog URI without user info or query (a database URL may hold a password)."""
     from urllib.parse import urlsplit, urlunsplit
@@ -125,8 +149,12 @@ class IcebergCatalog(Catalog):
         if self._catalog is None:
             from pyiceberg.catalog import load_catalog
 
-            self._catalog = self._guard("connect", lambda: load_catalog(
-                self.config.name, **self.properties))
+            if self.config.kind == "rest":
+                self._catalog = self._guard("connect", lambda: timed_rest_catalog(
+                    self.config.name, self.config.timeout_s, self.properties))
+            else:
+                self._catalog = self._guard("connect", lambda: load_catalog(
+                    self.config.name, **self.properties))
         return self._catalog
 
     def _table(self) -> Table | None:

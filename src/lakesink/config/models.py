@@ -16,6 +16,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     SecretStr,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -911,6 +912,14 @@ class QuixCatalogConfig(_Section):
     timeout_s: float = Field(default=10.0, gt=0, description="per request")
 
 
+def masked_uri(uri: str) -> str:
+    """``uri`` with the password of its user info and any secret-looking query value
+    shown as ``**********`` (a SQLAlchemy URL may hold a password)."""
+    masked = re.sub(r"^([A-Za-z][\w+.-]*://[^/@:]*:)[^/@]*@", r"\1**********@", uri)
+    return re.sub(r"(?i)([?&][^=&]*(?:password|secret|token|credential)[^=&]*=)[^&]*",
+                  r"\1**********", masked)
+
+
 class IcebergCatalogConfig(_Section):
     """An Iceberg catalog through pyiceberg (``catalog.type: iceberg``): see
     ``docs/catalogs.md``."""
@@ -924,12 +933,19 @@ class IcebergCatalogConfig(_Section):
                       "catalog keeps tables per catalog name: readers use the same)")
     namespace: str = "default"
     table: str | None = Field(default=None, description="default: the table's name")
+    timeout_s: float = Field(default=30.0, gt=0, description="rest: the longest wait for "
+                             "one HTTP answer (then the batch's registration waits)")
     properties: dict[str, str] = Field(
         default_factory=dict, description="more pyiceberg catalog / FileIO properties "
         "(s3.endpoint, …); secret-bearing ones are refused here: use secret_properties")
     secret_properties: dict[str, SecretStr] = Field(
         default_factory=dict, description="credential, token, s3.secret-access-key, …: "
         "env or secret file only")
+
+    @field_serializer("uri", when_used="json")
+    def _masked(self, value: str) -> str:
+        """``lakesink validate`` shows a database URL's password as ``**********``."""
+        return masked_uri(value)
 
     @field_validator("properties")
     @classmethod
