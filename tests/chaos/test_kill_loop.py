@@ -32,7 +32,7 @@ from tests.fixtures.services import (
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.kafka, pytest.mark.slow]
 
-KILLS = int(os.environ.get("CHAOS_KILLS", "3"))
+KILLS = int(os.environ.get("CHAOS_KILLS", "2"))
 CHUNK = 200  # records per publish
 BAD_EVERY = 50  # one record in 50 is not JSON
 
