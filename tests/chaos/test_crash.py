@@ -146,9 +146,13 @@ def check_hive(uri: str, name: str, table: Path, fmt: str) -> None:
           f"distinct={len(set(out['ids']))} partitions={len(out.get('partitions', []))}")
     assert sorted(out["ids"]) == list(range(N))
     assert out["provider"] == fmt
-    if fmt == "parquet":
+    if fmt == "parquet":  # partitions come only from registered batches' manifests
         folders = {str(p.parent.relative_to(table)) for p in table.rglob("*.parquet")}
         assert sorted(out["partitions"]) == sorted(folders)
+        meta = table.parent / ".lakesink" / table.name
+        marks = list((meta / "registered").rglob("*.json"))
+        manifests = list((meta / "manifests").rglob("*.json"))
+        assert len(marks) == len(manifests) > 0
 
 
 def check_registered(registered: list[dict[str, object]], table: Path, point: str,

@@ -18,9 +18,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_each_step_through_spark_sql(hive_metastore, tmp_path) -> None:
-    """A null partition, an escaped folder name, a new column, a widened column (the
-    entry made again, its partitions kept), a batch registered twice, an older batch
-    registered late, a table with other partition columns refused, a Delta table."""
+    """A null partition (two null folder names), escaped folder names (``/``, quotes,
+    ``\``, ``${…}``), a new column, a widened column (in place, the partitions kept), a
+    batch registered twice, an older batch registered late, a table with other partition
+    columns refused, a Delta table."""
     out = hive_client.run("scenario", hive_metastore.uri, str(tmp_path))
     first = out["after_create"]
     assert first["provider"] == "parquet"
@@ -37,9 +38,13 @@ def test_each_step_through_spark_sql(hive_metastore, tmp_path) -> None:
     assert out["extra"] == [1.5]
     widened = out["after_widening"]
     assert sorted(widened["ids"]) == [0, 1, 2, 3, 4, 5_000_000_000]
-    assert len(widened["partitions"]) == 5  # recovered after the entry was made again
+    assert len(widened["partitions"]) == 5  # widened in place: the partitions stay
     assert out["id_type"] == "bigint"
-    assert out["after_late"] == widened
+    assert out["odd_site"] == [out["odd_expected"]]  # quotes, \ and ${…} kept as text
+    assert out["none_site"] == [2, 7]
+    late = out["after_late"]
+    assert sorted(late["ids"]) == [0, 1, 2, 3, 4, 6, 7, 5_000_000_000]
+    assert len(late["partitions"]) == 7
     assert out["id_type_after_late"] == "bigint"
     assert out["refused"] == "table.partition_by"
     assert out["delta"]["provider"] == "delta"

@@ -55,6 +55,15 @@ def test_one_hive_table_name_for_several_routes_is_refused(tmp_path) -> None:
         load_config(write(tmp_path, data), env={})
 
 
+def test_lake_table_names_become_hive_names(tmp_path) -> None:
+    cfg = load_config(write(tmp_path, {**KAFKA, "catalog": {"hive": {}}}), env={})
+    assert cfg.catalog.hive is not None
+    hive = HiveCatalog(cfg.catalog.hive, object(), table="User-Events.v1",  # type: ignore[arg-type]
+                       location="file:/l", partition_by=[], fmt="parquet")
+    assert (hive.database, hive.table) == ("default", "user_events_v1")
+    assert spark_conf(cfg.catalog)["spark.sql.variable.substitute"] == "false"
+
+
 def test_sql_quoting() -> None:
     assert quote("we`ird") == "`we``ird`"
     assert literal("it's a\\b") == "'it\\'s a\\\\b'"
@@ -106,8 +115,9 @@ def delta_registrar(fs: FakeFS, hive: FakeHive) -> DeltaRegistrar:
 
 def test_a_delta_table_is_registered_once_after_its_first_commit() -> None:
     fs, hive = FakeFS(), FakeHive()
+    fs.files["file:/lake/events/_delta_log/_staged_commits/x.json"] = "{}"  # no commit
     reg = delta_registrar(fs, hive)
-    reg.start()  # no log yet: nothing to register
+    reg.start()  # no commit yet: nothing to register
     assert hive.created == 0 and reg.pending == []
     for b in range(3):
         reg.committed(b)
@@ -116,7 +126,7 @@ def test_a_delta_table_is_registered_once_after_its_first_commit() -> None:
 
 def test_a_delta_table_already_in_the_metastore_is_left_alone() -> None:
     fs, hive = FakeFS(), FakeHive(exists=True)
-    fs.files["file:/lake/events/_delta_log"] = ""
+    fs.files["file:/lake/events/_delta_log/00000000000000000000.json"] = "{}"
     reg = delta_registrar(fs, hive)
     reg.start()
     reg.committed(0)
@@ -126,7 +136,7 @@ def test_a_delta_table_already_in_the_metastore_is_left_alone() -> None:
 def test_a_delta_table_waits_for_the_metastore() -> None:
     fs, hive = FakeFS(), FakeHive()
     hive.down = 1
-    fs.files["file:/lake/events/_delta_log"] = ""
+    fs.files["file:/lake/events/_delta_log/00000000000000000000.json"] = "{}"
     reg = delta_registrar(fs, hive)
     reg.start()  # down: waits
     assert hive.created == 0 and reg.pending and reg.failures == 1

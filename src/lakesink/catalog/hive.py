@@ -8,22 +8,22 @@ by name, created the way a Spark job creates it.
 **Parquet** (through the outbox, :mod:`lakesink.catalog.outbox`): the table is an
 external data-source table ``USING parquet`` over the lake's table folder, made at the
 first batch with the columns of the batch's files and the partition columns as
-``STRING`` (the folders' text; the null folder is ``NULL``). Spark stores such a table
-in the Hive-compatible form, so Hive and Trino read it too. For each batch, in order:
+``STRING`` (the folders' text; the null folder is ``NULL``). For each batch, in order:
 
-* columns its files hold that the table lacks: ``ALTER TABLE … ADD COLUMNS``;
-* a column the batch widened (``int`` → ``bigint``, :func:`~lakesink.decode.evolution.
-  can_widen`): a data-source table's column type cannot be altered, so the table's entry
-  is made again with the wider type (``DROP TABLE`` of an external table leaves its
-  files) and its partitions recovered from the folders;
+* columns its files hold that the table lacks, and columns it widened (``int`` ->
+  ``bigint``, :func:`~lakesink.decode.evolution.can_widen`): the table's data schema is
+  replaced in place through Spark's session catalog (``alterTableDataSchema``; the entry
+  and its partitions stay);
 * the partition folders it wrote that the table lacks: ``ALTER TABLE … ADD IF NOT EXISTS
   PARTITION (…) LOCATION '…'``.
 
 Every step is idempotent, so a batch registered again after a crash (fault point
-``after_registration``) changes nothing; a crash between ``DROP`` and ``CREATE`` is
-repaired by the next registration (a missing table is created and its partitions
-recovered). A Hive table's partitions are folders: the files of a registered partition
-are read from the folder, so a later batch's files there are visible from its commit.
+``after_registration``) changes nothing, and a crash between the steps is repaired when
+the batch is registered again. Partitions come only from the batches' manifests (a lake
+the catalog is new to registers every committed batch: the outbox's backlog), never from
+listing folders. A Hive table's partitions are folders: the files of a registered
+partition are read from the folder, so a later batch's files there are visible from
+their publication (just before the batch's commit).
 
 **Delta** (:class:`DeltaRegistrar`): the table ``USING delta LOCATION '…'`` once, after
 the first commit (Delta needs its log to exist); the log holds the schema, partitions
@@ -51,7 +51,15 @@ logger = logging.getLogger(__name__)
 #: how a metastore that cannot be reached shows in Spark's errors
 _UNREACHABLE = ("TTransportException", "Could not connect to meta store", "Connection refused",
                 "Unable to instantiate", "SocketTimeoutException", "SocketException",
-                "connect timed out", "Read timed out")
+                "connect timed out", "Read timed out", "Timeout when executing method",
+                "Communications link failure", "javax.jdo", "JDOException",
+                "AlreadyExistsException")  # a race with another process: try again
+
+
+def hive_name(name: str) -> str:
+    """A Hive table name for a lake table's (letters, digits and ``_``; Hive keeps names
+    in lower case): ``user-events`` -> ``user_events``."""
+    return re.sub(r"[^a-z0-9_]", "_", name.lower())
 
 
 def spark_conf(config: CatalogConfig) -> dict[str, str]:
@@ -61,8 +69,11 @@ def spark_conf(config: CatalogConfig) -> dict[str, str]:
         return {}
     conf = {"spark.sql.catalogImplementation": "hive",
             # Hive's default waits 600 s on a metastore that accepted and went silent
-            "spark.hadoop.hive.metastore.client.socket.timeout": "60s",
-            "spark.hadoop.hive.metastore.connect.retries": "2"}
+            "spark.hadoop.hive.metastore.client.socket.timeout": "30s",
+            "spark.hadoop.hive.metastore.connect.retries": "1",
+            # partition values and column names come from the records: no ${...}
+            # expansion in the statements lakesink writes
+            "spark.sql.variable.substitute": "false"}
     if config.hive.uri:
         conf["spark.hadoop.hive.metastore.uris"] = config.hive.uri
     return conf
@@ -109,7 +120,7 @@ class HiveCatalog(Catalog):
                  location: str, partition_by: list[str], fmt: str) -> None:
         self.spark = spark
         self.database = config.database
-        self.table = config.table or table
+        self.table = config.table or hive_name(table)
         self.location = location
         self.partition_by = partition_by
         self.format = fmt
@@ -143,10 +154,18 @@ class HiveCatalog(Catalog):
     # -- the contract ----------------------------------------------------------------
 
     def prepare(self) -> None:
-        if self.spark.conf.get("spark.sql.catalogImplementation", "in-memory") != "hive":
+        conf = self.spark.conf
+        if conf.get("spark.sql.catalogImplementation", "in-memory") != "hive":
             raise ConfigError("catalog.hive", "the Spark session runs without Hive support",
                               fix="lakesink run sets it; a session of your own needs "
                               "spark.sql.catalogImplementation=hive")
+        for key in ("spark.sql.variable.substitute", "spark.sql.parser.escapedStringLiterals"):
+            if key == "spark.sql.variable.substitute" and conf.get(key, "true") == "true":
+                conf.set(key, "false")  # the statements hold values from the records
+            elif conf.get(key, "false") == "true":
+                raise ConfigError(f"spark.conf.{key}", "the Hive catalog's statements "
+                                  "quote values as Spark does by default",
+                                  fix=f"remove spark.conf.{key}")
         self._sql(f"CREATE DATABASE IF NOT EXISTS {quote(self.database)}",
                   "creating the database")
         if self._exists():
@@ -167,7 +186,10 @@ class HiveCatalog(Catalog):
                               f"at {location}, not at {self.location}",
                               fix="name another table (catalog.hive.table) or drop it")
         if self.format == "parquet":
-            columns = self.spark.catalog.listColumns(f"{self.database}.{self.table}")
+            try:
+                columns = self.spark.catalog.listColumns(f"{self.database}.{self.table}")
+            except Exception as exc:  # noqa: BLE001
+                raise sorted_error(exc, "listing the table's columns") from None
             parts = [c.name for c in columns if c.isPartition]
             if [p.lower() for p in parts] != [p.lower() for p in self.partition_by]:
                 raise LayoutError("table.partition_by", f"{self.database}.{self.table} is "
@@ -220,31 +242,39 @@ class HiveCatalog(Catalog):
         self._sql(f"CREATE TABLE IF NOT EXISTS {self.fq} ({columns}) USING parquet"
                   f"{partitioned} LOCATION {literal(self.location)}", "creating the table")
         logger.info("catalog %s: table created at %s", self.describe(), self.location)
-        if self.partition_by:  # a lake that held data before (or a re-created entry)
-            self._sql(f"ALTER TABLE {self.fq} RECOVER PARTITIONS", "recovering partitions")
 
     def _evolve(self, fields: list[T.StructField]) -> None:
+        """New columns are appended, widened ones widened, in place: the table's data
+        schema is replaced through Spark's session catalog (which refuses to drop a
+        column), so the entry and its partitions stay."""
+        from pyspark.sql import types as T
+
         from lakesink.decode.evolution import can_widen
 
         table = self._sql(f"SELECT * FROM {self.fq}", "reading the table's schema").schema
+        parts = {p.lower() for p in self.partition_by}
+        data = [f for f in table.fields if f.name.lower() not in parts]
         known = {f.name.lower(): f for f in table.fields}
         missing = [f for f in fields if f.name.lower() not in known]
-        wider = [f for f in fields if f.name.lower() in known
-                 and can_widen(known[f.name.lower()].dataType, f.dataType)]
-        if wider:
-            logger.warning("catalog %s: column(s) %s widened; the table's entry is made "
-                           "again (its files stay)", self.describe(), [f.name for f in wider])
-            widened = {f.name.lower(): f for f in wider}
-            parts = {p.lower() for p in self.partition_by}
-            keep = [widened.get(f.name.lower(), f) for f in table.fields
-                    if f.name.lower() not in parts]
-            self._sql(f"DROP TABLE IF EXISTS {self.fq}", "re-creating the table")
-            self._create(keep + missing)
-        elif missing:
-            self._sql(f"ALTER TABLE {self.fq} ADD COLUMNS ({self._ddl(missing)})",
-                      "adding columns")
-            logger.info("catalog %s: column(s) %s added", self.describe(),
-                        [f.name for f in missing])
+        wider = {f.name.lower(): f for f in fields if f.name.lower() in known
+                 and can_widen(known[f.name.lower()].dataType, f.dataType)}
+        if not missing and not wider:
+            return
+        new = [T.StructField(f.name, wider[f.name.lower()].dataType, True)
+               if f.name.lower() in wider else f for f in data]
+        new += [T.StructField(f.name, f.dataType, True) for f in missing]
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier(
+            self.table, jvm.scala.Option.apply(self.database))
+        schema = jvm.org.apache.spark.sql.types.DataType.fromJson(T.StructType(new).json())
+        try:
+            self.spark._jsparkSession.sessionState().catalog().alterTableDataSchema(
+                ident, schema)
+        except Exception as exc:  # noqa: BLE001 - sorted: wait or stop
+            raise sorted_error(exc, "altering the table's columns") from None
+        logger.info("catalog %s: column(s) %s added, %s widened", self.describe(),
+                    [f.name for f in missing], [f.name for f in wider.values()])
 
     def _add_partitions(self, batch: CommittedBatch) -> None:
         if not self.partition_by:
@@ -266,7 +296,10 @@ class DeltaRegistrar(Registrar):
     catalog: HiveCatalog
 
     def start(self) -> None:
-        if self.fs.exists(self.layout.table.rstrip("/") + "/_delta_log"):
+        log = self.layout.table.rstrip("/") + "/_delta_log"
+        if any(  # a commit (a staged one is not)
+                "/" not in f.relative and f.relative.endswith((".json", ".checkpoint.parquet"))
+                for f in self.fs.list_files(log)):
             self.pending = [(self.run, -1)]
         self.drain()
 

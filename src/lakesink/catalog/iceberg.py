@@ -53,8 +53,9 @@ def _said(exc: BaseException) -> str:
 
 
 def timed_rest_catalog(name: str, timeout_s: float, properties: dict[str, str]) -> PyCatalog:
-    """pyiceberg's REST catalog, each HTTP request bounded by ``timeout_s`` (pyiceberg
-    sets no timeout: a catalog that accepts and never answers would hold the batch)."""
+    """pyiceberg's REST catalog, each HTTP request's connect and each socket read
+    bounded by ``timeout_s`` (pyiceberg sets no timeout: a catalog that accepts and never
+    answers would hold the batch)."""
     import functools
 
     from pyiceberg.catalog.rest import RestCatalog
@@ -73,7 +74,12 @@ def timed_rest_catalog(name: str, timeout_s: float, properties: dict[str, str]) 
             session.request = bounded  # type: ignore[method-assign]
             return session
 
-    return TimedRestCatalog(name, **{k: v for k, v in properties.items() if k != "type"})
+    # pyiceberg's own configuration (.pyiceberg.yaml, PYICEBERG_CATALOG__<NAME>__*) under
+    # lakesink's properties, as load_catalog merges them
+    from pyiceberg.catalog import _ENV_CONFIG, merge_config  # noqa: PLC2701
+
+    conf = merge_config(_ENV_CONFIG.get_catalog_config(name) or {}, dict(properties))
+    return TimedRestCatalog(name, **{k: v for k, v in conf.items() if k != "type"})
 
 
 def safe_uri(uri: str) -> str:
@@ -149,7 +155,7 @@ class IcebergCatalog(Catalog):
         if self._catalog is None:
             from pyiceberg.catalog import load_catalog
 
-            if self.config.kind == "rest":
+            if self.config.kind == "rest" and "py-catalog-impl" not in self.properties:
                 self._catalog = self._guard("connect", lambda: timed_rest_catalog(
                     self.config.name, self.config.timeout_s, self.properties))
             else:

@@ -915,9 +915,14 @@ class QuixCatalogConfig(_Section):
 def masked_uri(uri: str) -> str:
     """``uri`` with the password of its user info and any secret-looking query value
     shown as ``**********`` (a SQLAlchemy URL may hold a password)."""
-    masked = re.sub(r"^([A-Za-z][\w+.-]*://[^/@:]*:)[^/@]*@", r"\1**********@", uri)
-    return re.sub(r"(?i)([?&][^=&]*(?:password|secret|token|credential)[^=&]*=)[^&]*",
-                  r"\1**********", masked)
+    scheme, sep, rest = uri.partition("://")
+    if sep and "@" in rest:
+        userinfo, _, host = rest.rpartition("@")  # the host never holds an @
+        user, colon, _ = userinfo.partition(":")
+        if colon:
+            uri = f"{scheme}://{user}:**********@{host}"
+    return re.sub(r"(?i)([?&][^=&]*(?:password|pwd|secret|token|credential)[^=&]*=)[^&]*",
+                  r"\1**********", uri)
 
 
 class IcebergCatalogConfig(_Section):
