@@ -130,9 +130,15 @@ class DeltaTableWriter(TableWriter):
         return log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
 
     def partition_columns(self) -> list[str]:
-        row = self.spark.sql(f"DESCRIBE DETAIL delta.`{self.layout.table}`").first()
-        assert row is not None
-        return list(row["partitionColumns"])
+        """From the log's metadata (not ``DESCRIBE DETAIL delta.`…```: a path table in
+        SQL is resolved through the session catalog, which with a Hive catalog asks the
+        metastore, and a metastore that is down must not stop ingestion)."""
+        columns = self._snapshot().metadata().partitionColumns()
+        return [str(columns.apply(i)) for i in range(columns.size())]
+
+    def _property(self, key: str) -> str | None:
+        value = self._snapshot().metadata().configuration().get(key)
+        return str(value.get()) if value.isDefined() else None
 
     def committed_version(self) -> int | None:
         """The newest batch id this app id committed to the (existing) table, if any."""
@@ -153,7 +159,8 @@ class DeltaTableWriter(TableWriter):
         if self.exists:  # a Delta table's own metadata is the authority on its partitions
             compare_layout({"format": "delta", "partition_by": self.partition_columns()},
                            "delta", self.partition_by, table=self.layout.table)
-            if self.type_widening:  # a table made without it; enabling is idempotent
+            if self.type_widening and self._property("delta.enableTypeWidening") != "true":
+                # a table made without it (SQL: once in the table's life)
                 self.spark.sql(f"ALTER TABLE delta.`{self.layout.table}` SET TBLPROPERTIES "
                                "('delta.enableTypeWidening' = 'true')")
         super().prepare()
