@@ -146,7 +146,7 @@ def _arrow_rows(lake: Path) -> int:
 def test_arrow_path_writes_what_the_spark_path_writes(spark, kafka_broker, topic, tmp_path,
                                                       null_value) -> None:
     rng = random.Random(20261127)
-    values = [*EDGE_VALUES, *_random_records(rng, 3000)]
+    values = [*EDGE_VALUES, *_random_records(rng, 2000)]
     keys = [b"k%d" % i if i % 7 else (b"\xff\xfe" if i % 2 else None)
             for i in range(len(values))]
     produce(kafka_broker.bootstrap_servers, topic, list(zip(keys, values, strict=True)))
@@ -225,7 +225,7 @@ def test_arrow_path_commits_to_delta_what_the_spark_path_commits(spark, kafka_br
     The timestamp column here is the timestamp field ``at`` (the year/month/day/hour
     partition values are in the rows compared)."""
     rng = random.Random(20261128)
-    values = [*EDGE_VALUES, *_random_records(rng, 3000)]
+    values = [*EDGE_VALUES, *_random_records(rng, 3000)]  # enough batches for a checkpoint
     produce(kafka_broker.bootstrap_servers, topic,
             [(b"k%d" % i, v) for i, v in enumerate(values)])
     lakes = {engine: tmp_path / engine for engine in ("spark", "arrow")}
