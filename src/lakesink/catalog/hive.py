@@ -126,7 +126,7 @@ class HiveCatalog(Catalog):
         self.format = fmt
         self.fq = f"{quote(self.database)}.{quote(self.table)}"
         self.id = f"hive-{self.database}.{self.table}"
-        self.uri = config.uri
+        self._parts = {p.lower() for p in partition_by}
         self.known = False  #: the table is in the metastore (Delta registers once)
 
     def describe(self) -> str:
@@ -159,13 +159,12 @@ class HiveCatalog(Catalog):
             raise ConfigError("catalog.hive", "the Spark session runs without Hive support",
                               fix="lakesink run sets it; a session of your own needs "
                               "spark.sql.catalogImplementation=hive")
-        for key in ("spark.sql.variable.substitute", "spark.sql.parser.escapedStringLiterals"):
-            if key == "spark.sql.variable.substitute" and conf.get(key, "true") == "true":
-                conf.set(key, "false")  # the statements hold values from the records
-            elif conf.get(key, "false") == "true":
-                raise ConfigError(f"spark.conf.{key}", "the Hive catalog's statements "
-                                  "quote values as Spark does by default",
-                                  fix=f"remove spark.conf.{key}")
+        conf.set("spark.sql.variable.substitute", "false")  # values from the records
+        escaped = "spark.sql.parser.escapedStringLiterals"
+        if conf.get(escaped, "false") == "true":
+            raise ConfigError(f"spark.conf.{escaped}", "the Hive catalog's statements "
+                              "quote values as Spark does by default",
+                              fix=f"remove spark.conf.{escaped}")
         self._sql(f"CREATE DATABASE IF NOT EXISTS {quote(self.database)}",
                   "creating the database")
         if self._exists():
@@ -208,8 +207,7 @@ class HiveCatalog(Catalog):
         except Exception as exc:  # noqa: BLE001 - the lake's storage, not the catalog
             raise CatalogUnavailable(f"reading batch {batch.batch_id}'s footers: "
                                      f"{str(exc).splitlines()[0][:300]}") from None
-        parts = {p.lower() for p in self.partition_by}
-        fields = [f for f in schema.fields if f.name.lower() not in parts]
+        fields = [f for f in schema.fields if f.name.lower() not in self._parts]
         if not self._exists():
             self._create(fields)
         else:
@@ -252,8 +250,7 @@ class HiveCatalog(Catalog):
         from lakesink.decode.evolution import can_widen
 
         table = self._sql(f"SELECT * FROM {self.fq}", "reading the table's schema").schema
-        parts = {p.lower() for p in self.partition_by}
-        data = [f for f in table.fields if f.name.lower() not in parts]
+        data = [f for f in table.fields if f.name.lower() not in self._parts]
         known = {f.name.lower(): f for f in table.fields}
         missing = [f for f in fields if f.name.lower() not in known]
         wider = {f.name.lower(): f for f in fields if f.name.lower() in known
@@ -281,8 +278,7 @@ class HiveCatalog(Catalog):
             return
         folders: dict[str, dict[str, str | None]] = {}
         for f in batch.files:
-            folder = f.path[: len(f.path) - len(f.relative.rsplit("/", 1)[-1])].rstrip("/")
-            folders.setdefault(folder, f.partition)
+            folders.setdefault(f.path.rsplit("/", 1)[0], f.partition)
         clauses = " ".join(partition_clause(values, self.partition_by, folder)
                            for folder, values in sorted(folders.items()))
         self._sql(f"ALTER TABLE {self.fq} ADD IF NOT EXISTS {clauses}", "adding partitions")
