@@ -91,4 +91,21 @@ if [ ! -x .tools/bin/fake-gcs-server ] || [ "$(cat .tools/fake-gcs.version 2>/de
     say "no Go toolchain: the GCS emulator tests will be skipped"
   fi
 fi
+# --- Apicurio Registry (the tests' Confluent-API schema registry; needs Java 21+) --------
+APICURIO_VERSION="3.3.3"
+APICURIO_HOME=".tools/apicurio-$APICURIO_VERSION"
+if [ ! -f "$APICURIO_HOME/quarkus-run.jar" ]; then
+  say "fetching Apicurio Registry $APICURIO_VERSION from Maven Central"
+  rm -rf "$APICURIO_HOME.part" && mkdir -p "$APICURIO_HOME.part"
+  curl -fsSL "https://repo1.maven.org/maven2/io/apicurio/apicurio-registry-app/$APICURIO_VERSION/apicurio-registry-app-$APICURIO_VERSION-all.tar.gz" \
+    | tar xz -C "$APICURIO_HOME.part"
+  rm -rf "$APICURIO_HOME" && mv "$APICURIO_HOME.part" "$APICURIO_HOME"
+fi
+if ! ls /usr/lib/jvm/*/release 2>/dev/null | xargs -r grep -hE 'JAVA_VERSION="(2[1-9]|[3-9][0-9])' >/dev/null \
+    && [ -z "${APICURIO_JAVA_HOME:-}" ]; then
+  say "installing openjdk-21-jre-headless (Apicurio Registry needs Java 21+)"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  ($SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openjdk-21-jre-headless >/dev/null) \
+    || say "no Java 21+: the schema registry tests will fail to start their registry"
+fi
 say "ready: $(.venv/bin/python --version), java $(java -version 2>&1 | head -1 | cut -d'"' -f2), $(ls jvm/jars | wc -l) connector jars, $(ls jvm/kafka-jars | wc -l) broker jars"

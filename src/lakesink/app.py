@@ -21,7 +21,9 @@ from pyspark.sql import types as T
 from lakesink import catalog, sources
 from lakesink.config.models import LakesinkConfig
 from lakesink.decode import Decoder, fixed_decoder, json_decoder
-from lakesink.decode.evolution import EvolutionPolicy, reconcile_declared, schema_record
+from lakesink.decode.avro_registry import RegistryAvroDecoder
+from lakesink.decode.evolution import EvolutionPolicy, evolve, reconcile_declared, schema_record
+from lakesink.decode.registry import SchemaRegistry
 from lakesink.decode.json import infer_schema
 from lakesink.decode.schema import declared_schema
 from lakesink.errors import (
@@ -71,14 +73,17 @@ def evolution_policy(cfg: LakesinkConfig) -> EvolutionPolicy:
 
 def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,
                    layout: TableLayout, fixed: Decoder | None = None,
-                   samples: Callable[[], list[str]] | None = None) -> T.StructType:
+                   samples: Callable[[], list[str]] | None = None,
+                   registry: SchemaRegistry | None = None) -> T.StructType:
     """The schema to start with, stored in ``schema.json`` with its history.
 
     A format with its own columns (``fixed``): its schema, which must equal a stored
     one (the format or its schema file changed under an existing table otherwise).
     Declared: reconciled with the stored one (widened or added columns are kept, an
-    incompatible type is refused). Else the stored schema. Else inferred from a topic
-    sample (or from ``samples()``: one message type's records) and stored.
+    incompatible type is refused). Else the stored schema. With a schema registry: the
+    schema file's, or the latest of the registry subjects (:func:`first_registry_schema`).
+    Else inferred from a topic sample (or from ``samples()``: one message type's
+    records) and stored.
     """
     stored = fs.read_json(layout.schema_file)
     stored_schema = T.StructType.fromJson(stored["schema"]) if stored else None
@@ -104,6 +109,12 @@ def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,
     if stored_schema is not None:
         logger.info("using the schema stored with the table (%s)", layout.schema_file)
         return stored_schema
+    if registry is not None:
+        schema, source = first_registry_schema(spark, cfg, registry)
+        fs.write_json(layout.schema_file, schema_record(
+            schema, source=source, declared=None, previous=None, changes=[source]))
+        logger.info("schema %s: %s", source, schema.simpleString())
+        return schema
     if samples is not None:
         values = samples()
     else:
@@ -123,6 +134,35 @@ def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,
         changes=["inferred"]))
     logger.info("inferred schema from %d record(s): %s", len(values), schema.simpleString())
     return schema
+
+
+def first_registry_schema(spark: SparkSession, cfg: LakesinkConfig, registry: SchemaRegistry
+                          ) -> tuple[T.StructType, str]:
+    """A new registry-decoded table's first schema and where it came from: the schema
+    file if one is given, else the latest versions of the subjects (default
+    ``<topic>-value``, the serializers' default naming), merged."""
+    from lakesink.decode.avro import AvroDecoder, read_schema_file
+    from lakesink.decode.avro_registry import spark_struct
+
+    if cfg.decode.avro.schema_file:
+        decoder = AvroDecoder(spark, read_schema_file(cfg.decode.avro.schema_file))
+        return decoder.schema, f"schema file {cfg.decode.avro.schema_file}"
+    subjects = registry.subjects or [f"{t}-value" for t in cfg.source.names]
+    schema, used = T.StructType([]), []
+    for subject in subjects:
+        writer = registry.latest(subject)
+        struct = spark_struct(spark, registry, writer) if writer is not None else None
+        if isinstance(struct, T.StructType):
+            schema, _ = evolve(schema, new_fields=struct)
+            used.append(f"{subject} (id {writer.id})")  # type: ignore[union-attr]
+    if not used:
+        raise ConfigError(
+            "decode.avro.registry.subjects",
+            f"none of {subjects} is an Avro record subject in the registry {registry.url}, "
+            "so the new table has no first schema",
+            fix="name the subjects, register the schema first, or give "
+            "decode.avro.schema_file")
+    return schema, "registry subject(s) " + ", ".join(used)
 
 
 def schema_store(fs: HadoopFS, layout: TableLayout) -> SchemaStore:
@@ -159,7 +199,9 @@ class TableParts:
         fs = HadoopFS(spark, layout.base)
         check_layout(fs, layout, table.format, table.partition_by)
         fixed = fixed_decoder(spark, cfg.decode)
-        schema = resolve_schema(spark, cfg, fs, layout, fixed, samples)
+        registry = (SchemaRegistry(cfg.decode.registry)
+                    if cfg.decode.registry is not None else None)
+        schema = resolve_schema(spark, cfg, fs, layout, fixed, samples, registry)
         policy = evolution_policy(cfg)
         transforms = Transforms(parse_transforms(table.transforms))
 
@@ -173,8 +215,11 @@ class TableParts:
                 timestamp_fallback=table.timestamp_fallback,
                 null_value=table.null_partition_value,
             )
-            decoder = fixed or json_decoder(current, reject_unknown=policy.rejects_unknown,
-                                              spark=spark)
+            if registry is not None:
+                decoder: Decoder = RegistryAvroDecoder(spark, current, registry, policy)
+            else:
+                decoder = fixed or json_decoder(current, reject_unknown=policy.rejects_unknown,
+                                                spark=spark)
             return decoder, spec, columns
 
         # partition and timestamp columns resolve before data moves
@@ -585,6 +630,12 @@ def _preflight_tables(cfg: LakesinkConfig) -> list[str]:
                 else f"{len(schema.fields)} declared field(s)")
         done.append(f"schema: {what}; partition columns "
                     f"{cfg.table.partition_by or '(none)'} resolve")
+    elif cfg.decode.registry is not None:
+        source = (cfg.decode.avro.schema_file or "the latest of registry subject(s) "
+                  + ", ".join(cfg.decode.registry.subjects
+                              or [f"{t}-value" for t in cfg.source.names]))
+        done.append(f"schema: each record's writer schema from the registry "
+                    f"{cfg.decode.registry.url}; a new table starts from {source}")
     elif cfg.decode.format == "avro":
         done.append(f"schema: Avro record from {cfg.decode.avro.schema_file} (columns and "
                     "partitions are checked at start, with Spark)")

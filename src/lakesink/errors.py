@@ -7,6 +7,8 @@
      │   └─ LayoutError    an existing table's layout differs from the config
      ├─ ServiceError       a local service (broker, …) could not be started or reached
      ├─ SourceError        the source is unreachable or refused us (bounded wait, then this)
+     ├─ RegistryUnavailable the schema registry did not answer: the batch fails before
+     │                     its commit and the query restarts with backoff
      ├─ SecondWriterError  another live writer holds the table (refused at start)
      ├─ CatalogError       the catalog refused a registration (4xx): the run stops
      │   └─ CatalogUnavailable  the catalog is down or failed transiently: registration
@@ -52,6 +54,10 @@ class ServiceError(LakesinkError):
 
 class SourceError(LakesinkError):
     """The source could not be reached within the configured wait."""
+
+
+class RegistryUnavailable(LakesinkError):
+    """The schema registry did not answer (or failed); the batch is tried again later."""
 
 
 class SinkError(LakesinkError):

@@ -343,14 +343,57 @@ class FieldSpec(_Section):
     nullable: bool = True
 
 
+class RegistryConfig(_Section):
+    """``decode.avro.registry``: a Confluent-API schema registry (Confluent Schema
+    Registry, Apicurio's ``/apis/ccompat/v7``, Karapace, Redpanda) that resolves each
+    record's schema id; see ``docs/schema-registry.md``."""
+
+    url: str = Field(description="the registry's base URL (http(s)://host:8081, or "
+                     "Apicurio's http://host:8080/apis/ccompat/v7)")
+    subjects: StrList = Field(default_factory=list, description="subjects whose latest "
+                              "version gives a new table its first schema; default: "
+                              "<topic>-value for each topic")
+    username: str | None = Field(default=None, description="HTTP basic auth user")
+    password: SecretStr | None = Field(default=None, description="env or secret file only")
+    timeout_s: float = Field(default=10.0, gt=0, description="the longest wait for one "
+                             "answer (then the batch fails and the query restarts with "
+                             "backoff)")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"{masked_uri(value)!r} is not an http(s):// URL")
+        if "@" in value.partition("://")[2].partition("/")[0]:
+            raise ValueError("credentials in the URL: set username, and password from the "
+                             "environment or a secret file")
+        return value.rstrip("/")
+
+
 class AvroConfig(_Section):
     """``decode.format: avro``: the writer schema and how values are framed."""
 
-    schema_file: str | None = Field(default=None, description="Avro schema (.avsc, JSON)")
+    schema_file: str | None = Field(default=None, description="Avro schema (.avsc, JSON); "
+                                    "with a registry: optional, the first schema of a "
+                                    "new table")
     wire: Literal["plain", "confluent"] = Field(
         default="plain",
-        description="'confluent': a magic byte 0 and a 4-byte schema id precede the datum",
+        description="'confluent': a magic byte 0 and a 4-byte schema id precede the datum "
+        "(the default with a registry)",
     )
+    registry: RegistryConfig | None = Field(
+        default=None, description="resolve each record's schema id in a schema registry "
+        "(the table's schema follows the writers' schemas)")
+
+    @model_validator(mode="after")
+    def _registry_wire(self) -> AvroConfig:
+        if self.registry is not None:
+            if "wire" in self.model_fields_set and self.wire != "confluent":
+                raise ValueError("decode.avro.wire: a registry resolves the schema id of "
+                                 "the Confluent framing; use wire: confluent (the default "
+                                 "with a registry)")
+            self.wire = "confluent"
+        return self
 
 
 class ProtobufConfig(_Section):
@@ -392,8 +435,9 @@ class DecodeConfig(_Section):
         if self.format == "arrow_ipc" and self.schema_ is None:
             raise ValueError("decode.schema: required for format arrow_ipc (the table's "
                              "columns; each stream's columns are cast to them)")
-        if self.format == "avro" and not self.avro.schema_file:
-            raise ValueError("decode.avro.schema_file: required for format avro")
+        if self.format == "avro" and not self.avro.schema_file and self.avro.registry is None:
+            raise ValueError("decode.avro.schema_file: required for format avro (or "
+                             "decode.avro.registry)")
         if self.format == "protobuf":
             for key in ("descriptor_file", "message"):
                 if not getattr(self.protobuf, key):
@@ -402,8 +446,14 @@ class DecodeConfig(_Section):
 
     @property
     def evolves(self) -> bool:
-        """Whether records can carry fields the schema lacks (JSON only)."""
-        return self.format == "json"
+        """Whether records can carry fields the schema lacks (JSON, and Avro whose
+        writer schemas come from a registry)."""
+        return self.format == "json" or self.registry is not None
+
+    @property
+    def registry(self) -> RegistryConfig | None:
+        """The schema registry that resolves the records' schema ids, if any."""
+        return self.avro.registry if self.format == "avro" else None
 
 
 class TableConfig(_Section):

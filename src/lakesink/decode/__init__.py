@@ -39,6 +39,9 @@ def fixed_decoder(spark: SparkSession | None, cfg: DecodeConfig) -> Decoder | No
     if cfg.format == "avro":
         from lakesink.decode.avro import AvroDecoder, read_schema_file
 
+        if cfg.avro.registry is not None:  # columns follow the writers' schemas
+            return None
+
         assert cfg.avro.schema_file is not None  # checked by the config model
         text = read_schema_file(cfg.avro.schema_file)
         if spark is None:

@@ -42,6 +42,12 @@ from pyspark.sql import Observation
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from lakesink.decode.avro_registry import (
+    INCOMPATIBLE_SCHEMA,
+    UNRESOLVED,
+    RegistryAvroDecoder,
+    schema_id,
+)
 from lakesink.decode.base import Decoder
 from lakesink.decode.evolution import WIDEST, EvolutionPolicy, evolve, widenable
 from lakesink.decode.json import SCHEMA_MISMATCH, _path, infer_schema
@@ -83,7 +89,7 @@ GUARD_MESSAGE = "lakesink: this batch needs a schema change or its dead letters 
 # reasons of the "schema" stage (the value decoded but does not fit the table); the
 # rest are "decode" (the value could not be read at all)
 SCHEMA_REASONS = ("schema_mismatch", "missing_required", "unknown_field", INVALID_TIMESTAMP,
-                  INVALID_PARTITION_VALUE)
+                  INVALID_PARTITION_VALUE, INCOMPATIBLE_SCHEMA)
 
 # (schema, changes, batch id) -> None: store an evolved schema durably
 SchemaStore = Callable[[T.StructType, list[str], int], None]
@@ -260,7 +266,15 @@ class BatchProcessor:
                         .alias("unknown"))
         if self._widenable():
             aggs.append(F.count_if(F.col("_fail") == F.lit(SCHEMA_MISMATCH)).alias("mismatch"))
+        if self._resolves_ids:
+            aggs.append(F.count_if(F.col("_fail") == F.lit(UNRESOLVED)).alias("unresolved"))
         return aggs
+
+    @property
+    def _resolves_ids(self) -> bool:
+        """Whether the decoder looks records' schema ids up in a registry (records of
+        an id new to the run are marked :data:`UNRESOLVED` until it has)."""
+        return isinstance(self.decoder, RegistryAvroDecoder)
 
     def _observed(self, observation: Observation, marked: DataFrame) -> dict[str, int]:
         """The counts an observation collected during a write; when Spark reports none
@@ -289,7 +303,20 @@ class BatchProcessor:
         """Types of the unknown fields, inferred from (a sample of) the records with them."""
         rows = (marked.where((F.size("_extra") > 0) & F.col("_fail").isNull())
                 .select(F.col("value").cast("string")).limit(EVOLUTION_SAMPLE).collect())
-        inferred = infer_schema(self.writer.spark, [r[0] for r in rows])
+        return self._addable(infer_schema(self.writer.spark, [r[0] for r in rows]))
+
+    def _resolve_ids(self, marked: DataFrame) -> tuple[T.StructType, dict[str, T.DataType]]:
+        """Look the batch's new schema ids up (a registry decoder); the columns and
+        widenings their writer schemas ask of the table."""
+        assert isinstance(self.decoder, RegistryAvroDecoder)
+        rows = (marked.where(F.col("_fail") == F.lit(UNRESOLVED))
+                .select(schema_id(F.col("value")).alias("id")).distinct().collect())
+        new_fields, widen = self.decoder.new_ids([r["id"] for r in rows])
+        return self._addable(new_fields), widen
+
+    def _addable(self, inferred: T.StructType) -> T.StructType:
+        """The fields of ``inferred`` that may become columns (not a case-variant of a
+        column, nor a reserved name)."""
         taken = {n.lower() for n in self.columns.fieldNames()}
         fields = []
         for f in inferred.fields:
@@ -330,12 +357,18 @@ class BatchProcessor:
 
     def _evolve(self, marked: DataFrame, counts: dict[str, int], batch_id: int) -> bool:
         """Evolve and store the schema if this batch needs it; True when it changed."""
-        new_fields = (self._new_fields(marked)
-                      if self.policy.adds_columns and counts.get("unknown") else None)
-        widen = self._widenings(marked) if counts.get("mismatch") else {}
+        resolved = bool(counts.get("unresolved"))
+        if resolved:  # the decoder is rebuilt below even if the schema stays
+            new_fields, widen = self._resolve_ids(marked)
+        else:
+            new_fields = (self._new_fields(marked)
+                          if self.policy.adds_columns and counts.get("unknown") else None)
+            widen = self._widenings(marked) if counts.get("mismatch") else {}
         schema, changes = evolve(self.schema, new_fields=new_fields, widen=widen)
         if not changes:
-            return False
+            if resolved:
+                self._use(self.schema)
+            return resolved
         self.store_schema(schema, changes, batch_id)
         fault_point("after_schema_evolved", batch_id)
         logger.warning("batch %d: table schema evolved: %s", batch_id, "; ".join(changes))
@@ -457,8 +490,12 @@ class BatchProcessor:
         return lambda: self._good(self._marked(df)).count()
 
     def _needs_evolution(self, counts: dict[str, int]) -> bool:
-        return bool((counts.get("unknown") and self.policy.adds_columns)
-                    or counts.get("mismatch"))
+        """Whether the schema (or, for new schema ids, the decoder) must change first;
+        a registry decoder's unknown fields are ones its writers' resolution already
+        left out (case-variants of columns, reserved names)."""
+        return bool((counts.get("unknown") and self.policy.adds_columns
+                     and not self._resolves_ids)
+                    or counts.get("mismatch") or counts.get("unresolved"))
 
     def _info(self, counts: dict[str, int], marked: DataFrame, batch_id: int) -> dict[str, Any]:
         """What is recorded with the commit; reports fields dropped as unknown."""

@@ -1,0 +1,158 @@
+"""Writer schemas by id, from a Confluent-API schema registry.
+
+One :class:`SchemaRegistry` per table and run, shared by every decoder that table builds
+(a schema evolution rebuilds the decoder, not the registry). It asks the registry
+(``confluent_kafka``'s ``SchemaRegistryClient``: ``GET /schemas/ids/{id}``,
+``GET /subjects/{subject}/versions/latest``) and keeps every answer for the run:
+
+* a schema the registry has: a :class:`WriterSchema`;
+* an id it does not have (HTTP 404, asked twice a second apart, since a registry
+  replica may lag the one the producer registered with): :data:`MISSING` — its records
+  go to the rejected area as ``unknown_schema_id``; the registry is asked again after a
+  restart;
+* a registry that does not answer, or answers 5xx: :class:`RegistryUnavailable`. Nothing
+  is decided: the batch fails before any commit and the query restarts with backoff, so
+  no record is judged by a registry that was down.
+
+Ids are asked on the driver, a batch's distinct new ids at a time; the tasks decode
+with the schema texts the decoder puts in its expressions.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lakesink.errors import ConfigError, RegistryUnavailable
+
+if TYPE_CHECKING:
+    from lakesink.config.models import RegistryConfig
+
+logger = logging.getLogger(__name__)
+
+#: a schema id the registry does not have
+MISSING = "missing"
+#: how long to wait before asking again about an id the registry said it lacks
+MISS_RECHECK_S = 1.0
+
+
+@dataclass(frozen=True)
+class WriterSchema:
+    """One registered schema: its id, type (AVRO, PROTOBUF, JSON) and text."""
+
+    id: int
+    schema_type: str
+    text: str
+
+    @property
+    def parsed(self) -> Any:  # noqa: ANN401 - Avro's JSON
+        try:
+            return json.loads(self.text)
+        except ValueError:
+            return None
+
+    @property
+    def record_name(self) -> str | None:
+        """The full name of an Avro record schema (namespace.name), else None."""
+        doc = self.parsed
+        if self.schema_type != "AVRO" or not isinstance(doc, dict) or doc.get("type") != "record":
+            return None
+        name = str(doc.get("name", ""))
+        namespace = doc.get("namespace")
+        return f"{namespace}.{name}" if namespace and "." not in name else name
+
+
+class SchemaRegistry:
+    """The schemas a run has resolved, by id (see the module docstring)."""
+
+    def __init__(self, cfg: RegistryConfig, *, client: Any = None) -> None:  # noqa: ANN401
+        self.url = cfg.url
+        self.timeout_s = cfg.timeout_s
+        self.subjects = list(cfg.subjects)
+        self.known: dict[int, WriterSchema | str] = {}
+        #: Spark's type of each Avro writer schema, or why it has none (decode.avro_registry)
+        self.spark_types: dict[int, Any] = {}
+        if client is None:
+            from confluent_kafka.schema_registry import SchemaRegistryClient
+
+            conf: dict[str, Any] = {"url": cfg.url, "timeout": max(1, round(cfg.timeout_s))}
+            if cfg.username is not None:
+                secret = cfg.password.get_secret_value() if cfg.password else ""
+                conf["basic.auth.credentials.source"] = "USER_INFO"
+                conf["basic.auth.user.info"] = f"{cfg.username}:{secret}"
+            client = SchemaRegistryClient(conf)
+        self.client = client
+
+    def lookup(self, ids: Iterable[int]) -> dict[int, WriterSchema | str]:
+        """Resolve ``ids`` not yet known; returns the newly resolved ones."""
+        new = sorted({int(i) for i in ids} - self.known.keys())
+        found: dict[int, WriterSchema | str] = {}
+        missing = []
+        for schema_id in new:
+            got = self._get(schema_id)
+            if got is None:
+                missing.append(schema_id)
+            else:
+                found[schema_id] = got
+        if missing:  # a replica may lag the one the producer registered with
+            time.sleep(MISS_RECHECK_S)
+            for schema_id in missing:
+                got = self._get(schema_id)
+                found[schema_id] = MISSING if got is None else got
+        for schema_id, got in found.items():
+            if got == MISSING:
+                logger.warning("schema id %d is not in the registry %s: its records are "
+                               "rejected (unknown_schema_id)", schema_id, self.url)
+            else:
+                assert isinstance(got, WriterSchema)
+                logger.info("schema id %d: %s %s", schema_id, got.schema_type,
+                            got.record_name or "")
+        self.known.update(found)
+        return found
+
+    def latest(self, subject: str) -> WriterSchema | None:
+        """The latest version of ``subject`` (None when the registry has no such
+        subject); it is remembered by its id like any looked-up schema."""
+        try:
+            registered = self.client.get_latest_version(subject)
+        except Exception as exc:  # noqa: BLE001 - sorted below
+            if _status(exc) == 404:
+                return None
+            raise self._unavailable(exc, f"subject {subject!r}") from None
+        schema = registered.schema
+        got = WriterSchema(int(registered.schema_id), schema.schema_type or "AVRO",
+                           schema.schema_str)
+        self.known.setdefault(got.id, got)
+        return got
+
+    def _get(self, schema_id: int) -> WriterSchema | None:
+        try:
+            schema = self.client.get_schema(schema_id)
+        except Exception as exc:  # noqa: BLE001 - sorted below
+            if _status(exc) == 404:
+                return None
+            raise self._unavailable(exc, f"schema id {schema_id}") from None
+        return WriterSchema(schema_id, schema.schema_type or "AVRO", schema.schema_str)
+
+    def _unavailable(self, exc: BaseException, what: str) -> Exception:
+        status = _status(exc)
+        if status in (401, 403):
+            return ConfigError("decode.avro.registry", f"the registry {self.url} refused "
+                               f"the credentials (HTTP {status}) asking for {what}",
+                               fix="check decode.avro.registry.username and password")
+        return RegistryUnavailable(f"schema registry {self.url} unavailable asking for "
+                                   f"{what}: {type(exc).__name__}: {_first_line(exc)}")
+
+
+def _status(exc: BaseException) -> int | None:
+    code = getattr(exc, "http_status_code", None)
+    return int(code) if isinstance(code, int) and code > 0 else None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else ""

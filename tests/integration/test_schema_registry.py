@@ -1,0 +1,176 @@
+"""Avro through a real schema registry (Apicurio Registry, Confluent API), records
+written by ``confluent_kafka``'s own ``AvroSerializer``: each record's writer schema is
+looked up by id, newer schemas evolve the table, unknown ids and incompatible schemas go
+to the rejected area with the id in the detail, and a registry that is down judges
+nothing."""
+
+from __future__ import annotations
+
+import copy
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lakesink.runtime.services import produce
+from tests.integration.test_formats import raw_config, rejected
+from tests.integration.test_ingest import run_once
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
+
+V1 = {
+    "type": "record", "name": "Reading", "namespace": "acme",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "location", "type": "string"},
+        {"name": "amount", "type": "int"},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+    ],
+}
+# a newer writer: a new optional field, and amount widened to long
+V2 = copy.deepcopy(V1)
+V2["fields"][2] = {"name": "amount", "type": "long"}
+V2["fields"].append({"name": "note", "type": ["null", "string"], "default": None})
+# an incompatible one: location became a number
+V3 = copy.deepcopy(V1)
+V3["fields"][1] = {"name": "location", "type": "int"}
+
+
+def _serializer(url: str, schema: dict[str, Any]) -> Any:  # noqa: ANN401
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+
+    client = SchemaRegistryClient({"url": url})
+    return AvroSerializer(client, json.dumps(schema), conf={"auto.register.schemas": True})
+
+
+def _value(serializer: Any, topic: str, record: dict[str, Any]) -> bytes:  # noqa: ANN401
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    return serializer(record, SerializationContext(topic, MessageField.VALUE))
+
+
+def _v1(i: int) -> dict[str, Any]:
+    return {"id": i, "location": ["oslo", "lima"][i % 2], "amount": i * 10,
+            "tags": [f"t{j}" for j in range(i % 3)]}
+
+
+def _v2(i: int) -> dict[str, Any]:
+    return {**_v1(i), "amount": 2**40 + i, "note": None if i % 4 == 0 else f"n{i}"}
+
+
+def _registry_config(broker: Any, topic: str, lake: Path, url: str, **table: Any  # noqa: ANN401
+                     ) -> dict[str, Any]:
+    data = raw_config(broker, topic, lake, "avro", partition_by=["location"], **table)
+    data["decode"]["avro"] = {"registry": {"url": url, "timeout_s": 5}}
+    return data
+
+
+def _schema_id(value: bytes) -> int:
+    return struct.unpack(">I", value[1:5])[0]
+
+
+def test_writer_schemas_from_the_registry_evolve_the_table(spark, kafka_broker, topic,
+                                                          schema_registry, tmp_path) -> None:
+    import duckdb
+
+    url = schema_registry.url
+    s1, s2, s3 = (_serializer(url, v) for v in (V1, V2, V3))
+    first = [(b"k", _value(s1, topic, _v1(i))) for i in range(40)]
+    produce(kafka_broker.bootstrap_servers, topic, first)
+    lake = tmp_path / "lake"
+    data = _registry_config(kafka_broker, topic, lake, url)
+    stats = run_once(spark, data)  # a new table: its first schema is <topic>-value's latest
+    assert (stats.written, stats.rejected) == (40, 0)
+
+    newer = [(b"k", _value(s2, topic, _v2(i))) for i in range(40, 100)]
+    incompatible = _value(s3, topic, {**_v1(500), "location": 5})
+    unknown = b"\x00" + struct.pack(">I", 987654) + newer[0][1][5:]
+    truncated = newer[1][1][:7]
+    produce(kafka_broker.bootstrap_servers, topic,
+            newer + [(b"bad", v) for v in (incompatible, unknown, truncated, b"\x01abcd")]
+            + [(b"tomb", None)])
+    stats = run_once(spark, data)
+    assert (stats.written, stats.rejected) == (60, 5)
+    assert stats.schema_changes == 2  # + note, amount int -> bigint
+
+    rows = duckdb.sql(f"SELECT id, location, amount, tags, note FROM read_parquet("
+                      f"'{lake}/events/**/*.parquet', hive_partitioning=true, "
+                      "union_by_name=true)").fetchall()
+    assert sorted(r[0] for r in rows) == list(range(100))
+    for id_, location, amount, tags, note in rows:
+        want = _v1(id_) if id_ < 40 else _v2(id_)
+        assert (location, amount, tags, note) == (
+            want["location"], want["amount"], want["tags"], want.get("note"))
+    # Spark reads the whole table with one schema: the widened, evolved one
+    read = spark.read.parquet(str(lake / "events"))
+    assert dict(read.dtypes)["amount"] == "bigint" and read.count() == 100
+
+    got = {reason: (detail, value) for reason, detail, value in rejected(lake)}
+    assert sorted(got) == ["bad_magic_byte", "incompatible_schema", "malformed_avro",
+                           "null_value", "unknown_schema_id"]
+    detail, value = got["incompatible_schema"]
+    assert value == incompatible and f"schema id {_schema_id(incompatible)}" in detail
+    assert "'location' is int" in detail
+    detail, value = got["unknown_schema_id"]
+    assert value == unknown and "schema id 987654 is not in the registry" in detail
+    assert got["malformed_avro"][1] == truncated
+    history = json.loads((lake / ".lakesink" / "events" / "schema.json").read_text())
+    assert history["history"][0]["changes"][0].startswith("registry subject(s) " + topic)
+
+
+def test_a_registry_that_is_down_judges_nothing(spark, kafka_broker, topic, schema_registry,
+                                               tmp_path) -> None:
+    """Records are neither written nor rejected while their schema cannot be looked up;
+    once the registry answers, every record is written once."""
+    import duckdb
+
+    from lakesink.runtime.services import free_port
+
+    url = schema_registry.url
+    s1 = _serializer(url, V1)
+    produce(kafka_broker.bootstrap_servers, topic,
+            [(b"k", _value(s1, topic, _v1(i))) for i in range(30)])
+    lake = tmp_path / "lake"
+    schema_file = tmp_path / "v1.avsc"
+    schema_file.write_text(json.dumps(V1))
+    down = _registry_config(kafka_broker, topic, lake, f"http://127.0.0.1:{free_port()}")
+    down["decode"]["avro"]["schema_file"] = str(schema_file)  # the start needs no registry
+    down["retry"] = {"batch_attempts": 1, "restarts": 1, "initial_backoff_s": 0.1}
+    with pytest.raises(Exception, match="schema registry .* unavailable"):
+        run_once(spark, down)
+    assert not list((lake / "events").rglob("*.parquet"))
+    assert not (lake / "_rejected").exists() or not list((lake / "_rejected").rglob("*.parquet"))
+
+    up = copy.deepcopy(down)
+    up["decode"]["avro"]["registry"]["url"] = url
+    stats = run_once(spark, up)
+    assert (stats.written, stats.rejected) == (30, 0)
+    ids = [r[0] for r in duckdb.sql(
+        f"SELECT id FROM read_parquet('{lake}/events/**/*.parquet')").fetchall()]
+    assert sorted(ids) == list(range(30))
+
+
+def test_delta_table_follows_the_registry(spark, kafka_broker, topic, schema_registry,
+                                          tmp_path) -> None:
+    from deltalake import DeltaTable
+
+    url = schema_registry.url
+    v1 = copy.deepcopy(V1)
+    v1["fields"][2] = {"name": "amount", "type": "long"}
+    s1, s2 = _serializer(url, v1), _serializer(url, V2)
+    produce(kafka_broker.bootstrap_servers, topic,
+            [(b"k", _value(s1, topic, {**_v1(i), "amount": 2**40 + i})) for i in range(20)]
+            + [(b"k", _value(s2, topic, _v2(i))) for i in range(20, 50)])
+    lake = tmp_path / "lake"
+    data = _registry_config(kafka_broker, topic, lake, url, format="delta")
+    stats = run_once(spark, data)
+    assert (stats.written, stats.rejected) == (50, 0)
+    table = DeltaTable(str(lake / "events")).to_pyarrow_table().to_pylist()
+    assert sorted(r["id"] for r in table) == list(range(50))
+    for r in table:
+        assert r["amount"] == 2**40 + r["id"]
+        assert r["note"] == (None if r["id"] < 20 else _v2(r["id"])["note"])
+    assert spark.read.format("delta").load(str(lake / "events")).count() == 50
