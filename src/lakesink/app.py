@@ -142,18 +142,19 @@ def first_registry_schema(spark: SparkSession, cfg: LakesinkConfig, registry: Sc
     file if one is given, else the latest versions of the subjects (default
     ``<topic>-value``, the serializers' default naming), merged."""
     from lakesink.decode.avro import AvroDecoder, read_schema_file
-    from lakesink.decode.avro_registry import spark_struct
+    from lakesink.decode.avro_registry import loose, spark_struct
 
     if cfg.decode.avro.schema_file:
         decoder = AvroDecoder(spark, read_schema_file(cfg.decode.avro.schema_file))
-        return decoder.schema, f"schema file {cfg.decode.avro.schema_file}"
+        return (loose(decoder.schema),  # type: ignore[return-value]
+                f"schema file {cfg.decode.avro.schema_file}")
     subjects = registry.subjects or [f"{t}-value" for t in cfg.source.names]
     schema, used = T.StructType([]), []
     for subject in subjects:
         writer = registry.latest(subject)
         struct = spark_struct(spark, registry, writer) if writer is not None else None
         if isinstance(struct, T.StructType):
-            schema, _ = evolve(schema, new_fields=struct)
+            schema, _ = evolve(schema, new_fields=loose(struct))  # type: ignore[arg-type]
             used.append(f"{subject} (id {writer.id})")  # type: ignore[union-attr]
     if not used:
         raise ConfigError(

@@ -27,8 +27,9 @@ Records whose id is new to the run are marked :data:`UNRESOLVED`; the batch proc
 then looks the batch's new ids up, evolves the table if a writer asks for it, and
 decodes the batch again (:meth:`lakesink.pipeline.batch.BatchProcessor._evolve`). That
 marker never reaches the rejected area. An id the registry does not have:
-``unknown_schema_id``. Columns are always nullable (a record of an older schema has no
-value for a newer column).
+``unknown_schema_id``. Columns, array elements and map values are always nullable:
+a record of an older schema has no value for a newer column, and writers differ in
+what they let be null.
 """
 
 from __future__ import annotations
@@ -208,7 +209,7 @@ def proposals(spark: SparkSession, registry: SchemaRegistry, writers: list[Write
             current = have.get(f.name)
             if current is None:
                 if policy.adds_columns and f.name not in {n.name for n in new}:
-                    new.append(T.StructField(f.name, f.dataType, True))
+                    new.append(T.StructField(f.name, loose(f.dataType), True))
             elif policy.type_widening and can_widen(current, f.dataType):
                 if f.name not in widen or can_widen(widen[f.name], f.dataType):
                     widen[f.name] = f.dataType
@@ -225,8 +226,7 @@ class RegistryAvroDecoder(Decoder):
 
     def __init__(self, spark: SparkSession, schema: T.StructType, registry: SchemaRegistry,
                  policy: EvolutionPolicy) -> None:
-        super().__init__(T.StructType([T.StructField(f.name, f.dataType, True)
-                                       for f in schema.fields]))
+        super().__init__(loose(schema))  # type: ignore[arg-type]
         self.spark = spark
         self.registry = registry
         self.policy = policy
