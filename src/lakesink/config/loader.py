@@ -309,6 +309,10 @@ def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
     if error.get("type") not in ("missing", "extra_forbidden") and isinstance(
         value, (str, int, float, bool)
     ) and not any(_matches(tuple(loc), p) for p in secret_paths()):
+        if isinstance(value, str):  # a URL's password is never echoed
+            from lakesink.config.models import masked_uri
+
+            value = masked_uri(value)
         msg += f" (got {value!r})"
     return key, msg
 
