@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -117,12 +117,10 @@ class SchemaRegistry:
     def latest(self, subject: str) -> WriterSchema | None:
         """The latest version of ``subject`` (None when the registry has no such
         subject); it is remembered by its id like any looked-up schema."""
-        try:
-            registered = self.client.get_latest_version(subject)
-        except Exception as exc:  # noqa: BLE001 - sorted below
-            if _status(exc) == 404:
-                return None
-            raise self._unavailable(exc, f"subject {subject!r}") from None
+        registered = self._ask(f"subject {subject!r}",
+                               lambda: self.client.get_latest_version(subject))
+        if registered is None:
+            return None
         schema = registered.schema
         got = WriterSchema(int(registered.schema_id), schema.schema_type or "AVRO",
                            schema.schema_str)
@@ -130,13 +128,19 @@ class SchemaRegistry:
         return got
 
     def _get(self, schema_id: int) -> WriterSchema | None:
+        schema = self._ask(f"schema id {schema_id}", lambda: self.client.get_schema(schema_id))
+        if schema is None:
+            return None
+        return WriterSchema(schema_id, schema.schema_type or "AVRO", schema.schema_str)
+
+    def _ask(self, what: str, call: Callable[[], Any]) -> Any:  # noqa: ANN401
+        """``call()``'s answer; None for HTTP 404; raises for anything else."""
         try:
-            schema = self.client.get_schema(schema_id)
-        except Exception as exc:  # noqa: BLE001 - sorted below
+            return call()
+        except Exception as exc:  # noqa: BLE001 - sorted by _unavailable
             if _status(exc) == 404:
                 return None
-            raise self._unavailable(exc, f"schema id {schema_id}") from None
-        return WriterSchema(schema_id, schema.schema_type or "AVRO", schema.schema_str)
+            raise self._unavailable(exc, what) from None
 
     def _unavailable(self, exc: BaseException, what: str) -> Exception:
         status = _status(exc)
