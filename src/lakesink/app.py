@@ -39,7 +39,14 @@ from lakesink.pipeline.arrow_task import TaskSpec
 from lakesink.pipeline.batch import BatchProcessor, Rebuild, RunStats, SchemaStore
 from lakesink.pipeline.columns import PartitionSpec, SourceColumns
 from lakesink.pipeline.retry import RetryingBatch
-from lakesink.pipeline.routing import Route, RoutePlans, Router, TypeTables
+from lakesink.pipeline.routing import (
+    JsonFieldType,
+    RecordNameType,
+    Route,
+    RoutePlans,
+    Router,
+    TypeTables,
+)
 from lakesink.pipeline.transforms import Transforms, parse_transforms
 from lakesink.runtime import storage
 from lakesink.runtime.shutdown import StopGate, StopRequest, await_query
@@ -110,7 +117,7 @@ def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,
         logger.info("using the schema stored with the table (%s)", layout.schema_file)
         return stored_schema
     if registry is not None:
-        schema, source = first_registry_schema(spark, cfg, registry)
+        schema, source = first_registry_schema(spark, cfg, registry, samples)
         fs.write_json(layout.schema_file, schema_record(
             schema, source=source, declared=None, previous=None, changes=[source]))
         logger.info("schema %s: %s", source, schema.simpleString())
@@ -136,14 +143,23 @@ def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,
     return schema
 
 
-def first_registry_schema(spark: SparkSession, cfg: LakesinkConfig, registry: SchemaRegistry
+def first_registry_schema(spark: SparkSession, cfg: LakesinkConfig, registry: SchemaRegistry,
+                          samples: Callable[[], list[str]] | None = None
                           ) -> tuple[T.StructType, str]:
     """A new registry-decoded table's first schema and where it came from: the schema
     file if one is given, else the latest versions of the subjects (default
-    ``<topic>-value``, the serializers' default naming), merged."""
+    ``<topic>-value``, the serializers' default naming), merged. A record-name route's
+    table: the writer schemas ``samples()`` gives (that record's, Avro JSON)."""
     from lakesink.decode.avro import AvroDecoder, read_schema_file
-    from lakesink.decode.avro_registry import loose, spark_struct
+    from lakesink.decode.avro_registry import avro_struct, loose, spark_struct
 
+    if samples is not None:  # a record-name route's table: that record's writers
+        schema, texts = T.StructType([]), samples()
+        for text in texts:
+            struct = avro_struct(spark, text)
+            if isinstance(struct, T.StructType):
+                schema, _ = evolve(schema, new_fields=loose(struct))  # type: ignore[arg-type]
+        return schema, f"the {len(texts)} writer schema(s) seen of this record"
     if cfg.decode.avro.schema_file:
         decoder = AvroDecoder(spark, read_schema_file(cfg.decode.avro.schema_file))
         return (loose(decoder.schema),  # type: ignore[return-value]
@@ -332,12 +348,16 @@ class Pipeline:
                 route = Route(list(r.topics), r.topic_pattern)
                 if r.message_type is not None:
                     mt = r.message_type
+                    registry = cfg.route_config(i, "_").decode.registry
+                    typer = (RecordNameType(SchemaRegistry(registry))
+                             if mt.record_name and registry is not None
+                             else JsonFieldType(mt.field or ""))
                     route.types = TypeTables(
-                        field=mt.field, allow=mt.allow, prefix=mt.table_prefix,
+                        typer=typer, allow=mt.allow, prefix=mt.table_prefix,
                         factory=_type_tables(cfg, spark, i, app_id),
                         reserved=static | {UNROUTED_TABLE}, key=f"routes.{i}.message_type",
                         sample_size=cfg.route_config(i, "_").decode.infer_sample_size)
-                    targets.append(f"{mt.table_prefix}<{mt.field}>")
+                    targets.append(f"{mt.table_prefix}<{mt.field or 'record name'}>")
                 else:
                     with route_keys(i):
                         parts = TableParts.resolve(cfg.route_config(i), spark)
@@ -603,7 +623,7 @@ def _preflight_tables(cfg: LakesinkConfig) -> list[str]:
                 mt = route.message_type
                 with route_keys(i):
                     checks = _preflight_tables(cfg.route_config(i, mt.table_prefix + "TYPE"))[:1]
-                checks.append(f"one table per value of '{mt.field}' "
+                checks.append(f"one table per value of {mt.what} "
                               f"({mt.table_prefix}<type>, allowed: {mt.allow or 'any'}), "
                               "created on first sight")
             else:

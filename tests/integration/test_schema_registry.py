@@ -179,3 +179,48 @@ def test_delta_table_follows_the_registry(spark, kafka_broker, topic, schema_reg
         assert r["amount"] == 2**40 + r["id"]
         assert r["note"] == (None if r["id"] < 20 else _v2(r["id"])["note"])
     assert spark.read.format("delta").load(str(lake / "events")).count() == 50
+
+
+ALERT = {"type": "record", "name": "Alert", "namespace": "acme",
+         "fields": [{"name": "id", "type": "long"}, {"name": "level", "type": "string"}]}
+
+
+def test_routing_by_avro_record_name(spark, kafka_broker, topic, schema_registry,
+                                     tmp_path) -> None:
+    """One topic, two record types (the serializers' RecordNameStrategy): each record
+    name gets its table with that record's columns; an unknown id is unrouted."""
+    import duckdb
+    from confluent_kafka.schema_registry import SchemaRegistryClient, record_subject_name_strategy
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+
+    from tests.integration.test_routing import _unrouted
+
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    conf = {"auto.register.schemas": True,
+            "subject.name.strategy": record_subject_name_strategy}
+    readings = AvroSerializer(client, json.dumps(V1), conf=conf)
+    alerts = AvroSerializer(client, json.dumps(ALERT), conf=conf)
+    produce(kafka_broker.bootstrap_servers, topic,
+            [(b"k", _value(readings, topic, _v1(i)) if i % 3 else
+              _value(alerts, topic, {"id": i, "level": f"l{i}"})) for i in range(30)]
+            + [(b"k", b"\x00" + struct.pack(">I", 424242) + b"\x02")])
+    lake = tmp_path / "lake"
+    data = raw_config(kafka_broker, topic, lake, "avro", partition_by=[])
+    data["decode"]["avro"] = {"registry": {"url": schema_registry.url}}
+    data["table"].pop("name")
+    data["routes"] = [{"topics": [topic], "message_type": {"record_name": True,
+                                                           "table_prefix": "t_"}}]
+    stats = run_once(spark, data)
+    assert (stats.written, stats.rejected) == (30, 1)
+
+    def table(name: str) -> list[tuple[Any, ...]]:
+        return duckdb.sql(f"SELECT * FROM read_parquet('{lake}/{name}/**/*.parquet') "
+                          "ORDER BY id").fetchall()
+
+    assert table("t_acme.Alert") == [(i, f"l{i}") for i in range(0, 30, 3)]
+    got = table("t_acme.Reading")
+    assert [r[0] for r in got] == [i for i in range(30) if i % 3]
+    assert all(r[1:] == (_v1(r[0])["location"], _v1(r[0])["amount"], _v1(r[0])["tags"])
+               for r in got)
+    unrouted = _unrouted(lake)
+    assert len(unrouted) == 1 and unrouted[0][3].startswith("no Avro record name")

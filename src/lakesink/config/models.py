@@ -666,9 +666,14 @@ class SparkConfig(_Section):
 
 
 class MessageTypeConfig(_Section):
-    """Message-type routing: a field of each JSON record names its table."""
+    """Message-type routing: a field of each JSON record, or the record name of each
+    Avro record's writer schema (a registry), names its table."""
 
-    field: str = Field(description="top-level JSON field whose value is the type")
+    field: str | None = Field(default=None,
+                              description="top-level JSON field whose value is the type")
+    record_name: bool = Field(default=False, description="the type is the full name "
+                              "(namespace.Name) of the record's writer schema, looked up "
+                              "by its id in decode.avro.registry")
     allow: str | None = Field(default=None, description="regex (whole match) of the types "
                               "written; others are unrouted. Default: every type")
     table_prefix: str = Field(default="", description="table name = prefix + type")
@@ -677,10 +682,22 @@ class MessageTypeConfig(_Section):
 
     @field_validator("field")
     @classmethod
-    def _field(cls, value: str) -> str:
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", value):
+    def _field(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", value):
             raise ValueError(f"{value!r} is not a plain field name")
         return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> MessageTypeConfig:
+        if (self.field is None) == (not self.record_name):
+            raise ValueError("message_type: give either field (JSON) or record_name: true "
+                             "(Avro through a registry)")
+        return self
+
+    @property
+    def what(self) -> str:
+        """What names the type, for messages."""
+        return "the Avro record name" if self.record_name else f"'{self.field}'"
 
     @field_validator("table_prefix")
     @classmethod
@@ -1247,9 +1264,13 @@ class LakesinkConfig(BaseSettings):
             table = _merged(self.table, route.table, TableConfig, f"routes.{i}.table")
             decode = _merged(self.decode, route.decode, DecodeConfig, f"routes.{i}.decode")
             if route.message_type is not None:
-                if decode.format != "json":
+                if route.message_type.record_name and decode.registry is None:
+                    raise ValueError(f"routes.{i}.message_type.record_name: needs "
+                                     "decode.format avro with decode.avro.registry")
+                if not route.message_type.record_name and decode.format != "json":
                     raise ValueError(f"routes.{i}.message_type: needs decode.format json "
-                                     f"(the route's format is {decode.format})")
+                                     f"(the route's format is {decode.format}), or "
+                                     "record_name: true for Avro through a registry")
                 if "name" in route.table:
                     raise ValueError(f"routes.{i}.table.name: the message type names the "
                                      "tables; remove it (see message_type.table_prefix)")

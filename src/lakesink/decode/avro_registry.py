@@ -144,21 +144,22 @@ def spark_struct(spark: SparkSession, registry: SchemaRegistry, writer: WriterSc
     """Spark's type of an Avro record schema (cached per id), or why it has none."""
     cache = registry.spark_types
     if writer.id not in cache:
-        if writer.record_name is None:
-            cache[writer.id] = (f"a {writer.schema_type} schema, not an Avro record "
-                                "(its fields would be the columns)")
-        else:
-            from pyspark.sql.avro.functions import from_avro
-
-            try:
-                probe = spark.range(0).select(
-                    from_avro(F.lit(None).cast("binary"), writer.text).alias("r"))
-                struct = probe.schema["r"].dataType
-                cache[writer.id] = (struct if isinstance(struct, T.StructType)
-                                    else "not a record")
-            except Exception as exc:  # noqa: BLE001 - Spark's analysis error, as text
-                cache[writer.id] = f"Spark cannot read it: {str(exc).splitlines()[0][:200]}"
+        cache[writer.id] = (avro_struct(spark, writer.text) if writer.record_name
+                            else f"a {writer.schema_type} schema, not an Avro record (its "
+                            "fields would be the columns)")
     return cache[writer.id]
+
+
+def avro_struct(spark: SparkSession, text: str) -> T.StructType | str:
+    """Spark's type of an Avro record schema (its text), or why it has none."""
+    from pyspark.sql.avro.functions import from_avro
+
+    try:
+        probe = spark.range(0).select(from_avro(F.lit(None).cast("binary"), text).alias("r"))
+    except Exception as exc:  # noqa: BLE001 - Spark's analysis error, as text
+        return f"Spark cannot read it: {str(exc).splitlines()[0][:200]}"
+    struct = probe.schema["r"].dataType
+    return struct if isinstance(struct, T.StructType) else "not a record"
 
 
 def judge(writer: WriterSchema, struct: T.StructType | str, table: T.StructType) -> Verdict:

@@ -33,12 +33,16 @@ from typing import TYPE_CHECKING
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
+from lakesink.decode.avro_registry import schema_id
+from lakesink.decode.base import confluent_framed
+from lakesink.decode.registry import WriterSchema
 from lakesink.errors import ConfigError
 from lakesink.pipeline.batch import BatchProcessor, RunStats
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
+    from lakesink.decode.registry import SchemaRegistry
     from lakesink.tables.fs import HadoopFS
     from lakesink.tables.lease import WriterLease
     from lakesink.tables.rejected import RejectedWriter
@@ -111,15 +115,65 @@ _TYPE = "_lakesink_type"
 _TABLE_NAME = "^[A-Za-z0-9][A-Za-z0-9_\\-.]*$"
 
 
-class TypeTables:
-    """Message-type routing: the JSON field ``field`` of each record names its table
-    (``prefix`` + type), created on first sight with a schema inferred from that type's
-    records. Types outside ``allow``, records without the field, and types whose name
-    is not a table name (or whose table cannot be set up) are unrouted."""
+class JsonFieldType:
+    """A record's type: the top-level JSON field ``field`` (text)."""
 
-    def __init__(self, *, field: str, allow: str | None, prefix: str, factory: TableFactory,
-                 reserved: set[str], sample_size: int, key: str) -> None:
+    def __init__(self, field: str) -> None:
         self.field = field
+        self.missing = f"no message type field '{field}'"
+
+    def column(self, df: DataFrame) -> Column:
+        return F.get_json_object(F.col("value").cast("string"), f"$.{self.field}")
+
+    def samples(self, rows: DataFrame, kind: str, size: int) -> list[str]:
+        """What a new type's table infers its schema from: its records' values."""
+        return [r[0] for r in rows.where(F.col("value").isNotNull())
+                .select(F.col("value").cast("string")).limit(size).collect()]
+
+
+class RecordNameType:
+    """A record's type: the full name (``namespace.Name``) of its Avro writer schema,
+    looked up by the Confluent framing's schema id in a registry (the batch's new ids,
+    on the driver). Ids are immutable in a registry, so a record's type never changes;
+    a record without the framing, or whose id the registry lacks or names no Avro
+    record, has no type (unrouted)."""
+
+    missing = ("no Avro record name: the value lacks the Confluent framing, or its "
+               "schema id is not an Avro record in the registry")
+
+    def __init__(self, registry: SchemaRegistry) -> None:
+        self.registry = registry
+
+    def column(self, df: DataFrame) -> Column:
+        sid = schema_id(F.col("value"))
+        framed = confluent_framed(F.col("value"))
+        ids = [r[0] for r in df.where(framed).select(sid).distinct().collect()]
+        self.registry.lookup(ids)
+        names = {i: w.record_name for i, w in self.registry.known.items()
+                 if isinstance(w, WriterSchema) and w.record_name}
+        kind = F.lit(None).cast("string")
+        for i, name in sorted(names.items()):
+            kind = F.when(sid == F.lit(i), F.lit(name)).otherwise(kind)
+        return F.when(framed, kind)
+
+    def samples(self, rows: DataFrame, kind: str, size: int) -> list[str]:
+        """What a new type's table starts from: the writer schemas (Avro JSON) of that
+        record name seen so far (merged by the table)."""
+        return [w.text for _, w in sorted(self.registry.known.items())
+                if isinstance(w, WriterSchema) and w.record_name == kind]
+
+
+class TypeTables:
+    """Message-type routing: each record's type (``typer``: a JSON field, or the Avro
+    record name) names its table (``prefix`` + type), created on first sight with a
+    schema from that type's records. Types outside ``allow``, records without a type,
+    and types whose name is not a table name (or whose table cannot be set up) are
+    unrouted."""
+
+    def __init__(self, *, typer: JsonFieldType | RecordNameType, allow: str | None,
+                 prefix: str, factory: TableFactory, reserved: set[str], sample_size: int,
+                 key: str) -> None:
+        self.typer = typer
         self.allow = allow
         self.prefix = prefix
         self.factory = factory
@@ -144,7 +198,7 @@ class TypeTables:
         for name, why in sorted(self.refused.items()):
             refused = F.when(kind == F.lit(name), F.lit(f"message type '{name}': {why}")
                              ).otherwise(refused)
-        detail = F.when(kind.isNull(), F.lit(f"no message type field '{self.field}'"))
+        detail = F.when(kind.isNull(), F.lit(self.typer.missing))
         if self.allow is not None:
             detail = detail.when(~kind.rlike(f"^(?:{self.allow})$"),
                                  F.concat(quoted, F.lit(f" not allowed by {self.key}.allow")))
@@ -154,8 +208,7 @@ class TypeTables:
     def plan(self, df: DataFrame) -> Planned:
         """The batch's records with their type, and the types with a table (a new
         type's table is set up here; one that cannot be is refused)."""
-        typed = df.withColumn(_TYPE, F.get_json_object(F.col("value").cast("string"),
-                                                       f"$.{self.field}"))
+        typed = df.withColumn(_TYPE, self.typer.column(df))
         accepted = self._accepted(F.col(_TYPE))
         kinds = sorted(r[0] for r in typed.where(accepted).select(_TYPE).distinct().collect())
         ready = []
@@ -184,8 +237,7 @@ class TypeTables:
         from lakesink.errors import ConfigError
 
         def samples() -> list[str]:
-            return [r[0] for r in rows.where(F.col("value").isNotNull())
-                    .select(F.col("value").cast("string")).limit(self.sample_size).collect()]
+            return self.typer.samples(rows, kind, self.sample_size)
 
         try:
             processor = self.factory(self.prefix + kind, samples)
