@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from lakesink.config import load_config
 from lakesink.config.models import RegistryConfig
 from lakesink.decode import registry as registry_mod
-from lakesink.decode.avro_registry import INCOMPATIBLE_SCHEMA, avro_type, judge, loose
+from lakesink.decode.avro_registry import avro_type, loose, reader_schema
+from lakesink.decode.registered import INCOMPATIBLE_SCHEMA, compare
 from lakesink.decode.registry import MISSING, SchemaRegistry, WriterSchema
 from lakesink.errors import ConfigError, RegistryUnavailable
 
@@ -97,9 +98,10 @@ def test_verdict_promotes_narrower_fields_and_fills_missing_columns() -> None:
     writer = _writer([{"name": "id", "type": ["null", "int"]}, {"name": "x", "type": "string"}])
     struct = T.StructType([T.StructField("id", T.IntegerType()),
                            T.StructField("x", T.StringType())])
-    verdict = judge(writer, struct, TABLE)
+    verdict = compare(writer.id, struct, TABLE)
     assert verdict.reason is None and verdict.extra == ["x"]
-    reader = json.loads(verdict.reader)
+    assert verdict.promoted == {"id": (T.IntegerType(), T.LongType())}
+    reader = json.loads(reader_schema(writer, verdict, TABLE))
     assert [f["name"] for f in reader["fields"]] == ["id", "n", "s", "_lakesink_ok"]
     assert reader["fields"][0]["type"] == ["null", "long"]  # int promoted to the column's long
     assert reader["fields"][1] == {"name": "n", "default": None, "type": ["null", "double"]}
@@ -109,16 +111,15 @@ def test_verdict_promotes_narrower_fields_and_fills_missing_columns() -> None:
 
 def test_verdict_names_the_field_of_an_incompatible_schema() -> None:
     writer = _writer([{"name": "n", "type": "string"}])
-    verdict = judge(writer, T.StructType([T.StructField("n", T.StringType())]), TABLE)
+    verdict = compare(writer.id, T.StructType([T.StructField("n", T.StringType())]), TABLE)
     assert verdict.reason == INCOMPATIBLE_SCHEMA
     assert verdict.detail == "schema id 5: field 'n' is string, the table's column is double"
     nested = _writer([{"name": "s", "type": {"type": "record", "name": "S", "fields": [
         {"name": "b", "type": "int"}]}}])
     struct = T.StructType([T.StructField("s", T.StructType([T.StructField("b",
                                                                           T.IntegerType())]))])
-    assert judge(nested, struct, TABLE).reason == INCOMPATIBLE_SCHEMA
-    protobuf = WriterSchema(6, "PROTOBUF", "syntax = 'proto3';")
-    assert judge(protobuf, "a PROTOBUF schema, not an Avro record", TABLE).reason == \
+    assert compare(nested.id, struct, TABLE).reason == INCOMPATIBLE_SCHEMA
+    assert compare(6, "a PROTOBUF schema, not an Avro record", TABLE).reason == \
         INCOMPATIBLE_SCHEMA
 
 

@@ -42,10 +42,10 @@ from pyspark.sql import Observation
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakesink.decode.avro_registry import (
+from lakesink.decode.registered import (
     INCOMPATIBLE_SCHEMA,
     UNRESOLVED,
-    RegistryAvroDecoder,
+    RegistryDecoder,
     schema_id,
 )
 from lakesink.decode.base import Decoder
@@ -274,7 +274,7 @@ class BatchProcessor:
     def _resolves_ids(self) -> bool:
         """Whether the decoder looks records' schema ids up in a registry (records of
         an id new to the run are marked :data:`UNRESOLVED` until it has)."""
-        return isinstance(self.decoder, RegistryAvroDecoder)
+        return isinstance(self.decoder, RegistryDecoder)
 
     def _observed(self, observation: Observation, marked: DataFrame) -> dict[str, int]:
         """The counts an observation collected during a write; when Spark reports none
@@ -308,7 +308,7 @@ class BatchProcessor:
     def _resolve_ids(self, marked: DataFrame) -> tuple[T.StructType, dict[str, T.DataType]]:
         """Look the batch's new schema ids up (a registry decoder); the columns and
         widenings their writer schemas ask of the table."""
-        assert isinstance(self.decoder, RegistryAvroDecoder)
+        assert isinstance(self.decoder, RegistryDecoder)
         rows = (marked.where(F.col("_fail") == F.lit(UNRESOLVED))
                 .select(schema_id(F.col("value")).alias("id")).distinct().collect())
         new_fields, widen = self.decoder.new_ids([r["id"] for r in rows])

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
-from lakesink.decode.avro_registry import schema_id
+from lakesink.decode.registered import schema_id
 from lakesink.decode.base import confluent_framed
 from lakesink.decode.registry import WriterSchema
 from lakesink.errors import ConfigError
