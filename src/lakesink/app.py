@@ -22,6 +22,8 @@ from lakesink import catalog, sources
 from lakesink.config.models import LakesinkConfig
 from lakesink.decode import Decoder, fixed_decoder, json_decoder
 from lakesink.decode.avro_registry import RegistryAvroDecoder
+from lakesink.decode.protobuf_registry import RegistryProtobufDecoder
+from lakesink.decode.registered import RegistryDecoder, loose
 from lakesink.decode.evolution import EvolutionPolicy, evolve, reconcile_declared, schema_record
 from lakesink.decode.registry import SchemaRegistry
 from lakesink.decode.json import infer_schema
@@ -81,7 +83,7 @@ def evolution_policy(cfg: LakesinkConfig) -> EvolutionPolicy:
 def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,
                    layout: TableLayout, fixed: Decoder | None = None,
                    samples: Callable[[], list[str]] | None = None,
-                   registry: SchemaRegistry | None = None) -> T.StructType:
+                   registry: RegistryDecoder | None = None) -> T.StructType:
     """The schema to start with, stored in ``schema.json`` with its history.
 
     A format with its own columns (``fixed``): its schema, which must equal a stored
@@ -143,43 +145,59 @@ def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,
     return schema
 
 
-def first_registry_schema(spark: SparkSession, cfg: LakesinkConfig, registry: SchemaRegistry,
+def first_registry_schema(spark: SparkSession, cfg: LakesinkConfig, decoder: RegistryDecoder,
                           samples: Callable[[], list[str]] | None = None
                           ) -> tuple[T.StructType, str]:
     """A new registry-decoded table's first schema and where it came from: the schema
-    file if one is given, else the latest versions of the subjects (default
-    ``<topic>-value``, the serializers' default naming), merged. A record-name route's
-    table: the writer schemas ``samples()`` gives (that record's, Avro JSON)."""
-    from lakesink.decode.avro import AvroDecoder, read_schema_file
-    from lakesink.decode.avro_registry import avro_struct, loose, spark_struct
+    (or descriptor) file if one is given, else the latest versions of the subjects
+    (default ``<topic>-value``, the serializers' default naming), merged. A record-name
+    route's table: the writer schemas ``samples()`` gives (that record's, Avro JSON).
+    ``decoder``: one of the table's format (any schema), for the writers' structs."""
+    from lakesink.decode.avro_registry import avro_struct
 
-    if samples is not None:  # a record-name route's table: that record's writers
-        schema, texts = T.StructType([]), samples()
-        for text in texts:
-            struct = avro_struct(spark, text)
+    def merged(structs: list[T.StructType | str]) -> T.StructType:
+        schema = T.StructType([])
+        for struct in structs:
             if isinstance(struct, T.StructType):
                 schema, _ = evolve(schema, new_fields=loose(struct))  # type: ignore[arg-type]
-        return schema, f"the {len(texts)} writer schema(s) seen of this record"
-    if cfg.decode.avro.schema_file:
-        decoder = AvroDecoder(spark, read_schema_file(cfg.decode.avro.schema_file))
-        return (loose(decoder.schema),  # type: ignore[return-value]
-                f"schema file {cfg.decode.avro.schema_file}")
+        return schema
+
+    fmt = cfg.decode.format
+    if samples is not None:  # a record-name route's table: that record's writers
+        texts = samples()
+        return (merged([avro_struct(spark, t) for t in texts]),
+                f"the {len(texts)} writer schema(s) seen of this record")
+    if fmt == "avro" and cfg.decode.avro.schema_file:
+        from lakesink.decode.avro import AvroDecoder, read_schema_file
+
+        file = AvroDecoder(spark, read_schema_file(cfg.decode.avro.schema_file))
+        return merged([file.schema]), f"schema file {cfg.decode.avro.schema_file}"
+    if fmt == "protobuf" and cfg.decode.protobuf.descriptor_file:
+        from lakesink.decode.protobuf import load_descriptor, spark_schema
+
+        assert cfg.decode.protobuf.message is not None  # checked by the config model
+        _, desc = load_descriptor(cfg.decode.protobuf.descriptor_file,
+                                  cfg.decode.protobuf.message)
+        return (merged([spark_schema(desc)]),
+                f"descriptor file {cfg.decode.protobuf.descriptor_file}")
+    registry = decoder.registry
     subjects = registry.subjects or [f"{t}-value" for t in cfg.source.names]
-    schema, used = T.StructType([]), []
+    structs, used = [], []
     for subject in subjects:
         writer = registry.latest(subject)
-        struct = spark_struct(spark, registry, writer) if writer is not None else None
+        struct = decoder.struct_of(writer) if writer is not None else None
         if isinstance(struct, T.StructType):
-            schema, _ = evolve(schema, new_fields=loose(struct))  # type: ignore[arg-type]
+            structs.append(struct)
             used.append(f"{subject} (id {writer.id})")  # type: ignore[union-attr]
     if not used:
+        what = "an Avro record" if fmt == "avro" else "a Protobuf schema with the message"
         raise ConfigError(
-            "decode.avro.registry.subjects",
-            f"none of {subjects} is an Avro record subject in the registry {registry.url}, "
-            "so the new table has no first schema",
+            f"decode.{fmt}.registry.subjects",
+            f"none of {subjects} is {what} subject in the registry {registry.url}, so the "
+            "new table has no first schema",
             fix="name the subjects, register the schema first, or give "
-            "decode.avro.schema_file")
-    return schema, "registry subject(s) " + ", ".join(used)
+            + ("decode.avro.schema_file" if fmt == "avro" else "decode.protobuf.descriptor_file"))
+    return merged(structs), "registry subject(s) " + ", ".join(used)
 
 
 def schema_store(fs: HadoopFS, layout: TableLayout) -> SchemaStore:
@@ -216,10 +234,20 @@ class TableParts:
         fs = HadoopFS(spark, layout.base)
         check_layout(fs, layout, table.format, table.partition_by)
         fixed = fixed_decoder(spark, cfg.decode)
+        policy = evolution_policy(cfg)
         registry = (SchemaRegistry(cfg.decode.registry)
                     if cfg.decode.registry is not None else None)
-        schema = resolve_schema(spark, cfg, fs, layout, fixed, samples, registry)
-        policy = evolution_policy(cfg)
+
+        def registry_decoder(current: T.StructType) -> RegistryDecoder:
+            assert registry is not None
+            if cfg.decode.format == "protobuf":
+                assert cfg.decode.protobuf.message is not None  # checked by the model
+                return RegistryProtobufDecoder(current, registry, cfg.decode.protobuf.message,
+                                               policy)
+            return RegistryAvroDecoder(spark, current, registry, policy)
+
+        schema = resolve_schema(spark, cfg, fs, layout, fixed, samples,
+                                registry_decoder(T.StructType([])) if registry else None)
         transforms = Transforms(parse_transforms(table.transforms))
 
         def rebuild(current: T.StructType) -> tuple[Decoder, PartitionSpec, T.StructType]:
@@ -233,7 +261,7 @@ class TableParts:
                 null_value=table.null_partition_value,
             )
             if registry is not None:
-                decoder: Decoder = RegistryAvroDecoder(spark, current, registry, policy)
+                decoder: Decoder = registry_decoder(current)
             else:
                 decoder = fixed or json_decoder(current, reject_unknown=policy.rejects_unknown,
                                                 spark=spark)
@@ -652,7 +680,9 @@ def _preflight_tables(cfg: LakesinkConfig) -> list[str]:
         done.append(f"schema: {what}; partition columns "
                     f"{cfg.table.partition_by or '(none)'} resolve")
     elif cfg.decode.registry is not None:
-        source = (cfg.decode.avro.schema_file or "the latest of registry subject(s) "
+        source = ((cfg.decode.avro.schema_file if cfg.decode.format == "avro"
+                   else cfg.decode.protobuf.descriptor_file)
+                  or "the latest of registry subject(s) "
                   + ", ".join(cfg.decode.registry.subjects
                               or [f"{t}-value" for t in cfg.source.names]))
         done.append(f"schema: each record's writer schema from the registry "

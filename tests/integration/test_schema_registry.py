@@ -224,3 +224,109 @@ def test_routing_by_avro_record_name(spark, kafka_broker, topic, schema_registry
                for r in got)
     unrouted = _unrouted(lake)
     assert len(unrouted) == 1 and unrouted[0][3].startswith("no Avro record name")
+
+
+PROTO_V1 = """syntax = "proto3";
+package acme;
+import "google/protobuf/timestamp.proto";
+message Reading {
+  int64 id = 1;
+  string location = 2;
+  int32 amount = 3;
+  repeated string tags = 4;
+  google.protobuf.Timestamp at = 5;
+}
+"""
+# a newer writer: amount widened to int64 (the same wire type), a new optional field
+PROTO_V2 = PROTO_V1.replace("int32 amount = 3;", "int64 amount = 3;").replace(
+    "google.protobuf.Timestamp at = 5;", "google.protobuf.Timestamp at = 5;\n"
+    "  optional string note = 6;")
+# an incompatible one: location became a number
+PROTO_V3 = PROTO_V1.replace("string location = 2;", "int32 location = 2;")
+
+
+def _message_class(tmp_path: Path, name: str, text: str) -> Any:  # noqa: ANN401
+    """acme.Reading of ``text``, in its own descriptor pool (versions coexist)."""
+    from pathlib import Path as P
+
+    import grpc_tools
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    from grpc_tools import protoc
+
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "reading.proto").write_text(text)
+    include = str(P(grpc_tools.__file__).parent / "_proto")
+    out = folder / "set.desc"
+    assert protoc.main(["protoc", f"-I{folder}", f"-I{include}", "--include_imports",
+                        f"--descriptor_set_out={out}", "reading.proto"]) == 0
+    pool = descriptor_pool.DescriptorPool()
+    for proto in descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file:
+        pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("acme.Reading"))
+
+
+def test_protobuf_writer_schemas_from_the_registry(spark, kafka_broker, topic, schema_registry,
+                                                   tmp_path) -> None:
+    """Protobuf through the registry, written by confluent_kafka's ProtobufSerializer
+    (which registers serialized descriptors; Apicurio returns them as given)."""
+    import datetime as dt
+
+    import duckdb
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    conf = {"use.deprecated.format": False, "auto.register.schemas": True}
+    classes = [_message_class(tmp_path, f"v{i}", t)
+               for i, t in enumerate((PROTO_V1, PROTO_V2, PROTO_V3), 1)]
+    ser = [ProtobufSerializer(c, client, conf) for c in classes]
+    at = dt.datetime(2026, 11, 29, 8, 0, tzinfo=dt.UTC)
+
+    def reading(version: int, i: int) -> Any:  # noqa: ANN401
+        cls = classes[version - 1]
+        msg = cls(id=i, location=["oslo", "lima"][i % 2], amount=i * 10 if version == 1
+                  else 2**40 + i, tags=[f"t{j}" for j in range(i % 3)])
+        msg.at.FromDatetime(at + dt.timedelta(seconds=i))
+        if version == 2 and i % 4:
+            msg.note = f"n{i}"
+        return msg
+
+    def value(version: int, msg: Any) -> bytes:  # noqa: ANN401
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        return ser[version - 1](msg, SerializationContext(topic, MessageField.VALUE))
+
+    v1 = [(b"k", value(1, reading(1, i))) for i in range(30)]
+    produce(kafka_broker.bootstrap_servers, topic, v1)
+    lake = tmp_path / "lake"
+    data = raw_config(kafka_broker, topic, lake, "protobuf", partition_by=["location"])
+    data["decode"]["protobuf"] = {"message": "acme.Reading",
+                                  "registry": {"url": schema_registry.url}}
+    stats = run_once(spark, data)  # the table starts from <topic>-value's latest: v1
+    assert (stats.written, stats.rejected) == (30, 0)
+    v2 = [(b"k", value(2, reading(2, i))) for i in range(30, 60)]
+    incompatible = value(3, classes[2](id=99, location=5))
+    unknown = b"\x00" + struct.pack(">I", 555555) + v1[0][1][5:]
+    garbage = v2[0][1][:6] + b"\xff\xff\xff"
+    produce(kafka_broker.bootstrap_servers, topic,
+            v2 + [(b"bad", v) for v in (incompatible, unknown, garbage)]
+            + [(b"tomb", None)])
+    stats = run_once(spark, data)
+    assert (stats.written, stats.rejected, stats.schema_changes) == (30, 4, 2)
+
+    rows = duckdb.sql(f"SELECT id, location, amount, tags, \"at\", note FROM read_parquet("
+                      f"'{lake}/events/**/*.parquet', hive_partitioning=true, "
+                      "union_by_name=true) ORDER BY id").fetchall()
+    assert [r[0] for r in rows] == list(range(60))
+    for id_, location, amount, tags, at_, note in rows:
+        want = reading(1 if id_ < 30 else 2, id_)
+        assert (location, amount, tags) == (want.location, want.amount, list(want.tags))
+        assert at_.replace(tzinfo=dt.UTC) == at + dt.timedelta(seconds=id_)
+        assert note == (want.note if id_ >= 30 and want.HasField("note") else None)
+    got = {reason: (detail, value) for reason, detail, value in rejected(lake)}
+    assert sorted(got) == ["incompatible_schema", "malformed_protobuf", "null_value",
+                           "unknown_schema_id"]
+    assert "'location' is int" in got["incompatible_schema"][0]
+    assert "schema id 555555 is not in the registry" in got["unknown_schema_id"][0]
+    assert got["malformed_protobuf"][1] == garbage

@@ -370,6 +370,19 @@ class RegistryConfig(_Section):
         return value.rstrip("/")
 
 
+def _confluent_with_registry(section: Any) -> Any:  # noqa: ANN401 - Avro/ProtobufConfig
+    """A registry reads the schema id of the Confluent framing: ``wire`` defaults to
+    ``confluent`` with one, and ``plain`` is refused."""
+    if section.registry is not None:
+        if "wire" in section.model_fields_set and section.wire != "confluent":
+            fmt = "avro" if isinstance(section, AvroConfig) else "protobuf"
+            raise ValueError(f"decode.{fmt}.wire: a registry resolves the schema id of the "
+                             "Confluent framing; use wire: confluent (the default with a "
+                             "registry)")
+        section.wire = "confluent"
+    return section
+
+
 class AvroConfig(_Section):
     """``decode.format: avro``: the writer schema and how values are framed."""
 
@@ -385,15 +398,7 @@ class AvroConfig(_Section):
         default=None, description="resolve each record's schema id in a schema registry "
         "(the table's schema follows the writers' schemas)")
 
-    @model_validator(mode="after")
-    def _registry_wire(self) -> AvroConfig:
-        if self.registry is not None:
-            if "wire" in self.model_fields_set and self.wire != "confluent":
-                raise ValueError("decode.avro.wire: a registry resolves the schema id of "
-                                 "the Confluent framing; use wire: confluent (the default "
-                                 "with a registry)")
-            self.wire = "confluent"
-        return self
+    _registry_wire = model_validator(mode="after")(_confluent_with_registry)
 
 
 class ProtobufConfig(_Section):
@@ -401,11 +406,16 @@ class ProtobufConfig(_Section):
 
     descriptor_file: str | None = Field(
         default=None, description="descriptor set: protoc --descriptor_set_out=F "
-        "--include_imports")
+        "--include_imports; with a registry: optional, a new table's first schema")
     message: str | None = Field(default=None, description="full message name (pkg.Msg)")
     wire: Literal["plain", "confluent"] = Field(
         default="plain", description="'confluent': magic byte 0, a 4-byte schema id and "
-        "the message-index path precede the message")
+        "the message-index path precede the message (the default with a registry)")
+    registry: RegistryConfig | None = Field(
+        default=None, description="resolve each record's schema id in a schema registry "
+        "(the .proto text is compiled; the table's schema follows the writers')")
+
+    _registry_wire = model_validator(mode="after")(_confluent_with_registry)
 
 
 class DecodeConfig(_Section):
@@ -439,7 +449,8 @@ class DecodeConfig(_Section):
             raise ValueError("decode.avro.schema_file: required for format avro (or "
                              "decode.avro.registry)")
         if self.format == "protobuf":
-            for key in ("descriptor_file", "message"):
+            needed = ("message",) if self.protobuf.registry else ("descriptor_file", "message")
+            for key in needed:
                 if not getattr(self.protobuf, key):
                     raise ValueError(f"decode.protobuf.{key}: required for format protobuf")
         return self
@@ -453,7 +464,9 @@ class DecodeConfig(_Section):
     @property
     def registry(self) -> RegistryConfig | None:
         """The schema registry that resolves the records' schema ids, if any."""
-        return self.avro.registry if self.format == "avro" else None
+        if self.format == "avro":
+            return self.avro.registry
+        return self.protobuf.registry if self.format == "protobuf" else None
 
 
 class TableConfig(_Section):

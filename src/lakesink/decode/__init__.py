@@ -30,6 +30,8 @@ def fixed_decoder(spark: SparkSession | None, cfg: DecodeConfig) -> Decoder | No
 
         assert cfg.schema_ is not None  # checked by the config model
         return ArrowIpcDecoder(declared_schema(cfg.schema_))
+    if cfg.registry is not None:  # columns follow the writers' schemas
+        return None
     if cfg.format == "protobuf":
         from lakesink.decode.protobuf import ProtobufDecoder
 
@@ -38,9 +40,6 @@ def fixed_decoder(spark: SparkSession | None, cfg: DecodeConfig) -> Decoder | No
                                wire=cfg.protobuf.wire)
     if cfg.format == "avro":
         from lakesink.decode.avro import AvroDecoder, read_schema_file
-
-        if cfg.avro.registry is not None:  # columns follow the writers' schemas
-            return None
 
         assert cfg.avro.schema_file is not None  # checked by the config model
         text = read_schema_file(cfg.avro.schema_file)

@@ -47,6 +47,8 @@ class WriterSchema:
     id: int
     schema_type: str
     text: str
+    #: the schemas it imports, (import name, text), transitively (Protobuf)
+    references: tuple[tuple[str, str], ...] = ()
 
     @property
     def parsed(self) -> Any:  # noqa: ANN401 - Avro's JSON
@@ -76,6 +78,8 @@ class SchemaRegistry:
         self.known: dict[int, WriterSchema | str] = {}
         #: Spark's type of each Avro writer schema, or why it has none (decode.avro_registry)
         self.spark_types: dict[int, Any] = {}
+        #: each Protobuf writer schema compiled to a descriptor set (decode.protobuf_registry)
+        self.descriptor_sets: dict[int, bytes | str] = {}
         if client is None:
             from confluent_kafka.schema_registry import SchemaRegistryClient
 
@@ -123,7 +127,7 @@ class SchemaRegistry:
             return None
         schema = registered.schema
         got = WriterSchema(int(registered.schema_id), schema.schema_type or "AVRO",
-                           schema.schema_str)
+                           schema.schema_str, self._references(schema, f"subject {subject!r}"))
         self.known.setdefault(got.id, got)
         return got
 
@@ -131,7 +135,26 @@ class SchemaRegistry:
         schema = self._ask(f"schema id {schema_id}", lambda: self.client.get_schema(schema_id))
         if schema is None:
             return None
-        return WriterSchema(schema_id, schema.schema_type or "AVRO", schema.schema_str)
+        return WriterSchema(schema_id, schema.schema_type or "AVRO", schema.schema_str,
+                            self._references(schema, f"schema id {schema_id}"))
+
+    def _references(self, schema: Any, what: str) -> tuple[tuple[str, str], ...]:  # noqa: ANN401
+        """The schemas ``schema`` imports (registry references), transitively."""
+        out: dict[str, str] = {}
+        todo = list(getattr(schema, "references", None) or [])
+        while todo:
+            ref = todo.pop()
+            if ref.name in out:
+                continue
+            got = self._ask(f"{ref.subject} version {ref.version} (referenced by {what})",
+                            lambda ref=ref: self.client.get_version(ref.subject, ref.version))
+            if got is None:
+                raise RegistryUnavailable(f"schema registry {self.url}: {what} references "
+                                          f"{ref.subject} version {ref.version}, which it "
+                                          "does not have")
+            out[ref.name] = got.schema.schema_str
+            todo.extend(getattr(got.schema, "references", None) or [])
+        return tuple(sorted(out.items()))
 
     def _ask(self, what: str, call: Callable[[], Any]) -> Any:  # noqa: ANN401
         """``call()``'s answer; None for HTTP 404; raises for anything else."""
