@@ -377,7 +377,9 @@ class Pipeline:
                 if r.message_type is not None:
                     mt = r.message_type
                     registry = cfg.route_config(i, "_").decode.registry
-                    typer = (RecordNameType(SchemaRegistry(registry))
+                    typer = (RecordNameType(SchemaRegistry(registry), fs,
+                                            f"{checkpoint.rstrip('/')}/routes/"
+                                            f"record_names_{i}.json")
                              if mt.record_name and registry is not None
                              else JsonFieldType(mt.field or ""))
                     route.types = TypeTables(

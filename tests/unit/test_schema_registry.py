@@ -22,9 +22,13 @@ from lakesink.errors import ConfigError, RegistryUnavailable
 
 
 class _HttpError(Exception):
-    def __init__(self, status: int) -> None:
+    def __init__(self, status: int, code: int = -1) -> None:
         super().__init__(f"HTTP {status}")
         self.http_status_code = status
+        self.error_code = code
+
+
+NOT_FOUND = _HttpError(404, 40403)
 
 
 class _Schema:
@@ -61,8 +65,7 @@ def _registry(client: FakeClient) -> SchemaRegistry:
 
 
 def test_ids_are_looked_up_once_and_misses_asked_twice() -> None:
-    client = FakeClient({1: [RECORD], 2: [_HttpError(404), _HttpError(404)],
-                         3: [_HttpError(404), RECORD]})
+    client = FakeClient({1: [RECORD], 2: [NOT_FOUND, NOT_FOUND], 3: [NOT_FOUND, RECORD]})
     reg = _registry(client)
     found = reg.lookup([1, 2, 3, 1])
     assert found[2] == MISSING
@@ -73,7 +76,9 @@ def test_ids_are_looked_up_once_and_misses_asked_twice() -> None:
 
 
 def test_a_registry_that_fails_decides_nothing() -> None:
-    for error in (_HttpError(500), ConnectionError("refused"), TimeoutError("slow")):
+    # a bare 404 (no not-found code) is a wrong URL or a proxy, not the registry's answer
+    for error in (_HttpError(500), _HttpError(404), ConnectionError("refused"),
+                  TimeoutError("slow")):
         reg = _registry(FakeClient({7: [error]}))
         with pytest.raises(RegistryUnavailable, match="schema id 7"):
             reg.lookup([7])
@@ -151,11 +156,23 @@ def test_registry_config(tmp_path: Path) -> None:
     plain["decode"]["avro"]["wire"] = "plain"
     with pytest.raises(ConfigError, match="decode.avro.wire"):
         _load(tmp_path, plain)
-    inline = json.loads(json.dumps(BASE))
-    inline["decode"]["avro"]["registry"]["url"] = "http://u:pw@r:8081"
-    with pytest.raises(ConfigError, match="credentials in the URL") as err:
-        _load(tmp_path, inline)
-    assert "pw" not in str(err.value).replace("password", "")
+    for url in ("http://u:pw@r:8081", "http://a:8081,http://u:pw@b:8081"):
+        inline = json.loads(json.dumps(BASE))
+        inline["decode"]["avro"]["registry"]["url"] = url
+        with pytest.raises(ConfigError, match="credentials in the URL") as err:
+            _load(tmp_path, inline)
+        assert "pw" not in str(err.value).replace("password", "")
+    routed = json.loads(json.dumps(BASE))
+    routed["routes"] = [{"topics": ["events"], "table": {"name": "t"},
+                         "decode": {"avro": {"registry": {"url": "http://r:1",
+                                                          "password": "hunter2"}}}}]
+    with pytest.raises(ConfigError, match="routes.0.decode.avro.registry.password") as err:
+        _load(tmp_path, routed)
+    assert "hunter2" not in str(err.value)
+    # a route's decode sections merge into the top level's: the registry is inherited
+    routed["routes"][0]["decode"] = {"avro": {"schema_file": "x.avsc"}}
+    cfg = _load(tmp_path, routed)
+    assert cfg.route_config(0).decode.registry.url == "http://r:8081"
 
 
 def test_registry_password_never_printed(tmp_path: Path) -> None:
@@ -172,3 +189,28 @@ def test_registry_password_never_printed(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "s3cr3t-marker" not in result.output
     assert "each record's writer schema from the registry http://r:8081" in result.output
+
+
+def test_reader_schema_defines_each_named_type_at_its_first_use() -> None:
+    """The reader's fields follow the table's order and leave fields out: a named type
+    the writer defines in a later (or dropped) field is written out where the reader
+    first uses it, and referenced after; missing columns' records never clash."""
+    import fastavro
+
+    point = {"type": "record", "name": "Point", "fields": [{"name": "x", "type": "int"}]}
+    writer = _writer([{"name": "dropped", "type": point},
+                      {"name": "b", "type": "Point"},
+                      {"name": "a", "type": ["null", "a.Point"], "default": None}])
+    writer = WriterSchema(5, "AVRO", json.dumps({**json.loads(writer.text), "namespace": "a"}))
+    struct_point = T.StructType([T.StructField("x", T.IntegerType())])
+    table = T.StructType([T.StructField("a", struct_point), T.StructField("b", struct_point),
+                          T.StructField("m", T.ArrayType(struct_point)),
+                          T.StructField("m_e", struct_point)])
+    verdict = compare(writer.id, T.StructType([T.StructField("dropped", struct_point),
+                                               T.StructField("b", struct_point),
+                                               T.StructField("a", struct_point)]), table)
+    assert verdict.reason is None and verdict.extra == ["dropped"]
+    reader = json.loads(reader_schema(writer, verdict, table))
+    fastavro.parse_schema(reader)  # every name defined once, before it is referenced
+    assert reader["fields"][0]["type"][1]["name"] == "Point"  # defined at its first use
+    assert reader["fields"][1]["type"] == "a.Point"

@@ -362,12 +362,14 @@ class RegistryConfig(_Section):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"{masked_uri(value)!r} is not an http(s):// URL")
-        if "@" in value.partition("://")[2].partition("/")[0]:
-            raise ValueError("credentials in the URL: set username, and password from the "
-                             "environment or a secret file")
-        return value.rstrip("/")
+        urls = [u.strip() for u in value.split(",")]  # the client takes several
+        for url in urls:
+            if "@" in url.partition("://")[2].partition("/")[0]:
+                raise ValueError("credentials in the URL: set username, and password from "
+                                 "the environment or a secret file")
+            if not re.match(r"^https?://[^/\s]+", url):
+                raise ValueError(f"{url!r} is not an http(s):// URL")
+        return ",".join(u.rstrip("/") for u in urls)
 
 
 def _confluent_with_registry(section: Any) -> Any:  # noqa: ANN401 - Avro/ProtobufConfig
@@ -746,6 +748,30 @@ class RouteConfig(_Section):
         return self
 
 
+def _deep_merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overrides``; sections (dicts) merge key by key, values replace."""
+    out = dict(base)
+    for name, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(name), dict):
+            out[name] = _deep_merged(out[name], value)
+        else:
+            out[name] = value
+    return out
+
+
+def _secret_in(overrides: dict[str, Any], key: str) -> str | None:
+    """The dotted key of a password in a route's override sections (printed by
+    ``lakesink validate`` as given), if any."""
+    for name, value in overrides.items():
+        if name == "password" and value is not None:
+            return f"{key}.{name}"
+        if isinstance(value, dict):
+            found = _secret_in(value, f"{key}.{name}")
+            if found:
+                return found
+    return None
+
+
 def _merged(base: BaseModel, overrides: dict[str, Any], model: type[BaseModel], key: str
             ) -> Any:
     """``base`` with ``overrides`` applied, validated; errors name ``key.<field>``."""
@@ -756,7 +782,7 @@ def _merged(base: BaseModel, overrides: dict[str, Any], model: type[BaseModel], 
         # a schema belongs to its format: a route with another format does not inherit it
         inherited = {k: v for k, v in inherited.items()
                      if k not in ("schema", "avro", "protobuf")}
-    data = {**inherited, **overrides}
+    data = _deep_merged(inherited, overrides)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -1275,6 +1301,11 @@ class LakesinkConfig(BaseSettings):
         prefixes: dict[str, int] = {}  # message-type routes' table prefixes
         for i, route in enumerate(self.routes):
             table = _merged(self.table, route.table, TableConfig, f"routes.{i}.table")
+            secret = _secret_in(route.decode, f"routes.{i}.decode")
+            if secret:
+                raise ValueError(f"{secret}: a secret in a route's overrides is printed as "
+                                 "given; set it in the top-level decode section (from the "
+                                 "environment or a secret file): routes inherit it")
             decode = _merged(self.decode, route.decode, DecodeConfig, f"routes.{i}.decode")
             if route.message_type is not None:
                 if route.message_type.record_name and decode.registry is None:

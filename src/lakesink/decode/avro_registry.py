@@ -109,21 +109,96 @@ def avro_struct(spark: SparkSession, text: str) -> T.StructType | str:
     return struct if isinstance(struct, T.StructType) else "not a record"
 
 
+_PRIMITIVE = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
+_NAMED = {"record", "error", "enum", "fixed"}
+
+
+def _full(name: str, namespace: str) -> str:
+    return name if "." in name or not namespace else f"{namespace}.{name}"
+
+
+def _definitions(t: Any, ns: str, out: dict[str, tuple[Any, str]]) -> None:  # noqa: ANN401
+    """Every named type defined in the Avro type ``t``: full name -> (definition, the
+    namespace it was defined in)."""
+    if isinstance(t, list):
+        for x in t:
+            _definitions(x, ns, out)
+    elif isinstance(t, dict):
+        kind = t.get("type")
+        if kind in _NAMED and "name" in t:
+            full = _full(t["name"], t.get("namespace", ns))
+            out.setdefault(full, (t, ns))
+            for f in t.get("fields", []):
+                _definitions(f.get("type"), full.rpartition(".")[0], out)
+        elif kind == "array":
+            _definitions(t.get("items"), ns, out)
+        elif kind == "map":
+            _definitions(t.get("values"), ns, out)
+        elif isinstance(kind, (dict, list)):
+            _definitions(kind, ns, out)
+
+
+def _inline(t: Any, ns: str, defs: dict[str, tuple[Any, str]], emitted: set[str]  # noqa: ANN401
+            ) -> Any:  # noqa: ANN401
+    """``t`` with every named type written out, fully named, at its first use in the
+    reader and referenced by full name after (the reader's fields come in the table's
+    order, and some writer fields are left out, so the writer's own order of
+    definitions does not hold)."""
+    if isinstance(t, list):
+        return [_inline(x, ns, defs, emitted) for x in t]
+    if isinstance(t, str):
+        if t in _PRIMITIVE:
+            return t
+        full = _full(t, ns) if _full(t, ns) in defs else t
+        if full in emitted or full not in defs:
+            return full
+        definition, def_ns = defs[full]
+        return _inline(definition, def_ns, defs, emitted)
+    if not isinstance(t, dict):
+        return t
+    kind = t.get("type")
+    if kind in _NAMED and "name" in t:
+        full = _full(t["name"], t.get("namespace", ns))
+        if full in emitted:
+            return full
+        emitted.add(full)
+        out = {k: v for k, v in t.items() if k != "aliases"}
+        out["namespace"], _, out["name"] = full.rpartition(".")
+        if "fields" in t:
+            inner = full.rpartition(".")[0]
+            out["fields"] = [{**f, "type": _inline(f.get("type"), inner, defs, emitted)}
+                             for f in t["fields"]]
+        return out
+    if kind == "array":
+        return {**t, "items": _inline(t.get("items"), ns, defs, emitted)}
+    if kind == "map":
+        return {**t, "values": _inline(t.get("values"), ns, defs, emitted)}
+    if isinstance(kind, (dict, list)) or (isinstance(kind, str) and kind not in _PRIMITIVE):
+        return {**t, "type": _inline(kind, ns, defs, emitted)}
+    return t
+
+
 def reader_schema(writer: WriterSchema, verdict: Verdict, table: T.StructType) -> str:
     """The Avro reader schema (JSON) that reads ``writer``'s records into the table."""
     doc = writer.parsed
+    top = _full(str(doc.get("name", "")), str(doc.get("namespace", "")))
+    ns = top.rpartition(".")[0]
+    defs: dict[str, tuple[Any, str]] = {}
+    _definitions(doc, ns, defs)
+    emitted = {top}
     fields = {f["name"]: f for f in doc.get("fields", [])}
     reader_fields: list[dict[str, Any]] = []
-    for column in table.fields:
+    for i, column in enumerate(table.fields):
         if column.name not in fields:
             reader_fields.append({"name": column.name, "default": None, "type": [
-                "null", avro_type(column.dataType, f"lakesink.missing.{column.name}")]})
+                "null", avro_type(column.dataType, f"lakesink.missing.c{i}")]})
             continue
-        wfield = copy.deepcopy(fields[column.name])
+        wfield = {k: v for k, v in copy.deepcopy(fields[column.name]).items()
+                  if k != "aliases"}
+        wfield["type"] = _inline(wfield.get("type"), ns, defs, emitted)
         if column.name in verdict.promoted:
             wfield["type"] = _promote(wfield["type"],
                                       _AVRO_OF[type(verdict.promoted[column.name][1])])
-        wfield.pop("aliases", None)
         reader_fields.append(wfield)
     reader_fields.append({"name": OK_FIELD, "type": "boolean", "default": True})
     reader = {k: v for k, v in doc.items() if k not in ("fields", "aliases")}
@@ -137,9 +212,9 @@ class RegistryAvroDecoder(RegistryDecoder):
     def __init__(self, spark: SparkSession, schema: T.StructType, registry: SchemaRegistry,
                  policy: EvolutionPolicy) -> None:
         self.spark = spark
-        super().__init__(schema, registry, policy)
-        self._struct = T.StructType([*self.schema.fields,
+        self._struct = T.StructType([*loose(schema).fields,  # type: ignore[attr-defined]
                                      T.StructField(OK_FIELD, T.BooleanType(), True)])
+        super().__init__(schema, registry, policy)
 
     def struct_of(self, writer: WriterSchema) -> T.StructType | str:
         return spark_struct(self.spark, self.registry, writer)
@@ -153,7 +228,15 @@ class RegistryAvroDecoder(RegistryDecoder):
                 return Verdict(reason=INCOMPATIBLE_SCHEMA, detail=(
                     f"schema id {writer.id}: a field needs a promotion Avro cannot read "
                     f"({sorted(verdict.promoted)})"))
-            verdict.reader = reader_schema(writer, verdict, self.schema)
+            reader = reader_schema(writer, verdict, self.schema)
+            # a reader Spark cannot parse, or that reads another struct than the table's,
+            # would fail every batch: its writer's records are rejected instead
+            struct = avro_struct(self.spark, reader)
+            if isinstance(struct, str) or loose(struct) != loose(self._struct):
+                return Verdict(reason=INCOMPATIBLE_SCHEMA, detail=(
+                    f"schema id {writer.id}: no reader schema reads it into the table ("
+                    f"{struct if isinstance(struct, str) else struct.simpleString()})"))
+            verdict.reader = reader
         return verdict
 
     def unreadable(self, parsed: Column) -> Column:

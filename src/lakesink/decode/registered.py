@@ -177,9 +177,12 @@ class RegistryDecoder(Decoder):
         return {i: v for i, v in self.verdicts.items() if v.reason is None}
 
     def new_ids(self, ids: list[int]) -> tuple[T.StructType, dict[str, T.DataType]]:
-        """Look ``ids`` up; what their writers ask of the table (see :func:`proposals`)."""
-        found = self.registry.lookup(ids)
-        structs = [self.struct_of(w) for w in found.values() if isinstance(w, WriterSchema)]
+        """Look ``ids`` up; what their writers ask of the table (see :func:`proposals`).
+        Every id given counts, also one an earlier attempt of the batch looked up: a
+        retried batch must ask for the same change again."""
+        self.registry.lookup(ids)
+        writers = [self.registry.known.get(int(i)) for i in ids]
+        structs = [self.struct_of(w) for w in writers if isinstance(w, WriterSchema)]
         return proposals(structs, self.schema, self.policy)
 
     def _ids_with(self, predicate: Any) -> list[int]:  # noqa: ANN401

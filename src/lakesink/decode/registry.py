@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 MISSING = "missing"
 #: how long to wait before asking again about an id the registry said it lacks
 MISS_RECHECK_S = 1.0
+#: the Confluent API's error codes for a subject, version or schema it does not have
+NOT_FOUND = (40401, 40402, 40403)
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,10 @@ class SchemaRegistry:
         if client is None:
             from confluent_kafka.schema_registry import SchemaRegistryClient
 
-            conf: dict[str, Any] = {"url": cfg.url, "timeout": max(1, round(cfg.timeout_s))}
+            # one retry of a failed request (the client's default is 3); beyond that the
+            # batch fails and the query restarts with lakesink's own backoff
+            conf: dict[str, Any] = {"url": cfg.url, "timeout": max(1, round(cfg.timeout_s)),
+                                    "max.retries": 1}
             if cfg.username is not None:
                 secret = cfg.password.get_secret_value() if cfg.password else ""
                 conf["basic.auth.credentials.source"] = "USER_INFO"
@@ -157,11 +162,13 @@ class SchemaRegistry:
         return tuple(sorted(out.items()))
 
     def _ask(self, what: str, call: Callable[[], Any]) -> Any:  # noqa: ANN401
-        """``call()``'s answer; None for HTTP 404; raises for anything else."""
+        """``call()``'s answer; None when the registry says it has no such schema,
+        subject or version (HTTP 404 with its error code 40401-40403); raises for
+        anything else — a bare 404 is a wrong URL or a proxy, not an answer."""
         try:
             return call()
         except Exception as exc:  # noqa: BLE001 - sorted by _unavailable
-            if _status(exc) == 404:
+            if _status(exc) == 404 and getattr(exc, "error_code", None) in NOT_FOUND:
                 return None
             raise self._unavailable(exc, what) from None
 
@@ -171,8 +178,10 @@ class SchemaRegistry:
             return ConfigError("decode.avro.registry", f"the registry {self.url} refused "
                                f"the credentials (HTTP {status}) asking for {what}",
                                fix="check decode.avro.registry.username and password")
+        hint = (" (a 404 without the registry's not-found code: is the URL the base of "
+                "its Confluent API, e.g. Apicurio's /apis/ccompat/v7?)" if status == 404 else "")
         return RegistryUnavailable(f"schema registry {self.url} unavailable asking for "
-                                   f"{what}: {type(exc).__name__}: {_first_line(exc)}")
+                                   f"{what}: {type(exc).__name__}: {_first_line(exc)}{hint}")
 
 
 def _status(exc: BaseException) -> int | None:

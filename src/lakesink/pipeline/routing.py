@@ -134,33 +134,48 @@ class JsonFieldType:
 class RecordNameType:
     """A record's type: the full name (``namespace.Name``) of its Avro writer schema,
     looked up by the Confluent framing's schema id in a registry (the batch's new ids,
-    on the driver). Ids are immutable in a registry, so a record's type never changes;
-    a record without the framing, or whose id the registry lacks or names no Avro
-    record, has no type (unrouted)."""
+    on the driver). A record without the framing, or whose id the registry lacks or
+    names no Avro record, has no type (unrouted).
+
+    Every id's type is recorded in ``names_file`` (beside the routed checkpoint) before
+    any table commits the batch, and read back at start: a replayed batch routes each
+    record as its first attempt did, even if the registry has since lost or gained the
+    id (a registry restored from a backup)."""
 
     missing = ("no Avro record name: the value lacks the Confluent framing, or its "
                "schema id is not an Avro record in the registry")
 
-    def __init__(self, registry: SchemaRegistry) -> None:
+    def __init__(self, registry: SchemaRegistry, fs: HadoopFS, names_file: str) -> None:
         self.registry = registry
+        self.fs = fs
+        self.names_file = names_file
+        stored = fs.read_json(names_file) or {}
+        self.names: dict[int, str | None] = {int(k): v for k, v in stored.items()}
 
     def column(self, df: DataFrame) -> Column:
         sid = schema_id(F.col("value"))
         framed = confluent_framed(F.col("value"))
-        ids = [r[0] for r in df.where(framed).select(sid).distinct().collect()]
-        self.registry.lookup(ids)
-        names = {i: w.record_name for i, w in self.registry.known.items()
-                 if isinstance(w, WriterSchema) and w.record_name}
+        ids = [int(r[0]) for r in df.where(framed).select(sid).distinct().collect()]
+        new = [i for i in ids if i not in self.names]
+        if new:
+            self.registry.lookup(new)
+            for i in new:
+                writer = self.registry.known.get(i)
+                self.names[i] = writer.record_name if isinstance(writer, WriterSchema) else None
+            self.fs.write_json(self.names_file, {str(k): v for k, v in self.names.items()})
         kind = F.lit(None).cast("string")
-        for i, name in sorted(names.items()):
-            kind = F.when(sid == F.lit(i), F.lit(name)).otherwise(kind)
+        for i, name in sorted(self.names.items()):
+            if name is not None:
+                kind = F.when(sid == F.lit(i), F.lit(name)).otherwise(kind)
         return F.when(framed, kind)
 
     def samples(self, rows: DataFrame, kind: str, size: int) -> list[str]:
         """What a new type's table starts from: the writer schemas (Avro JSON) of that
         record name seen so far (merged by the table)."""
-        return [w.text for _, w in sorted(self.registry.known.items())
-                if isinstance(w, WriterSchema) and w.record_name == kind]
+        ids = sorted(i for i, name in self.names.items() if name == kind)
+        self.registry.lookup(ids)
+        return [w.text for w in (self.registry.known.get(i) for i in ids)
+                if isinstance(w, WriterSchema)]
 
 
 class TypeTables:
