@@ -235,7 +235,8 @@ class TableParts:
         check_layout(fs, layout, table.format, table.partition_by)
         fixed = fixed_decoder(spark, cfg.decode)
         policy = evolution_policy(cfg)
-        registry = (SchemaRegistry(cfg.decode.registry)
+        registry = (SchemaRegistry(cfg.decode.registry,
+                                   key=f"decode.{cfg.decode.format}.registry")
                     if cfg.decode.registry is not None else None)
 
         def registry_decoder(current: T.StructType) -> RegistryDecoder:

@@ -76,12 +76,17 @@ def test_writer_schemas_from_the_registry_evolve_the_table(spark, kafka_broker, 
                                                           schema_registry, tmp_path) -> None:
     import duckdb
 
+    from lakesink.errors import ConfigError
+
     url = schema_registry.url
+    lake = tmp_path / "lake"
+    data = _registry_config(kafka_broker, topic, lake, url)
+    with pytest.raises(ConfigError, match=f"decode.avro.registry.subjects: none of "
+                       f"\\['{topic}-value'\\]"):
+        run_once(spark, data)  # nothing registered yet: no first schema
     s1, s2, s3 = (_serializer(url, v) for v in (V1, V2, V3))
     first = [(b"k", _value(s1, topic, _v1(i))) for i in range(40)]
     produce(kafka_broker.bootstrap_servers, topic, first)
-    lake = tmp_path / "lake"
-    data = _registry_config(kafka_broker, topic, lake, url)
     stats = run_once(spark, data)  # a new table: its first schema is <topic>-value's latest
     assert (stats.written, stats.rejected) == (40, 0)
 

@@ -73,7 +73,9 @@ class WriterSchema:
 class SchemaRegistry:
     """The schemas a run has resolved, by id (see the module docstring)."""
 
-    def __init__(self, cfg: RegistryConfig, *, client: Any = None) -> None:  # noqa: ANN401
+    def __init__(self, cfg: RegistryConfig, *, client: Any = None,  # noqa: ANN401
+                 key: str = "decode.avro.registry") -> None:
+        self.key = key  # the config key, for messages
         self.url = cfg.url
         self.timeout_s = cfg.timeout_s
         self.subjects = list(cfg.subjects)
@@ -175,9 +177,9 @@ class SchemaRegistry:
     def _unavailable(self, exc: BaseException, what: str) -> Exception:
         status = _status(exc)
         if status in (401, 403):
-            return ConfigError("decode.avro.registry", f"the registry {self.url} refused "
-                               f"the credentials (HTTP {status}) asking for {what}",
-                               fix="check decode.avro.registry.username and password")
+            return ConfigError(self.key, f"the registry {self.url} refused the "
+                               f"credentials (HTTP {status}) asking for {what}",
+                               fix=f"check {self.key}.username and password")
         hint = (" (a 404 without the registry's not-found code: is the URL the base of "
                 "its Confluent API, e.g. Apicurio's /apis/ccompat/v7?)" if status == 404 else "")
         return RegistryUnavailable(f"schema registry {self.url} unavailable asking for "
