@@ -36,6 +36,7 @@ from lakesink.errors import (
     SecondWriterError,
     SourceError,
 )
+from lakesink.observe import METRICS, Health, Observer
 from lakesink.pipeline.arrow_path import warm_workers
 from lakesink.pipeline.arrow_task import TaskSpec
 from lakesink.pipeline.batch import BatchProcessor, Rebuild, RunStats, SchemaStore
@@ -462,10 +463,12 @@ class Pipeline:
         nothing twice — up to ``retry.restarts`` times in a row without progress."""
         stop = stop or StopRequest()
         caught_up = self._caught_up(until_caught_up)
+        observer = Observer.start(self.cfg, self.spark, f"lakesink_{self.name}")
         beside = self._silence_beside(caught_up, stop)
         try:
-            self._run(caught_up, stop)
+            self._run(caught_up, stop, observer.health)
         finally:
+            observer.stop()
             self._settle_source()
             if beside is not None:
                 beside.finish(wait=caught_up and not stop.requested)
@@ -495,7 +498,7 @@ class Pipeline:
             return None
         return self.silence.background(stop, until_caught_up=caught_up)
 
-    def _run(self, until_caught_up: bool, stop: StopRequest) -> RunStats:
+    def _run(self, until_caught_up: bool, stop: StopRequest, health: Health) -> RunStats:
         retry = self.cfg.retry
         delay, failures = retry.initial_backoff_s, 0
         while True:
@@ -511,8 +514,10 @@ class Pipeline:
                 if self.stats.batches > done_before:  # progress: start counting afresh
                     delay, failures = retry.initial_backoff_s, 0
                 failures += 1
+                health.failed(failures)
                 if failures > retry.restarts:
                     raise
+                METRICS.query_restarts.inc()
                 logger.warning("query failed (%s); restarting from the checkpoint in %.0fs "
                                "(%d of %d)", _first_line(exc), delay, failures, retry.restarts)
                 if stop.event.wait(delay):

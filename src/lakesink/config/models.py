@@ -1140,6 +1140,21 @@ class CatalogConfig(_Section):
         return self
 
 
+class MetricsConfig(_Section):
+    """``metrics``: Prometheus ``/metrics`` and the ``/healthz`` and ``/readyz`` probes
+    on one HTTP port (``docs/observability.md``); off unless ``port`` is set."""
+
+    port: int | None = Field(default=None, ge=0, le=65535,
+                             description="serve /metrics, /healthz, /readyz here; none = off")
+    host: str = Field(default="0.0.0.0", description="the address to bind (0.0.0.0: every "
+                      "interface, as a Kubernetes probe needs; 127.0.0.1: this host only)")
+    ready_batch_age_s: float | None = Field(
+        default=None, gt=0, description="/readyz fails when the query reported no batch "
+        "(nor Spark's idle report) for this long; default 3 × trigger.interval + 60 s")
+    ready_restarts: int = Field(default=2, ge=1, description="/readyz fails after this "
+                                "many query restarts in a row without a committed batch")
+
+
 class LakesinkConfig(BaseSettings):
     """Everything ``lakesink run`` needs. Sections: source, decode, table, trigger, spark."""
 
@@ -1165,6 +1180,7 @@ class LakesinkConfig(BaseSettings):
     retry: RetryConfig = Field(default_factory=RetryConfig)
     silence: SilenceConfig = Field(default_factory=SilenceConfig)
     catalog: CatalogConfig = Field(default_factory=CatalogConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     routes: list[RouteConfig] = Field(
         default_factory=list,
         description="topic -> table routes; each inherits `table` and `decode`",

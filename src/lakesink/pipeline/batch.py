@@ -53,6 +53,7 @@ from lakesink.decode.evolution import WIDEST, EvolutionPolicy, evolve, widenable
 from lakesink.decode.json import SCHEMA_MISMATCH, _path, infer_schema
 from lakesink.errors import ConfigError, FilesRefused
 from lakesink.faults import fault_point
+from lakesink.observe.metrics import METRICS
 from lakesink.pipeline.arrow_path import (
     arrow_spec,
     stage_in_tasks,
@@ -441,6 +442,7 @@ class BatchProcessor:
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
+        changes_before = self.stats.schema_changes
         if self.writer.is_committed(batch_id):
             self._replayed(batch_id, started)
             return
@@ -456,6 +458,8 @@ class BatchProcessor:
         if result.skipped:  # committed meanwhile (cannot happen with one writer)
             self._replayed(batch_id, started)
             return
+        reasons = (self.rejected.reasons(batch_id)
+                   if counts["rejected"] and METRICS.by_reason else {})
         if counts["rejected"]:  # staged before the commit; published now
             self.rejected.publish(batch_id)
             logger.warning("batch %d: %d record(s) rejected -> %s", batch_id,
@@ -470,6 +474,12 @@ class BatchProcessor:
         stats.unknown_dropped += counts.get("unknown", 0)
         stats.files += result.files
         stats.bytes += result.bytes
+        METRICS.committed(
+            self.writer.layout.name, records=counts["records"], written=info["written"],
+            rejected=reasons, unknown_dropped=counts.get("unknown", 0), files=result.files,
+            size=result.bytes, seconds=time.monotonic() - started,
+            schema_changes=stats.schema_changes - changes_before,
+            pending=len(self.registrar.pending) if self.registrar is not None else None)
         logger.info("batch %d: committed in %.2fs (%d written, %d rejected, %d file(s))",
                     batch_id, time.monotonic() - started, info["written"], counts["rejected"],
                     result.files)
@@ -792,6 +802,7 @@ class BatchProcessor:
             logger.warning("batch %d (replayed): %d rejected record(s) published", batch_id,
                            published)
         self._register(batch_id)
+        METRICS.skipped(self.writer.layout.name)
         self.stats.batches += 1
         self.stats.skipped += 1
         self.stats.seconds += time.monotonic() - started

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lakesink.errors import LakesinkError
+from lakesink.observe.metrics import METRICS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -55,6 +56,7 @@ class RetryingBatch:
                                  attempt, _summary(exc))
                     raise
                 self.retries += 1
+                METRICS.batch_retries.inc()
                 logger.warning("batch %d failed (attempt %d of %d): %s; retrying in %.0fs",
                                batch_id, attempt, self.attempts, _summary(exc), delay)
                 self.sleep(delay)

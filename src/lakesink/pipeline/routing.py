@@ -37,6 +37,7 @@ from lakesink.decode.registered import schema_id
 from lakesink.decode.base import confluent_framed
 from lakesink.decode.registry import WriterSchema
 from lakesink.errors import ConfigError
+from lakesink.observe.metrics import METRICS
 from lakesink.pipeline.batch import BatchProcessor, RunStats
 
 if TYPE_CHECKING:
@@ -368,6 +369,7 @@ class Router:
                 published = self.unrouted.publish(batch_id)
                 if published:
                     self.unrouted_records += published
+                    METRICS.records_unrouted.inc(published)
                     logger.warning("batch %d: %d record(s) matched no route -> %s",
                                    batch_id, published, self.unrouted.path(batch_id))
         finally:

@@ -126,6 +126,14 @@ class RejectedWriter:
                 "is a lakesink bug: please report it with this message")
         return rows
 
+    def reasons(self, batch_id: int) -> dict[str, int]:
+        """The staged dead letters of ``batch_id`` counted by reason (before publish)."""
+        files = self.fs.list_files(self._outbox(batch_id), suffix=".parquet")
+        if not files or self.spark is None:
+            return {}
+        rows = self.spark.read.parquet(files[0].path).groupBy("reason").count().collect()
+        return {str(r["reason"]): int(r["count"]) for r in rows}
+
     def publish(self, batch_id: int) -> int:
         """Move the batch's outbox (if any) into the dead-letter table; returns the rows
         moved (0: nothing staged, or published before)."""

@@ -1,0 +1,51 @@
+"""Observability of a run: Prometheus metrics, health probes, Spark's progress."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lakesink.observe.health import Health, interval_seconds
+from lakesink.observe.metrics import METRICS, Metrics
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lakesink.config.models import LakesinkConfig
+    from lakesink.observe.listener import ProgressListener
+    from lakesink.observe.server import ObserveServer
+
+
+@dataclass
+class Observer:
+    """A run's endpoints and listener (``metrics.port`` set), or only its health."""
+
+    health: Health
+    server: ObserveServer | None = None
+    listener: ProgressListener | None = None
+    spark: SparkSession | None = None
+
+    @classmethod
+    def start(cls, cfg: LakesinkConfig, spark: SparkSession, query_name: str) -> Observer:
+        max_age = cfg.metrics.ready_batch_age_s or (
+            3 * interval_seconds(cfg.trigger.interval) + 60)
+        health = Health(max_age_s=max_age, restarts=cfg.metrics.ready_restarts)
+        if cfg.metrics.port is None:
+            return cls(health)
+        from lakesink.observe.listener import ProgressListener
+        from lakesink.observe.server import ObserveServer
+
+        server = ObserveServer(cfg.metrics.host, cfg.metrics.port, METRICS, health).start()
+        METRICS.by_reason = True
+        listener = ProgressListener(query_name, METRICS, health)
+        spark.streams.addListener(listener)
+        return cls(health, server, listener, spark)
+
+    def stop(self) -> None:
+        if self.listener is not None and self.spark is not None:
+            self.spark.streams.removeListener(self.listener)
+        if self.server is not None:
+            self.server.stop()
+
+
+__all__ = ["METRICS", "Health", "Metrics", "Observer"]

@@ -1,0 +1,135 @@
+"""lakesink's Prometheus metrics: one registry per process, fed by the batch functions
+(after each commit), the retry loops and Spark's streaming progress.
+
+Names follow Prometheus conventions (``_total`` counters, ``_seconds``, ``_bytes``;
+labels ``table``, ``reason``, ``topic``, ``partition``). Labels carry table and topic
+names only — never a configuration value, so never a secret. The catalogue, with what
+each one means, is in ``docs/observability.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
+
+
+class Metrics:
+    """The metrics of one process (``METRICS``; tests may make their own)."""
+
+    def __init__(self) -> None:
+        #: count rejected records per reason (a small Spark job per batch with dead
+        #: letters): on while the metrics are served
+        self.by_reason = False
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.records_read = Counter(
+            "lakesink_records_read", "Records a committed batch read from the source",
+            ["table"], registry=r)
+        self.records_written = Counter(
+            "lakesink_records_written", "Rows committed to the table", ["table"], registry=r)
+        self.records_rejected = Counter(
+            "lakesink_records_rejected", "Records sent to the dead-letter table",
+            ["table", "reason"], registry=r)
+        self.records_unrouted = Counter(
+            "lakesink_records_unrouted", "Records no route took (routed runs)", registry=r)
+        self.unknown_dropped = Counter(
+            "lakesink_unknown_fields_dropped", "Records whose fields outside the schema "
+            "were dropped (schema_evolution: strict, unknown_fields: drop)", ["table"],
+            registry=r)
+        self.batches = Counter(
+            "lakesink_batches", "Batches committed", ["table"], registry=r)
+        self.batches_skipped = Counter(
+            "lakesink_batches_skipped", "Replayed batches the table already held",
+            ["table"], registry=r)
+        self.batch_seconds = Histogram(
+            "lakesink_batch_duration_seconds", "Time from a batch's start to its commit "
+            "(and dead letters, and catalog step)", ["table"], buckets=_BUCKETS,
+            registry=r)
+        self.files = Counter(
+            "lakesink_files_written", "Data files committed", ["table"], registry=r)
+        self.bytes = Counter(
+            "lakesink_bytes_written", "Bytes of the data files committed", ["table"],
+            registry=r)
+        self.schema_changes = Counter(
+            "lakesink_schema_changes", "Columns added or widened", ["table"], registry=r)
+        self.last_commit = Gauge(
+            "lakesink_last_commit_timestamp_seconds", "Unix time of the table's last "
+            "commit (time since: time() - this)", ["table"], registry=r)
+        self.catalog_pending = Gauge(
+            "lakesink_catalog_pending_batches", "Committed batches not yet registered in "
+            "the catalog (it is down or slow)", ["table"], registry=r)
+        self.batch_retries = Counter(
+            "lakesink_batch_retries", "Batch attempts that failed and were tried again",
+            registry=r)
+        self.query_restarts = Counter(
+            "lakesink_query_restarts", "Query restarts from the checkpoint after a failure",
+            registry=r)
+        self.lag = Gauge(
+            "lakesink_consumer_lag_records", "Records behind the source's end, per topic "
+            "partition (the source's latest offset minus the last batch's end offset)",
+            ["topic", "partition"], registry=r)
+        self.progress_timestamp = Gauge(
+            "lakesink_last_progress_timestamp_seconds", "Unix time of the query's last "
+            "progress report (a batch, or Spark's idle report)", registry=r)
+        self.query_active = Gauge(
+            "lakesink_query_active", "1 while the ingestion query runs", registry=r)
+
+    def committed(self, table: str, *, records: int, written: int, rejected: Mapping[str, int],
+                  unknown_dropped: int, files: int, size: int, seconds: float,
+                  schema_changes: int, pending: int | None) -> None:
+        """One committed batch of ``table`` (counted once per process: a replay the
+        table already held is :meth:`skipped`)."""
+        self.records_read.labels(table).inc(records)
+        self.records_written.labels(table).inc(written)
+        for reason, count in rejected.items():
+            self.records_rejected.labels(table, reason).inc(count)
+        self.unknown_dropped.labels(table).inc(unknown_dropped)
+        self.batches.labels(table).inc()
+        self.batch_seconds.labels(table).observe(seconds)
+        self.files.labels(table).inc(files)
+        self.bytes.labels(table).inc(size)
+        self.schema_changes.labels(table).inc(schema_changes)
+        self.last_commit.labels(table).set(time.time())
+        if pending is not None:
+            self.catalog_pending.labels(table).set(pending)
+
+    def skipped(self, table: str) -> None:
+        self.batches_skipped.labels(table).inc()
+
+    def progress(self, sources: list[tuple[str | None, str | None]]) -> None:
+        """A progress report: per source, its (end offset, latest offset) JSON texts."""
+        self.progress_timestamp.set(time.time())
+        for end, latest in sources:
+            for (topic, partition), behind in lag(end, latest).items():
+                self.lag.labels(topic, partition).set(behind)
+
+
+def lag(end: str | None, latest: str | None) -> dict[tuple[str, str], int]:
+    """Records behind per (topic, partition), from a Kafka source's progress offsets
+    (``{"topic": {"0": 42}}``); other sources' offsets give nothing."""
+    def parse(text: str | None) -> dict[str, Any]:
+        try:
+            value = json.loads(text) if text else {}
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    ends, latests = parse(end), parse(latest)
+    out = {}
+    for topic, partitions in latests.items():
+        if not isinstance(partitions, dict):
+            continue
+        for partition, offset in partitions.items():
+            done = ends.get(topic, {}).get(partition) if isinstance(ends.get(topic),
+                                                                   dict) else None
+            if isinstance(offset, int) and isinstance(done, int):
+                out[(str(topic), str(partition))] = max(0, offset - done)
+    return out
+
+
+METRICS = Metrics()

@@ -1,0 +1,98 @@
+"""``metrics.port``: Prometheus /metrics, /healthz and /readyz served by a streaming
+run, scraped over HTTP while it ingests (a real broker, the shared SparkSession)."""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from lakesink.runtime.services import free_port, produce
+from tests.fixtures.runs import Streaming
+from tests.fixtures.services import config_dict, json_events
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:  # not listening (yet)
+        return 0, ""
+
+
+def _value(text: str, line_start: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(line_start + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_streaming_run_serves_metrics_and_probes(spark, kafka_broker, topic,
+                                                   tmp_path) -> None:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    data = config_dict(kafka_broker, topic, tmp_path / "lake", partition_by=[])
+    data["trigger"] = {"interval": "1 second"}
+    data["metrics"] = {"port": port, "host": "127.0.0.1"}
+    table = 'table="events"'
+    from prometheus_client import generate_latest
+
+    from lakesink.observe import METRICS
+
+    # the counters are the process's, and other tests write tables named events too
+    start = generate_latest(METRICS.registry).decode()
+
+    def grew(text: str, name: str) -> float:
+        return _value(text, name) - _value(start, name)
+
+    produce(kafka_broker.bootstrap_servers, topic,
+            json_events(range(50)) + [(b"k", b"not json"), (b"k", b"[1]")])
+    run = Streaming(spark, data)
+    try:
+        deadline = time.monotonic() + 120
+        status, text = 0, ""
+        while time.monotonic() < deadline:
+            status, _ = _get(f"{base}/readyz")
+            text = _get(f"{base}/metrics")[1]
+            if status == 200 and grew(text, f"lakesink_records_written_total{{{table}}}") >= 50:
+                break
+            time.sleep(0.5)
+        assert status == 200, _get(f"{base}/readyz")
+        assert _get(f"{base}/healthz") == (200, "ok\n")
+        assert grew(text, f"lakesink_records_written_total{{{table}}}") == 50
+        assert grew(text, f"lakesink_records_read_total{{{table}}}") == 52
+        assert grew(text, 'lakesink_records_rejected_total{reason="malformed_json",'
+                          f'{table}}}') == 1
+        assert grew(text, 'lakesink_records_rejected_total{reason="not_an_object",'
+                          f'{table}}}') == 1
+        assert _value(text, "lakesink_query_active") == 1
+        assert grew(text, f"lakesink_files_written_total{{{table}}}") >= 1
+        # caught up: the next progress report says no record is left behind
+        deadline = time.monotonic() + 30
+        lag = None
+        while time.monotonic() < deadline:
+            text = _get(f"{base}/metrics")[1]
+            lag = _value(text, f'lakesink_consumer_lag_records{{partition="0",topic="{topic}"}}')
+            if f'topic="{topic}"' in text and lag == 0:
+                break
+            time.sleep(0.5)
+        assert f'topic="{topic}"' in text and lag == 0
+        produce(kafka_broker.bootstrap_servers, topic, json_events(range(50, 80)))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            text = _get(f"{base}/metrics")[1]
+            if grew(text, f"lakesink_records_written_total{{{table}}}") >= 80:
+                break
+            time.sleep(0.5)
+        assert grew(text, f"lakesink_records_written_total{{{table}}}") == 80
+        assert _get(f"{base}/nope")[0] == 404
+    finally:
+        run.close()
+    with pytest.raises(OSError):  # the endpoints end with the run
+        urllib.request.urlopen(f"{base}/healthz", timeout=2)

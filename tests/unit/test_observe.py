@@ -1,0 +1,67 @@
+"""Metrics and health rules, without Spark or a network."""
+
+from __future__ import annotations
+
+from prometheus_client import generate_latest
+
+from lakesink.observe.health import Health, interval_seconds
+from lakesink.observe.metrics import Metrics, lag
+
+
+def test_lag_per_topic_partition_from_kafka_progress() -> None:
+    end = '{"events": {"0": 40, "1": 7}, "other": {"0": 5}}'
+    latest = '{"events": {"0": 100, "1": 7}, "other": {"0": 5}}'
+    assert lag(end, latest) == {("events", "0"): 60, ("events", "1"): 0, ("other", "0"): 0}
+    assert lag(None, latest) == {}  # no batch yet
+    assert lag('{"stream": "1700000000000-0"}', '{"stream": "x"}') == {}  # not Kafka's
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_readiness_follows_the_query() -> None:
+    clock = Clock()
+    health = Health(max_age_s=60, restarts=2, clock=clock)
+    assert health.ready() == (False, "the ingestion query is not running")
+    health.started()
+    assert health.ready()[0]
+    clock.now += 61
+    ready, why = health.ready()
+    assert not ready and why == "no batch or idle report for 61 s (limit 60 s)"
+    health.progressed()
+    assert health.ready()[0]
+    health.failed(1)  # a restart: not running until it starts again
+    assert not health.ready()[0]
+    health.started()
+    assert health.ready()[0]
+    health.failed(2)
+    health.started()
+    assert health.ready() == (False, "the query failed 2 time(s) in a row without a "
+                                     "committed batch")
+    health.committed()
+    assert health.ready()[0]
+    assert interval_seconds("500 milliseconds") == 0.5
+    assert interval_seconds("2 minutes") == 120
+
+
+def test_a_committed_batch_counts_in_every_metric() -> None:
+    metrics = Metrics()
+    metrics.committed("events", records=10, written=7, rejected={"malformed_json": 3},
+                      unknown_dropped=1, files=2, size=2048, seconds=1.5, schema_changes=1,
+                      pending=4)
+    metrics.progress([('{"t": {"0": 5}}', '{"t": {"0": 9}}')])
+    text = generate_latest(metrics.registry).decode()
+    for line in ('lakesink_records_read_total{table="events"} 10.0',
+                 'lakesink_records_written_total{table="events"} 7.0',
+                 'lakesink_records_rejected_total{reason="malformed_json",table="events"} 3.0',
+                 'lakesink_files_written_total{table="events"} 2.0',
+                 'lakesink_bytes_written_total{table="events"} 2048.0',
+                 'lakesink_batch_duration_seconds_count{table="events"} 1.0',
+                 'lakesink_catalog_pending_batches{table="events"} 4.0',
+                 'lakesink_consumer_lag_records{partition="0",topic="t"} 4.0'):
+        assert line in text, line
