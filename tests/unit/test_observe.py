@@ -65,3 +65,20 @@ def test_a_committed_batch_counts_in_every_metric() -> None:
                  'lakesink_catalog_pending_batches{table="events"} 4.0',
                  'lakesink_consumer_lag_records{partition="0",topic="t"} 4.0'):
         assert line in text, line
+
+
+def test_the_grafana_dashboard_uses_only_metrics_that_exist() -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    dashboard = json.loads((Path(__file__).parents[2] / "docs" /
+                            "grafana-dashboard.json").read_text())
+    names = set()
+    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"],
+                "gauge": [""]}
+    for metric in Metrics().registry.collect():
+        names |= {metric.name + s for s in suffixes[metric.type]}
+    used = {m for p in dashboard["panels"] for t in p["targets"]
+            for m in re.findall(r"lakesink_[a-z_]+", t["expr"])}
+    assert used and used <= names, used - names
