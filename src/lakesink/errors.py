@@ -38,13 +38,18 @@ class ConfigError(LakesinkError):
 
     retriable = False
 
-    def __init__(self, key: str, message: str, *, fix: str | None = None) -> None:
+    def __init__(self, key: str, message: str, *, fix: str | None = None,
+                 more: tuple[tuple[str, str], ...] = ()) -> None:
+        """``more``: the other problems found at the same time, (key, message) each; every
+        problem is on its own line of the text."""
         self.key = key
         self.message = message
         self.fix = fix
+        self.more = more
         text = f"{key}: {message}" if key else message
         if fix:
             text += f" ({fix})"
+        text += "".join(f"\n{k}: {m}" if k else f"\n{m}" for k, m in more)
         super().__init__(text)
 
 

@@ -94,3 +94,13 @@ def test_silence_config_errors_exit_2_before_spark(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "silence: a key silent 5000 ms (processing time) fires to callback json:dumps" \
         in result.output
+
+
+def test_every_config_problem_is_listed_with_its_key(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["validate", "--offline", "--set", "table.bogus=1",
+                                 "--set", "table.compression=brotli"])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert any(line.startswith("config error: source") for line in lines), result.output
+    assert any(line.startswith("table.bogus: unknown key") for line in lines), result.output
+    assert any(line.startswith("table.compression:") for line in lines), result.output

@@ -350,9 +350,9 @@ def load_config(
     try:
         return LakesinkConfig(**cli_data)
     except ValidationError as exc:
-        key, msg = _describe(exc.errors()[0])
-        more = len(exc.errors()) - 1
-        raise ConfigError(key, msg + (f" [and {more} more problem(s)]" if more else "")) from None
+        problems = [_describe(e) for e in exc.errors()]
+        (key, msg), more = problems[0], tuple(dict.fromkeys(problems[1:]))
+        raise ConfigError(key, msg, more=more) from None
     except SettingsError as exc:
         cause = exc.__cause__ or exc
         raise ConfigError("environment", str(cause) or str(exc)) from None
