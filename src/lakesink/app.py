@@ -440,11 +440,12 @@ class Pipeline:
         stream = sources.read_stream(self.spark, self.cfg.source, headers=self.headers,
                                      checkpoint=self.checkpoint)
         retry = self.cfg.retry
+        stop = stop or StopRequest()
         batch = RetryingBatch(self.processor, attempts=retry.batch_attempts,
                               initial_backoff_s=retry.initial_backoff_s,
-                              max_backoff_s=retry.max_backoff_s)
+                              max_backoff_s=retry.max_backoff_s, stop=stop.event)
         marked = _MarkStarted(batch, HadoopFS(self.spark, self.checkpoint), self.checkpoint)
-        writer = (stream.writeStream.foreachBatch(StopGate(marked, stop or StopRequest()))
+        writer = (stream.writeStream.foreachBatch(StopGate(marked, stop))
                   .option("checkpointLocation", self.checkpoint)
                   .queryName(f"lakesink_{self.name}"))
         if caught_up:

@@ -50,3 +50,20 @@ def test_configuration_errors_are_not_retried() -> None:
     with pytest.raises(ConfigError):
         batch(None, 1)  # type: ignore[arg-type]
     assert fn.calls == [1] and waits == []
+
+
+def test_a_stop_request_ends_the_backoff_and_refuses_the_batch() -> None:
+    import threading
+    import time
+
+    from lakesink.runtime.shutdown import REFUSED, BatchRefused
+
+    stop = threading.Event()
+    fn = Flaky(failures=10)
+    batch = RetryingBatch(fn, attempts=5, initial_backoff_s=60, max_backoff_s=60, stop=stop)
+    threading.Timer(0.2, stop.set).start()
+    started = time.monotonic()
+    with pytest.raises(BatchRefused, match=REFUSED):
+        batch(None, 3)  # type: ignore[arg-type]
+    assert time.monotonic() - started < 5  # not the 60 s backoff
+    assert fn.calls == [3]  # not tried again after the stop

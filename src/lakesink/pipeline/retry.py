@@ -12,12 +12,14 @@ replayed on the next start — still exactly once.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lakesink.errors import LakesinkError
 from lakesink.observe.metrics import METRICS
+from lakesink.runtime.shutdown import REFUSED, BatchRefused
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -30,8 +32,13 @@ class RetryingBatch:
 
     def __init__(self, fn: Callable[[DataFrame, int], None], *, attempts: int,
                  initial_backoff_s: float, max_backoff_s: float,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 stop: threading.Event | None = None) -> None:
+        """``stop``: a stop request ends a backoff at once; the batch is then refused
+        (:class:`~lakesink.runtime.shutdown.BatchRefused`: nothing of it is committed,
+        the next start replays it), so a failing batch does not hold a stop up."""
         self.fn = fn
+        self.stop = stop
         self.attempts = attempts
         self.initial_backoff_s = initial_backoff_s
         self.max_backoff_s = max_backoff_s
@@ -59,7 +66,12 @@ class RetryingBatch:
                 METRICS.batch_retries.inc()
                 logger.warning("batch %d failed (attempt %d of %d): %s; retrying in %.0fs",
                                batch_id, attempt, self.attempts, _summary(exc), delay)
-                self.sleep(delay)
+                if self.stop is not None:
+                    if self.stop.wait(delay):
+                        raise BatchRefused(f"{REFUSED} (batch {batch_id}, while it was "
+                                           "waiting to be tried again)") from exc
+                else:
+                    self.sleep(delay)
                 delay = min(delay * 2, self.max_backoff_s)
 
 
