@@ -6,8 +6,6 @@ Exit codes: 0 done (or stopped by SIGINT/SIGTERM), 1 runtime failure, 2 bad conf
 from __future__ import annotations
 
 import json
-import logging
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -45,15 +43,14 @@ BaseOpt = Annotated[str | None, typer.Option("--base-path", help="table.base_pat
 MasterOpt = Annotated[str | None, typer.Option("--master", help="spark.master")]
 
 
-def _setup_logging(level: str = "INFO") -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        stream=sys.stderr,
-        force=True,
-    )
-    for noisy in ("py4j", "py4j.clientserver", "py4j.java_gateway"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+def _setup_logging(flag: str | None = None, cfg: Any = None) -> None:  # noqa: ANN401
+    """Log lines on stderr (:mod:`lakesink.observe.logs`); called again once the config
+    is loaded, for its ``logging`` section."""
+    from lakesink.observe.logs import level_name, setup_logging
+
+    section = getattr(cfg, "logging", None)
+    setup_logging(level_name(flag, section.level if section else None),
+                  section.format if section else "text")
 
 
 def _load(config: Path | None, sets: list[str] | None, flags: dict[str, Any]):  # noqa: ANN202
@@ -99,7 +96,9 @@ def run(
     table: TableOpt = None,
     base_path: BaseOpt = None,
     master: MasterOpt = None,
-    log_level: Annotated[str, typer.Option(help="Python log level.")] = "INFO",
+    log_level: Annotated[str | None, typer.Option(
+        help="Python log level (default: logging.level, else LOG_LEVEL / LOGLEVEL, else "
+        "INFO).")] = None,
 ) -> None:
     """Stream from the source into the table until SIGINT/SIGTERM (or until caught up)."""
     _setup_logging(log_level)
@@ -108,6 +107,7 @@ def run(
         flags["trigger.until_caught_up"] = True
     try:
         cfg = _load(config, set_, flags)
+        _setup_logging(log_level, cfg)
         # Everything that can refuse without Spark runs before the JVM starts.
         from lakesink.app import preflight
 
@@ -194,7 +194,7 @@ def demo(
     ] = "kafka",
 ) -> None:
     """Start a local broker, produce sample sensor events, ingest them, show the result."""
-    _setup_logging("INFO")
+    _setup_logging()
     from lakesink.demo import run_demo
 
     try:
@@ -307,7 +307,7 @@ def dlq_replay(
 ) -> None:
     """Re-ingest the pending dead letters once through the current config; records that
     fail again stay dead letters (with their new reason)."""
-    _setup_logging("INFO")
+    _setup_logging()
     from lakesink import dlq
 
     try:

@@ -29,11 +29,21 @@ def manifests(lake: Path) -> list[Path]:
 def test_until_caught_up_exits_0_with_every_record(kafka_broker, topic, tmp_path) -> None:
     produce_events(kafka_broker, topic, range(1500))
     lake = tmp_path / "lake"
-    cfg = write_config(tmp_path / "c.yaml", config_dict(kafka_broker, topic, lake))
-    result = run_cli("run", "-c", str(cfg), "--until-caught-up")
+    data = config_dict(kafka_broker, topic, lake)
+    data["logging"] = {"format": "json"}
+    cfg = write_config(tmp_path / "c.yaml", data)
+    result = run_cli("run", "-c", str(cfg), "--until-caught-up", env={"LOGLEVEL": "INFO"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(duckdb_ids(lake / "events")) == list(range(1500))
     assert '"written": 1500' in result.stderr
+    # lakesink's own log lines are JSON objects; those of a batch name it and its table
+    import json
+
+    ours = [json.loads(line) for line in result.stderr.splitlines()
+            if line.startswith('{"time"')]
+    committed = [r for r in ours if "committed in" in r["message"]]
+    assert committed and all(r["table"] == "events" and isinstance(r["batch_id"], int)
+                             and r["level"] == "INFO" for r in committed)
 
 
 def test_sigterm_stops_after_the_batch_then_restart_is_exact(kafka_broker, topic, tmp_path

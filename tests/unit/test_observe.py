@@ -82,3 +82,41 @@ def test_the_grafana_dashboard_uses_only_metrics_that_exist() -> None:
     used = {m for p in dashboard["panels"] for t in p["targets"]
             for m in re.findall(r"lakesink_[a-z_]+", t["expr"])}
     assert used and used <= names, used - names
+
+
+def test_log_lines_json_with_the_batch_context_and_no_url_password() -> None:
+    import io
+    import json
+    import logging
+
+    from lakesink.observe.logs import (
+        JsonFormatter,
+        TextFormatter,
+        level_name,
+        log_context,
+    )
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    log = logging.getLogger("lakesink.test_logs")
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    try:
+        with log_context(table="events", batch_id=7):
+            log.info("wrote %d rows to %s", 5, "s3a://ak:hunter2@bucket/x")
+        log.warning("outside")
+    finally:
+        log.removeHandler(handler)
+    first, second = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert first["message"] == "wrote 5 rows to s3a://ak:**********@bucket/x"
+    assert (first["table"], first["batch_id"], first["level"]) == ("events", 7, "INFO")
+    assert "table" not in second and second["message"] == "outside"
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "m", None, None)
+    with log_context(table="t", batch_id=1):
+        assert "[table=t batch_id=1]: m" in TextFormatter().format(record)
+    assert level_name(None, None, {"LOGLEVEL": "debug"}) == "DEBUG"
+    assert level_name(None, None, {"LOG_LEVEL": "warn", "LOGLEVEL": "debug"}) == "WARNING"
+    assert level_name(None, "ERROR", {"LOG_LEVEL": "DEBUG"}) == "ERROR"
+    assert level_name("INFO", "ERROR", {}) == "INFO"

@@ -1140,6 +1140,18 @@ class CatalogConfig(_Section):
         return self
 
 
+class LoggingConfig(_Section):
+    """``logging``: lakesink's own log lines on stderr (Spark's log4j has
+    ``spark.log_level``)."""
+
+    format: Literal["text", "json"] = Field(
+        default="text", description="text, or json: one object per line with time, level, "
+        "logger, message, and table and batch_id during a batch")
+    level: Literal["DEBUG", "INFO", "WARNING", "WARN", "ERROR"] | None = Field(
+        default=None, description="default: --log-level, else LOG_LEVEL or LOGLEVEL, "
+        "else INFO")
+
+
 class MetricsConfig(_Section):
     """``metrics``: Prometheus ``/metrics`` and the ``/healthz`` and ``/readyz`` probes
     on one HTTP port (``docs/observability.md``); off unless ``port`` is set."""
@@ -1181,6 +1193,7 @@ class LakesinkConfig(BaseSettings):
     silence: SilenceConfig = Field(default_factory=SilenceConfig)
     catalog: CatalogConfig = Field(default_factory=CatalogConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
     routes: list[RouteConfig] = Field(
         default_factory=list,
         description="topic -> table routes; each inherits `table` and `decode`",

@@ -53,6 +53,7 @@ from lakesink.decode.evolution import WIDEST, EvolutionPolicy, evolve, widenable
 from lakesink.decode.json import SCHEMA_MISMATCH, _path, infer_schema
 from lakesink.errors import ConfigError, FilesRefused
 from lakesink.faults import fault_point
+from lakesink.observe.logs import log_context
 from lakesink.observe.metrics import METRICS
 from lakesink.pipeline.arrow_path import (
     arrow_spec,
@@ -441,6 +442,10 @@ class BatchProcessor:
             self.registrar.committed(batch_id)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        with log_context(table=self.writer.layout.name, batch_id=batch_id):
+            self._batch(df, batch_id)
+
+    def _batch(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         changes_before = self.stats.schema_changes
         if self.writer.is_committed(batch_id):
