@@ -85,6 +85,45 @@ def _root(
 
 
 @app.command()
+def status(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document, for scripts.")
+                       ] = False,
+) -> None:
+    """Per table: the last committed batch and its time, batches, rows, files, dead
+    letters by reason, schema version and Kafka lag per partition — without Spark."""
+    from lakesink.status import status as read_status
+
+    try:
+        cfg = _load(config, set_, {})
+        tables = read_status(cfg)
+    except ConfigError as exc:
+        _fail_config(exc)
+        return
+    if as_json:
+        out.print_json(json.dumps([t.as_dict() for t in tables]))
+        return
+    from rich.table import Table
+
+    for t in tables:
+        grid = Table(title=f"{t.table} ({t.format}) {t.path}", show_header=False)
+        grid.add_row("last batch", "—" if t.last_batch is None
+                     else f"{t.last_batch} at {t.last_commit}")
+        grid.add_row("committed", f"{t.batches} batch(es), {t.rows} row(s), "
+                     f"{t.files} file(s)")
+        grid.add_row("schema version", str(t.schema_version or "—"))
+        grid.add_row("dead letters", ", ".join(f"{r}: {n}" for r, n in
+                                               sorted(t.rejected.items())) or "none")
+        if t.lag_error:
+            grid.add_row("lag", f"unavailable ({t.lag_error})")
+        elif t.lag is not None:
+            grid.add_row("lag", ", ".join(f"{p}: {n}" for p, n in t.lag.items())
+                         or "no batch committed yet")
+        out.print(grid)
+
+
+@app.command()
 def run(
     config: ConfigOpt = None,
     set_: SetOpt = None,

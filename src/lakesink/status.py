@@ -1,0 +1,267 @@
+"""``lakesink status``: what a table holds and how far behind it is, without Spark.
+
+Per table of the config: the last committed batch and its time, batches, rows and files
+committed, dead letters by reason, the schema version, and — for a Kafka source — the
+lag per partition: the broker's end offset minus the offset the last committed batch
+read up to (the Spark checkpoint's ``offsets/<batch>`` file for the newest batch in its
+``commits/``).
+
+Read directly with pyarrow's filesystems (local disk and S3 with the ``storage.s3``
+settings), delta-rs for Delta logs and ``confluent_kafka`` for the broker's offsets.
+Parquet tables list their manifests (one small JSON per committed batch); Delta tables
+read the log. Message-type routes' tables are not listed (their names come with the
+data; see ``docs/routing.md``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lakesink.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
+    from lakesink.config.models import LakesinkConfig
+
+
+@dataclass
+class TableStatus:
+    table: str
+    format: str
+    path: str
+    batches: int = 0
+    last_batch: int | None = None
+    last_commit: str | None = None
+    rows: int = 0
+    files: int = 0
+    schema_version: int | None = None
+    rejected: dict[str, int] = field(default_factory=dict)
+    lag: dict[str, int] | None = None  # "topic/partition" -> records behind
+    lag_error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _filesystem(cfg: LakesinkConfig, base: str) -> tuple[pafs.FileSystem, str]:
+    """A pyarrow filesystem for ``base`` (a URI) and the path inside it."""
+    import pyarrow.fs as pafs
+
+    from lakesink.runtime.storage import task_filesystem
+
+    spec = task_filesystem(cfg, base)
+    if isinstance(spec, str):
+        raise ConfigError("table.base_path", f"lakesink status reads local disk and S3 ({spec})")
+    kind, kwargs = spec
+    if kind == "local":
+        return pafs.LocalFileSystem(), base.removeprefix("file://").removeprefix("file:")
+    return pafs.S3FileSystem(**kwargs), base.split("://", 1)[1]
+
+
+def _read_json(fs: pafs.FileSystem, path: str) -> Any:  # noqa: ANN401
+    try:
+        with fs.open_input_stream(path) as f:
+            return json.loads(f.read())
+    except (FileNotFoundError, OSError, ValueError):
+        return None
+
+
+def _files(fs: pafs.FileSystem, folder: str, *, recursive: bool = False) -> list[str]:
+    import pyarrow.fs as pafs
+
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(folder, recursive=recursive,
+                                                   allow_not_found=True))
+    except (FileNotFoundError, OSError):
+        return []
+    return [i.path for i in infos if i.type == pafs.FileType.File]
+
+
+def _delta_table(cfg: LakesinkConfig, uri: str) -> Any:  # noqa: ANN401 - a DeltaTable
+    from deltalake import DeltaTable
+
+    from lakesink.runtime.storage import task_filesystem
+    from lakesink.tables.delta import delta_rs_s3_options
+
+    spec = task_filesystem(cfg, uri)
+    if isinstance(spec, str) or spec[0] == "local":
+        return DeltaTable(uri.removeprefix("file://").removeprefix("file:"))
+    return DeltaTable(f"s3://{uri.split('://', 1)[1]}",
+                      storage_options=delta_rs_s3_options(spec[1]))
+
+
+def table_status(cfg: LakesinkConfig, app_id: str | None = None) -> TableStatus:
+    """The status of the single table ``cfg`` describes (a route's: its route config);
+    ``app_id``: the checkpoint's (Delta tables key their batches by it)."""
+    from lakesink.tables.layout import TableLayout
+
+    layout = TableLayout.of(cfg.table.base_path, cfg.table_name)
+    fs, root = _filesystem(cfg, layout.base)
+    table = f"{root}/{layout.name}"
+    meta = f"{root}/.lakesink/{layout.name}"
+    status = TableStatus(layout.name, cfg.table.format, layout.table)
+    schema = _read_json(fs, f"{meta}/schema.json")
+    status.schema_version = schema.get("version") if isinstance(schema, dict) else None
+    if cfg.table.format == "delta":
+        _delta(status, layout.table, cfg, app_id)
+    else:
+        _parquet(status, fs, meta)
+    status.rejected = _rejected(fs, f"{root}/_rejected/{layout.name}")
+    return status
+
+
+def _parquet(status: TableStatus, fs: pafs.FileSystem, meta: str) -> None:
+    latest: dict[str, Any] | None = None
+    for path in _files(fs, f"{meta}/manifests", recursive=True):
+        if not path.endswith(".json"):
+            continue
+        manifest = _read_json(fs, path)
+        if not isinstance(manifest, dict):
+            continue
+        status.batches += 1
+        status.rows += int(manifest.get("rows", 0))
+        status.files += len(manifest.get("files", []))
+        if latest is None or str(manifest.get("committed_at")) > str(latest.get("committed_at")):
+            latest = manifest
+    if latest is not None:
+        status.last_batch = latest.get("batch_id")
+        status.last_commit = latest.get("committed_at")
+
+
+def _delta(status: TableStatus, uri: str, cfg: LakesinkConfig, app_id: str | None) -> None:
+    import datetime as dt
+
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = _delta_table(cfg, uri)
+    except TableNotFoundError:
+        return
+    actions = table.get_add_actions(flatten=True)
+    status.files = actions.num_rows
+    if "num_records" in actions.column_names:
+        status.rows = int(sum(v or 0 for v in actions.column("num_records").to_pylist()))
+    history = table.history()
+    # appends, less the table's creation (lakesink creates it empty before batch 0)
+    appends = [h for h in history if h.get("operation") in ("WRITE", "STREAMING UPDATE")
+               and not (h.get("version") == 0
+                        and (h.get("operationMetrics") or {}).get("numOutputRows") == "0")]
+    status.batches = len(appends)
+    if appends:
+        newest = max(appends, key=lambda h: h.get("timestamp", 0))
+        status.last_commit = dt.datetime.fromtimestamp(
+            newest.get("timestamp", 0) / 1000, dt.UTC).isoformat(timespec="milliseconds")
+    if app_id:  # the batch id is the txn version lakesink commits under its app id
+        status.last_batch = table.transaction_version(app_id)
+
+
+def _rejected(fs: pafs.FileSystem, folder: str) -> dict[str, int]:
+    import pyarrow.dataset as ds
+
+    files = [p for p in _files(fs, folder, recursive=True)
+             if p.endswith(".parquet") and "/_delta_log/" not in p]
+    if not files:
+        return {}
+    reasons = ds.dataset(files, filesystem=fs, format="parquet").to_table(
+        columns=["reason"]).column("reason").value_counts()
+    return {str(v["values"]): int(v["counts"]) for v in reasons.to_pylist()}
+
+
+def checkpoint_offsets(cfg: LakesinkConfig, checkpoint: str) -> dict[str, dict[str, int]] | None:
+    """The Kafka offsets the newest committed batch read up to (``{topic: {partition:
+    offset}}``), from a Spark checkpoint; None before the first commit."""
+    fs, root = _filesystem(cfg, checkpoint)
+    commits = [p.rsplit("/", 1)[1] for p in _files(fs, f"{root}/commits")]
+    done = sorted(int(n) for n in commits if n.isdigit())
+    if not done:
+        return None
+    try:
+        with fs.open_input_stream(f"{root}/offsets/{done[-1]}") as f:
+            lines = f.read().decode().splitlines()
+    except (FileNotFoundError, OSError):
+        return None
+    offsets: dict[str, dict[str, int]] = {}
+    for line in lines[2:]:  # "v1", the batch's metadata, then one line per source
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            for topic, parts in value.items():
+                if isinstance(parts, dict):
+                    offsets.setdefault(topic, {}).update(
+                        {str(p): int(o) for p, o in parts.items() if isinstance(o, int)})
+    return offsets
+
+
+def _kafka_conf(cfg: LakesinkConfig) -> dict[str, Any]:
+    """librdkafka settings for reading end offsets (plaintext, TLS or SASL)."""
+    kafka = cfg.source.kafka
+    assert kafka is not None
+    conf: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers,
+                            "group.id": "lakesink-status", "enable.auto.commit": False}
+    protocol = kafka.options.get("security.protocol")
+    if kafka.sasl is not None:
+        conf["security.protocol"] = protocol or "SASL_SSL"
+        conf["sasl.mechanism"] = kafka.sasl.mechanism
+        if kafka.sasl.username is not None and kafka.sasl.password is not None:
+            conf["sasl.username"] = kafka.sasl.username
+            conf["sasl.password"] = kafka.sasl.password.get_secret_value()
+    elif protocol:
+        conf["security.protocol"] = protocol
+    return conf
+
+
+def lag(cfg: LakesinkConfig, offsets: dict[str, dict[str, int]] | None
+        ) -> dict[str, int]:
+    """Records behind per ``topic/partition``: the broker's end offset minus the
+    checkpoint's."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    if not offsets:
+        return {}
+    consumer = Consumer(_kafka_conf(cfg))
+    try:
+        out = {}
+        for topic, parts in sorted(offsets.items()):
+            for partition, done in sorted(parts.items(), key=lambda p: int(p[0])):
+                _, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, int(partition)),
+                    timeout=cfg.source.kafka.connect_timeout_s)  # type: ignore[union-attr]
+                out[f"{topic}/{partition}"] = max(0, high - done)
+        return out
+    finally:
+        consumer.close()
+
+
+def status(cfg: LakesinkConfig) -> list[TableStatus]:
+    """Every (static) table of ``cfg``, with the lag of the query's checkpoint."""
+    from lakesink.tables.fs import to_uri
+    from lakesink.tables.identity import IDENTITY_FILE
+    from lakesink.tables.layout import TableLayout
+
+    if cfg.routes:
+        configs = [cfg.route_config(i) for i, r in enumerate(cfg.routes)
+                   if r.message_type is None]
+        checkpoint = to_uri(cfg.checkpoint or cfg.routed_checkpoint)
+    else:
+        configs = [cfg]
+        checkpoint = to_uri(cfg.checkpoint) if cfg.checkpoint else TableLayout.of(
+            cfg.table.base_path, cfg.table_name).default_checkpoint
+    fs, root = _filesystem(cfg, checkpoint)
+    identity = _read_json(fs, f"{root}/{IDENTITY_FILE}")
+    app_id = identity.get("app_id") if isinstance(identity, dict) else None
+    tables = [table_status(c, app_id) for c in configs]
+    behind: dict[str, int] | None = None
+    error = None
+    if cfg.source.kafka is not None:
+        try:
+            behind = lag(cfg, checkpoint_offsets(cfg, checkpoint))
+        except Exception as exc:  # noqa: BLE001 - the rest of the status still shows
+            error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    for t in tables:
+        t.lag, t.lag_error = behind, error
+    return tables
