@@ -202,7 +202,8 @@ def _kafka_conf(cfg: LakesinkConfig) -> dict[str, Any]:
     kafka = cfg.source.kafka
     assert kafka is not None
     conf: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers,
-                            "group.id": "lakesink-status", "enable.auto.commit": False}
+                            "group.id": "lakesink-status", "enable.auto.commit": False,
+                            "log_level": 0}  # a failure is reported in the status instead
     protocol = kafka.options.get("security.protocol")
     if kafka.sasl is not None:
         conf["security.protocol"] = protocol or "SASL_SSL"
