@@ -37,6 +37,7 @@ from lakesink.errors import (
     SourceError,
 )
 from lakesink.observe import METRICS, Health, Observer
+from lakesink.observe.progress import CatchUpProgress, backlog
 from lakesink.pipeline.arrow_path import warm_workers
 from lakesink.pipeline.arrow_task import TaskSpec
 from lakesink.pipeline.batch import BatchProcessor, Rebuild, RunStats, SchemaStore
@@ -465,10 +466,15 @@ class Pipeline:
         stop = stop or StopRequest()
         caught_up = self._caught_up(until_caught_up)
         observer = Observer.start(self.cfg, self.spark, f"lakesink_{self.name}")
+        progress = (CatchUpProgress(backlog(self.cfg, self.checkpoint),
+                                    lambda: self.stats.records).start()
+                    if caught_up else None)
         beside = self._silence_beside(caught_up, stop)
         try:
             self._run(caught_up, stop, observer.health)
         finally:
+            if progress is not None:
+                progress.finish()
             observer.stop()
             self._settle_source()
             if beside is not None:

@@ -197,7 +197,7 @@ def checkpoint_offsets(cfg: LakesinkConfig, checkpoint: str) -> dict[str, dict[s
     return offsets
 
 
-def _kafka_conf(cfg: LakesinkConfig) -> dict[str, Any]:
+def kafka_conf(cfg: LakesinkConfig) -> dict[str, Any]:
     """librdkafka settings for reading end offsets (plaintext, TLS or SASL)."""
     kafka = cfg.source.kafka
     assert kafka is not None
@@ -224,7 +224,7 @@ def lag(cfg: LakesinkConfig, offsets: dict[str, dict[str, int]] | None
 
     if not offsets:
         return {}
-    consumer = Consumer(_kafka_conf(cfg))
+    consumer = Consumer(kafka_conf(cfg))
     try:
         out = {}
         for topic, parts in sorted(offsets.items()):

@@ -44,6 +44,9 @@ def test_until_caught_up_exits_0_with_every_record(kafka_broker, topic, tmp_path
     committed = [r for r in ours if "committed in" in r["message"]]
     assert committed and all(r["table"] == "events" and isinstance(r["batch_id"], int)
                              and r["level"] == "INFO" for r in committed)
+    # the closing progress line: every record of the backlog counted at start
+    assert any(r["message"].startswith("caught up: 1500 of 1500 records in ")
+               for r in ours), [r["message"] for r in ours][-5:]
 
 
 def test_sigterm_stops_after_the_batch_then_restart_is_exact(kafka_broker, topic, tmp_path

@@ -120,3 +120,21 @@ def test_log_lines_json_with_the_batch_context_and_no_url_password() -> None:
     assert level_name(None, None, {"LOG_LEVEL": "warn", "LOGLEVEL": "debug"}) == "WARNING"
     assert level_name(None, "ERROR", {"LOG_LEVEL": "DEBUG"}) == "ERROR"
     assert level_name("INFO", "ERROR", {}) == "INFO"
+
+
+def test_progress_line_and_start_offsets() -> None:
+    from lakesink.observe.progress import CatchUpProgress, _start
+
+    done = [0]
+    progress = CatchUpProgress(1000, lambda: done[0], interactive=False)
+    progress.started -= 10  # ten seconds in
+    done[0] = 250
+    assert progress.line() == "250 of 1000 records (25%), 25 records/s, ETA 30s"
+    assert CatchUpProgress(None, lambda: 5, interactive=False).line().startswith(
+        "5 records, ")
+    # where a partition starts: the checkpoint, else starting_offsets (JSON, then the word)
+    assert _start({"t": {"0": 40}}, {}, "earliest", "t", 0, 10, 90) == 40
+    assert _start({"t": {"0": 40}}, {}, "earliest", "t", 1, 10, 90) == 10  # a new partition
+    assert _start(None, {"t": {"0": -1}}, "earliest", "t", 0, 10, 90) == 90
+    assert _start(None, {"t": {"0": 55}}, "earliest", "t", 0, 10, 90) == 55
+    assert _start(None, {}, "latest", "t", 0, 10, 90) == 90
