@@ -96,3 +96,41 @@ def test_a_streaming_run_serves_metrics_and_probes(spark, kafka_broker, topic,
         run.close()
     with pytest.raises(OSError):  # the endpoints end with the run
         urllib.request.urlopen(f"{base}/healthz", timeout=2)
+
+
+def test_opentelemetry_export_to_a_collector(spark, kafka_broker, topic, tmp_path,
+                                             monkeypatch) -> None:
+    """OTLP/HTTP to a collector double (no collector binary runs here): a span per
+    batch with its phases and counts, and the metrics with the run's exact values."""
+    from tests.fixtures.otlp_collector import OtlpCollectorDouble
+    from tests.integration.test_ingest import run_once
+
+    collector = OtlpCollectorDouble()
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "lakesink-test")
+    try:
+        produce(kafka_broker.bootstrap_servers, topic,
+                json_events(range(40)) + [(b"k", b"not json")])
+        data = config_dict(kafka_broker, topic, tmp_path / "lake", partition_by=[],
+                           name="otel_events")
+        data["telemetry"] = {"otlp_endpoint": collector.url, "export_interval_s": 1}
+        stats = run_once(spark, data)  # the run's end flushes both exports
+        assert (stats.written, stats.rejected) == (40, 1)
+        spans = collector.spans()
+        batches = [s for s in spans if s.name == "lakesink.batch"]
+        assert batches and collector.services() == {"lakesink-test"}
+        attrs = [{a.key: (a.value.string_value or a.value.int_value) for a in s.attributes}
+                 for s in batches]
+        assert {a["lakesink.table"] for a in attrs} == {"otel_events"}
+        assert sum(a.get("lakesink.written", 0) for a in attrs) == 40
+        assert sum(a.get("lakesink.rejected", 0) for a in attrs) == 1
+        children = {s.name for s in spans if s.parent_span_id in
+                    {b.span_id for b in batches}}
+        assert {"write", "dead_letters"} <= children, children
+        written = collector.last_values("lakesink_records_written")
+        assert written[(("table", "otel_events"),)] == 40
+        assert collector.last_values("lakesink_records_read")[
+            (("table", "otel_events"),)] == 41
+        rejected = collector.last_values("lakesink_records_rejected")
+        assert rejected[(("reason", "malformed_json"), ("table", "otel_events"))] == 1
+    finally:
+        collector.stop()

@@ -1152,6 +1152,29 @@ class LoggingConfig(_Section):
         "else INFO")
 
 
+class TelemetryConfig(_Section):
+    """``telemetry``: OpenTelemetry export over OTLP/HTTP (``docs/observability.md``);
+    off unless an endpoint is set here or in ``OTEL_EXPORTER_OTLP_ENDPOINT``."""
+
+    otlp_endpoint: str | None = Field(default=None, description="the collector's base URL "
+                                      "(http://collector:4318); /v1/metrics and /v1/traces "
+                                      "are added")
+    service_name: str = Field(default="lakesink", description="service.name, unless "
+                              "OTEL_SERVICE_NAME is set")
+    export_interval_s: float = Field(default=30.0, gt=0, description="metrics export period")
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if "@" in value.partition("://")[2].partition("/")[0]:
+            raise ValueError("credentials in the URL: use OTEL_EXPORTER_OTLP_HEADERS")
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"{value!r} is not an http(s):// URL")
+        return value
+
+
 class MetricsConfig(_Section):
     """``metrics``: Prometheus ``/metrics`` and the ``/healthz`` and ``/readyz`` probes
     on one HTTP port (``docs/observability.md``); off unless ``port`` is set."""
@@ -1194,6 +1217,7 @@ class LakesinkConfig(BaseSettings):
     catalog: CatalogConfig = Field(default_factory=CatalogConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     routes: list[RouteConfig] = Field(
         default_factory=list,
         description="topic -> table routes; each inherits `table` and `decode`",

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from lakesink.config.models import LakesinkConfig
     from lakesink.observe.listener import ProgressListener
     from lakesink.observe.server import ObserveServer
+    from lakesink.observe.telemetry import Telemetry
 
 
 @dataclass
@@ -24,14 +25,18 @@ class Observer:
     server: ObserveServer | None = None
     listener: ProgressListener | None = None
     spark: SparkSession | None = None
+    telemetry: Telemetry | None = None
 
     @classmethod
     def start(cls, cfg: LakesinkConfig, spark: SparkSession, query_name: str) -> Observer:
         max_age = cfg.metrics.ready_batch_age_s or (
             3 * interval_seconds(cfg.trigger.interval) + 60)
         health = Health(max_age_s=max_age, restarts=cfg.metrics.ready_restarts)
+        from lakesink.observe.telemetry import Telemetry
+
+        telemetry = Telemetry.start(cfg, METRICS)
         if cfg.metrics.port is None:
-            return cls(health)
+            return cls(health, telemetry=telemetry)
         from lakesink.observe.listener import ProgressListener
         from lakesink.observe.server import ObserveServer
 
@@ -39,9 +44,12 @@ class Observer:
         METRICS.by_reason = True
         listener = ProgressListener(query_name, METRICS, health)
         spark.streams.addListener(listener)
-        return cls(health, server, listener, spark)
+        return cls(health, server, listener, spark, telemetry)
 
     def stop(self) -> None:
+        METRICS.by_reason = False  # nobody reads them until the next run serves them
+        if self.telemetry is not None:
+            self.telemetry.stop()
         if self.listener is not None and self.spark is not None:
             self.spark.streams.removeListener(self.listener)
         if self.server is not None:

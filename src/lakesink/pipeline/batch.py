@@ -55,6 +55,7 @@ from lakesink.errors import ConfigError, FilesRefused
 from lakesink.faults import fault_point
 from lakesink.observe.logs import log_context
 from lakesink.observe.metrics import METRICS
+from lakesink.observe.telemetry import batch_span, phase
 from lakesink.pipeline.arrow_path import (
     arrow_spec,
     stage_in_tasks,
@@ -157,6 +158,7 @@ class BatchProcessor:
         self.registrar = registrar
         self.app_id = app_id
         self.stats = RunStats()
+        self._span: Any = None  # the running batch's trace span (with OpenTelemetry)
         self._use(schema)
 
     def _use(self, schema: T.StructType) -> None:
@@ -439,10 +441,13 @@ class BatchProcessor:
     def _register(self, batch_id: int) -> None:
         """The committed batch goes to the catalog (or waits in the outbox)."""
         if self.registrar is not None:
-            self.registrar.committed(batch_id)
+            with phase("catalog"):
+                self.registrar.committed(batch_id)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        with log_context(table=self.writer.layout.name, batch_id=batch_id):
+        table = self.writer.layout.name
+        with log_context(table=table, batch_id=batch_id), batch_span(table, batch_id) as span:
+            self._span = span
             self._batch(df, batch_id)
 
     def _batch(self, df: DataFrame, batch_id: int) -> None:
@@ -457,7 +462,8 @@ class BatchProcessor:
         else:
             write = (self._write_staged if self.writer.stages_before_commit
                      else self._write_guarded)
-        result, counts, info, marked = write(df, batch_id)
+        with phase("write"):
+            result, counts, info, marked = write(df, batch_id)
         if marked is not None:
             marked.unpersist()
         if result.skipped:  # committed meanwhile (cannot happen with one writer)
@@ -466,7 +472,8 @@ class BatchProcessor:
         reasons = (self.rejected.reasons(batch_id)
                    if counts["rejected"] and METRICS.by_reason else {})
         if counts["rejected"]:  # staged before the commit; published now
-            self.rejected.publish(batch_id)
+            with phase("dead_letters"):
+                self.rejected.publish(batch_id)
             logger.warning("batch %d: %d record(s) rejected -> %s", batch_id,
                            counts["rejected"], self.rejected.path(batch_id))
         self._register(batch_id)
@@ -479,6 +486,11 @@ class BatchProcessor:
         stats.unknown_dropped += counts.get("unknown", 0)
         stats.files += result.files
         stats.bytes += result.bytes
+        if self._span is not None:
+            self._span.set_attributes({
+                "lakesink.records": counts["records"], "lakesink.written": info["written"],
+                "lakesink.rejected": counts["rejected"], "lakesink.files": result.files,
+                "lakesink.bytes": result.bytes})
         METRICS.committed(
             self.writer.layout.name, records=counts["records"], written=info["written"],
             rejected=reasons, unknown_dropped=counts.get("unknown", 0), files=result.files,
