@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Idempotent set-up for a fresh Debian machine: JDK 17 + Maven, redis-server, Python 3.11 venv with
+# Idempotent set-up for a fresh Debian machine: JDK 17 + Maven, redis-server, a headless Chromium,
+# Python 3.11 venv with
 # lakesink and its test tools, and the JVM jars declared in jvm/pom.xml.
 # Re-running it is cheap: each step is skipped when its inputs did not change.
 set -euo pipefail
@@ -10,6 +11,9 @@ say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 # --- JDK 17, Maven and redis-server (the tests' and the Redis demo's server) -------------
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+# the status page's test renders it in a real headless Chromium
+command -v chromium-headless-shell >/dev/null 2>&1 || command -v chromium >/dev/null 2>&1 \
+  || need_apt+=(chromium-headless-shell)
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 command -v javac >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)

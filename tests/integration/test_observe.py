@@ -92,6 +92,7 @@ def test_a_streaming_run_serves_metrics_and_probes(spark, kafka_broker, topic,
             time.sleep(0.5)
         assert grew(text, f"lakesink_records_written_total{{{table}}}") == 80
         assert _get(f"{base}/nope")[0] == 404
+        _status_page_in_chromium(f"{base}/", tmp_path)
     finally:
         run.close()
     with pytest.raises(OSError):  # the endpoints end with the run
@@ -134,3 +135,28 @@ def test_opentelemetry_export_to_a_collector(spark, kafka_broker, topic, tmp_pat
         assert rejected[(("reason", "malformed_json"), ("table", "otel_events"))] == 1
     finally:
         collector.stop()
+
+
+def _status_page_in_chromium(url: str, tmp_path) -> None:  # noqa: ANN001
+    """The status page rendered by a real headless Chromium (Debian's
+    chromium-headless-shell, installed by scripts/setup.sh): its DOM holds the table,
+    the chart and the dead-letter reasons, and a screenshot is taken
+    (``LAKESINK_SCREENSHOT`` copies it out, for the docs)."""
+    import os
+    import shutil
+    import subprocess
+
+    status, page = _get(url)
+    assert status == 200 and "<svg" in page and "events" in page
+    chromium = shutil.which("chromium-headless-shell") or shutil.which("chromium")
+    assert chromium, "no Chromium: scripts/setup.sh installs chromium-headless-shell"
+    args = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+    dom = subprocess.run([*args, "--dump-dom", url], capture_output=True, text=True,
+                         timeout=120).stdout
+    assert "<h2>events</h2>" in dom and "<svg" in dom and "malformed_json" in dom, dom[:2000]
+    shot = tmp_path / "status-page.png"
+    subprocess.run([*args, f"--screenshot={shot}", "--window-size=900,760", url],
+                   capture_output=True, timeout=120)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 5000
+    if os.environ.get("LAKESINK_SCREENSHOT"):
+        shutil.copy(shot, os.environ["LAKESINK_SCREENSHOT"])

@@ -9,13 +9,16 @@ each one means, is in ``docs/observability.md``.
 
 from __future__ import annotations
 
+import collections
 import json
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+RECENT_BATCHES = 20
 _BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
 
 
@@ -26,6 +29,12 @@ class Metrics:
         #: count rejected records per reason (a small Spark job per batch with dead
         #: letters): on while the metrics are served
         self.by_reason = False
+        #: for the status page: each table's last batches, and rows written per minute
+        #: over the last hour
+        self._lock = threading.Lock()
+        self.recent: dict[str, collections.deque[dict[str, Any]]] = {}
+        self.per_minute: dict[str, dict[int, int]] = {}
+        self.started = time.time()
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.records_read = Counter(
             "lakesink_records_read", "Records a committed batch read from the source",
@@ -81,9 +90,21 @@ class Metrics:
 
     def committed(self, table: str, *, records: int, written: int, rejected: Mapping[str, int],
                   unknown_dropped: int, files: int, size: int, seconds: float,
-                  schema_changes: int, pending: int | None) -> None:
+                  schema_changes: int, pending: int | None, batch_id: int | None = None
+                  ) -> None:
         """One committed batch of ``table`` (counted once per process: a replay the
         table already held is :meth:`skipped`)."""
+        now = time.time()
+        with self._lock:
+            recent = self.recent.setdefault(table, collections.deque(maxlen=RECENT_BATCHES))
+            recent.appendleft({"batch_id": batch_id, "at": now, "records": records,
+                               "written": written, "rejected": sum(rejected.values()),
+                               "files": files, "bytes": size, "seconds": seconds})
+            minutes = self.per_minute.setdefault(table, {})
+            minute = int(now // 60)
+            minutes[minute] = minutes.get(minute, 0) + written
+            for old in [m for m in minutes if m <= minute - 60]:
+                del minutes[old]
         self.records_read.labels(table).inc(records)
         self.records_written.labels(table).inc(written)
         for reason, count in rejected.items():

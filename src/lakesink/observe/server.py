@@ -1,5 +1,5 @@
-"""The HTTP endpoints of a run: ``/metrics`` (Prometheus text format), ``/healthz``
-and ``/readyz``; a daemon thread, stopped with the run. Nothing it serves carries a
+"""The HTTP endpoints of a run: ``/`` (the status page), ``/metrics`` (Prometheus text
+format), ``/healthz`` and ``/readyz``; a daemon thread, stopped with the run. Nothing it serves carries a
 configuration value."""
 
 from __future__ import annotations
@@ -32,13 +32,18 @@ class ObserveServer:
                 if path == "/metrics":
                     self._send(200, generate_latest(server.metrics.registry),
                                CONTENT_TYPE_LATEST)
+                elif path == "/":
+                    from lakesink.observe.page import render
+
+                    self._send(200, render(server.metrics, server.health).encode(),
+                               "text/html; charset=utf-8")
                 elif path == "/healthz":
                     self._send(200, b"ok\n")
                 elif path == "/readyz":
                     ready, why = server.health.ready()
                     self._send(200 if ready else 503, f"{why}\n".encode())
                 else:
-                    self._send(404, b"not found: /metrics, /healthz, /readyz\n")
+                    self._send(404, b"not found: /, /metrics, /healthz, /readyz\n")
 
             def _send(self, code: int, body: bytes,
                       content_type: str = "text/plain; charset=utf-8") -> None:

@@ -496,7 +496,8 @@ class BatchProcessor:
             rejected=reasons, unknown_dropped=counts.get("unknown", 0), files=result.files,
             size=result.bytes, seconds=time.monotonic() - started,
             schema_changes=stats.schema_changes - changes_before,
-            pending=len(self.registrar.pending) if self.registrar is not None else None)
+            pending=len(self.registrar.pending) if self.registrar is not None else None,
+            batch_id=batch_id)
         logger.info("batch %d: committed in %.2fs (%d written, %d rejected, %d file(s))",
                     batch_id, time.monotonic() - started, info["written"], counts["rejected"],
                     result.files)
