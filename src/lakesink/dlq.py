@@ -190,9 +190,15 @@ def _replay_locked(spark: SparkSession, letters: DeadLetters, parts: TableParts
         F.col("kafka_timestamp").alias("timestamp"),
         F.lit(None).cast("int").alias("timestampType"))
     logger.info("dead-letter replay %d: %d file(s)", plan["replay"], len(plan["files"]))
+    from lakesink.observe.progress import CatchUpProgress
+
+    # one batch: the count arrives at its commit; the bar shows it running till then
+    progress = CatchUpProgress(None, lambda: processor.stats.records,
+                               finished="dead-letter replay").start()
     try:
         processor(rows, plan["replay"])
     finally:
+        progress.finish()
         processor.close()
     stats = processor.stats
     plan.update(state=DONE, done_at=dt.datetime.now(dt.UTC).isoformat(),

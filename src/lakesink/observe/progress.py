@@ -72,7 +72,9 @@ def _start(done: dict[str, dict[str, int]] | None, given: dict[str, Any], starti
 
 class CatchUpProgress:
     def __init__(self, total: int | None, done: Callable[[], int], *,
-                 interactive: bool | None = None, every_s: float = 10.0) -> None:
+                 interactive: bool | None = None, every_s: float = 10.0,
+                 finished: str = "caught up") -> None:
+        self.finished = finished
         self.total = total
         self.done = done
         self.interactive = sys.stderr.isatty() if interactive is None else interactive
@@ -133,6 +135,6 @@ class CatchUpProgress:
         if self._bar is not None:
             self._bar.stop()
         done, elapsed = self.done(), time.monotonic() - self.started
-        logger.info("caught up: %d%s records in %.1fs (%.0f records/s)", done,
+        logger.info("%s: %d%s records in %.1fs (%.0f records/s)", self.finished, done,
                     f" of {self.total}" if self.total is not None else "", elapsed,
                     done / max(elapsed, 1e-9))
