@@ -33,8 +33,14 @@ def _value(text: str, line_start: str) -> float:
     return 0.0
 
 
-def test_a_streaming_run_serves_metrics_and_probes(spark, kafka_broker, topic,
-                                                   tmp_path) -> None:
+# planted secrets: credentials the run is given (S3 keys for a store it does not use
+# here) must not show in any output this feature adds
+PLANTED = {"LAKESINK_STORAGE__S3__ACCESS_KEY_ID": "AKIAPLANTEDMARKER1",
+           "LAKESINK_STORAGE__S3__SECRET_ACCESS_KEY": "planted-secret-marker-2"}
+
+
+def test_a_streaming_run_serves_metrics_and_probes(spark, kafka_broker, topic, tmp_path,
+                                                   caplog) -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     data = config_dict(kafka_broker, topic, tmp_path / "lake", partition_by=[])
@@ -53,7 +59,8 @@ def test_a_streaming_run_serves_metrics_and_probes(spark, kafka_broker, topic,
 
     produce(kafka_broker.bootstrap_servers, topic,
             json_events(range(50)) + [(b"k", b"not json"), (b"k", b"[1]")])
-    run = Streaming(spark, data)
+    caplog.set_level("INFO")
+    run = Streaming(spark, data, env=PLANTED)
     try:
         deadline = time.monotonic() + 120
         status, text = 0, ""
@@ -92,7 +99,12 @@ def test_a_streaming_run_serves_metrics_and_probes(spark, kafka_broker, topic,
             time.sleep(0.5)
         assert grew(text, f"lakesink_records_written_total{{{table}}}") == 80
         assert _get(f"{base}/nope")[0] == 404
-        _status_page_in_chromium(f"{base}/", tmp_path)
+        page = _status_page_in_chromium(f"{base}/", tmp_path)
+        outputs = {"/metrics": text, "/": page, "/readyz": _get(f"{base}/readyz")[1],
+                   "logs": caplog.text}
+        for where, output in outputs.items():
+            for marker in PLANTED.values():
+                assert marker not in output, f"a planted secret in {where}"
     finally:
         run.close()
     with pytest.raises(OSError):  # the endpoints end with the run
@@ -104,7 +116,6 @@ def test_opentelemetry_export_to_a_collector(spark, kafka_broker, topic, tmp_pat
     """OTLP/HTTP to a collector double (no collector binary runs here): a span per
     batch with its phases and counts, and the metrics with the run's exact values."""
     from tests.fixtures.otlp_collector import OtlpCollectorDouble
-    from tests.integration.test_ingest import run_once
 
     collector = OtlpCollectorDouble()
     monkeypatch.setenv("OTEL_SERVICE_NAME", "lakesink-test")
@@ -114,7 +125,16 @@ def test_opentelemetry_export_to_a_collector(spark, kafka_broker, topic, tmp_pat
         data = config_dict(kafka_broker, topic, tmp_path / "lake", partition_by=[],
                            name="otel_events")
         data["telemetry"] = {"otlp_endpoint": collector.url, "export_interval_s": 1}
-        stats = run_once(spark, data)  # the run's end flushes both exports
+        for name, value in PLANTED.items():
+            monkeypatch.setenv(name, value)
+        from lakesink.app import Pipeline
+        from lakesink.config.loader import load_config
+        from tests.fixtures.runs import flatten
+
+        cfg = load_config(flags=flatten(data))  # the environment, with the planted secrets
+        assert cfg.storage.s3.secret_access_key.get_secret_value() == PLANTED[
+            "LAKESINK_STORAGE__S3__SECRET_ACCESS_KEY"]
+        stats = Pipeline.build(cfg, spark).run(until_caught_up=True)  # flushes at its end
         assert (stats.written, stats.rejected) == (40, 1)
         spans = collector.spans()
         batches = [s for s in spans if s.name == "lakesink.batch"]
@@ -133,11 +153,14 @@ def test_opentelemetry_export_to_a_collector(spark, kafka_broker, topic, tmp_pat
             (("table", "otel_events"),)] == 41
         rejected = collector.last_values("lakesink_records_rejected")
         assert rejected[(("reason", "malformed_json"), ("table", "otel_events"))] == 1
+        exported = b"".join(r.SerializeToString() for r in collector.traces + collector.metrics)
+        for marker in PLANTED.values():
+            assert marker.encode() not in exported
     finally:
         collector.stop()
 
 
-def _status_page_in_chromium(url: str, tmp_path) -> None:  # noqa: ANN001
+def _status_page_in_chromium(url: str, tmp_path) -> str:  # noqa: ANN001
     """The status page rendered by a real headless Chromium (Debian's
     chromium-headless-shell, installed by scripts/setup.sh): its DOM holds the table,
     the chart and the dead-letter reasons, and a screenshot is taken
@@ -160,3 +183,4 @@ def _status_page_in_chromium(url: str, tmp_path) -> None:  # noqa: ANN001
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 5000
     if os.environ.get("LAKESINK_SCREENSHOT"):
         shutil.copy(shot, os.environ["LAKESINK_SCREENSHOT"])
+    return dom

@@ -32,8 +32,12 @@ def test_status_reports_the_table_and_its_lag(spark, kafka_broker, topic, tmp_pa
     produce_events(kafka_broker, topic, range(120, 150))  # not ingested: the lag
     cfg = write_config(tmp_path / "c.yaml", data)
 
-    result = run_cli("status", "-c", str(cfg), "--json", timeout=120)
+    from tests.integration.test_observe import PLANTED
+
+    result = run_cli("status", "-c", str(cfg), "--json", timeout=120, env=PLANTED)
     assert result.returncode == 0, result.stderr[-2000:]
+    for marker in PLANTED.values():  # the S3 keys it was given never show
+        assert marker not in result.stdout + result.stderr
     assert "spark" not in result.stderr.lower()  # no JVM started
     (table,) = json.loads(result.stdout)
     assert (table["table"], table["format"], table["rows"]) == ("events", fmt, 120)
