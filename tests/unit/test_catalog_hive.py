@@ -150,3 +150,33 @@ def test_hive_takes_delta_tables_too(tmp_path) -> None:
     reg = registrar(cfg.catalog, cfg.table, FakeFS(), TableLayout("file:/lake", "events"),  # type: ignore[arg-type]
                     run="r", spark=object())  # type: ignore[arg-type]
     assert isinstance(reg, DeltaRegistrar) and reg.catalog.format == "delta"
+
+
+def test_hdfs_locations_agree_with_the_metastores_qualified_form() -> None:
+    assert same_location("hdfs:///lake/events", "hdfs://nn:8020/lake/events")
+    assert not same_location("hdfs://a:8020/lake/events", "hdfs://b:8020/lake/events")
+    assert not same_location("hdfs:///lake/events", "s3a://nn/lake/events")
+
+
+def test_marks_are_per_metastore_and_one_clause_per_partition_value(tmp_path) -> None:
+    from lakesink.catalog.base import CatalogFile, CommittedBatch
+
+    cfg = load_config(write(tmp_path, {**KAFKA, "catalog": {"hive": {
+        "uri": "thrift://a:9083"}}}), env={})
+    other = load_config(write(tmp_path, {**KAFKA, "catalog": {"hive": {
+        "uri": "thrift://b:9083"}}}), env={})
+    args = {"table": "events", "location": "file:/l", "partition_by": ["site"],
+            "fmt": "parquet"}
+    hive = HiveCatalog(cfg.catalog.hive, object(), **args)  # type: ignore[arg-type]
+    assert hive.id != HiveCatalog(other.catalog.hive, object(), **args).id  # type: ignore[arg-type]
+    statements: list[str] = []
+    hive._sql = lambda sql, what: statements.append(sql)  # type: ignore[method-assign]
+    files = tuple(CatalogFile(f"file:/l/{folder}/part-0.parquet", f"{folder}/part-0.parquet",
+                              10, 1, {"site": value})
+                  for folder, value in (("site=none", None),
+                                        ("site=__HIVE_DEFAULT_PARTITION__",
+                                         "__HIVE_DEFAULT_PARTITION__"),
+                                        ("site=oslo", "oslo")))
+    hive._add_partitions(CommittedBatch("events", "file:/l", "app", "run", 0, files))
+    (sql,) = statements
+    assert sql.count("PARTITION (") == 2 and "`site` = NULL" in sql and "'oslo'" in sql

@@ -91,11 +91,32 @@ def literal(value: str | None) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+#: how the metastore keeps a NULL partition value
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
+
 def same_location(a: str, b: str) -> bool:
-    """``file:/x`` (how the metastore keeps it), ``file:///x/`` and ``file:///x`` agree."""
-    def norm(uri: str) -> str:
-        return re.sub(r"^file:/+", "file:///", uri.rstrip("/"))
-    return norm(a) == norm(b)
+    """``file:/x`` (how the metastore keeps it), ``file:///x/`` and ``file:///x`` agree;
+    so do ``hdfs:///x`` and ``hdfs://nn:8020/x`` (the metastore qualifies a location
+    with the default file system's authority)."""
+    def norm(uri: str) -> tuple[str, str, str]:
+        uri = re.sub(r"^file:/+", "file:///", uri.rstrip("/"))
+        scheme, sep, rest = uri.partition("://")
+        if not sep:
+            return "", "", uri
+        authority, _, path = rest.partition("/")
+        return scheme, authority, path
+    (sa, aa, pa), (sb, ab, pb) = norm(a), norm(b)
+    return sa == sb and pa == pb and (aa == ab or not aa or not ab)
+
+
+def _session_metastore(spark: SparkSession) -> str:
+    """The metastore a session without ``catalog.hive.uri`` talks to."""
+    try:
+        uris = spark.sparkContext._jsc.hadoopConfiguration().get("hive.metastore.uris")
+    except Exception:  # noqa: BLE001 - no JVM configuration to ask
+        uris = None
+    return str(uris or "embedded")
 
 
 def partition_clause(values: dict[str, str | None], columns: list[str], folder: str) -> str:
@@ -125,7 +146,13 @@ class HiveCatalog(Catalog):
         self.partition_by = partition_by
         self.format = fmt
         self.fq = f"{quote(self.database)}.{quote(self.table)}"
-        self.id = f"hive-{self.database}.{self.table}"
+        # the marks are per metastore: another metastore (or the embedded one of a run
+        # without a URI) has none of the registrations
+        import hashlib
+
+        where = config.uri or _session_metastore(spark)
+        key = "|".join((where, self.database, self.table))
+        self.id = f"hive-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
         self._parts = {p.lower() for p in partition_by}
         self.known = False  #: the table is in the metastore (Delta registers once)
 
@@ -279,8 +306,22 @@ class HiveCatalog(Catalog):
         folders: dict[str, dict[str, str | None]] = {}
         for f in batch.files:
             folders.setdefault(f.path.rsplit("/", 1)[0], f.partition)
-        clauses = " ".join(partition_clause(values, self.partition_by, folder)
-                           for folder, values in sorted(folders.items()))
+        # one clause per partition value: two folders with the same values (the null
+        # folder and a literal __HIVE_DEFAULT_PARTITION__, which the metastore keeps for
+        # NULL) would make the metastore refuse the whole statement, every time
+        specs: dict[tuple[str | None, ...], str] = {}
+        for folder, values in sorted(folders.items()):
+            spec = tuple(None if values.get(c) == HIVE_NULL else values.get(c)
+                         for c in self.partition_by)
+            if spec in specs:
+                logger.warning("catalog %s: folders %s and %s have the same partition "
+                               "values for the metastore; only the first is registered",
+                               self.describe(), specs[spec], folder)
+                continue
+            specs[spec] = folder
+        clauses = " ".join(partition_clause(dict(zip(self.partition_by, spec, strict=True)),
+                                            self.partition_by, folder)
+                           for spec, folder in specs.items())
         self._sql(f"ALTER TABLE {self.fq} ADD IF NOT EXISTS {clauses}", "adding partitions")
 
 
