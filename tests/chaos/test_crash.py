@@ -38,11 +38,12 @@ N = 3000
 #: after the registration) and the repeats in the other format with CHAOS_FULL=1.
 CORE = [("parquet", "after_staging", "quix"), ("parquet", "mid_publish", "quix"),
         ("parquet", "after_publish", "quix"), ("parquet", "after_manifest", "hive"),
-        ("parquet", "after_registration", "iceberg"), ("delta", "after_delta_commit", "hive"),
+        ("parquet", "after_registration", "iceberg"), ("delta", "after_delta_commit", None),
         ("parquet", "after_schema_evolved", "quix")]
 REPEATS = [("parquet", "after_manifest", "iceberg"), ("parquet", "after_manifest", "quix"),
            ("parquet", "after_registration", "quix"),
-           ("parquet", "after_registration", "hive"), ("delta", "after_schema_evolved", None)]
+           ("parquet", "after_registration", "hive"), ("delta", "after_schema_evolved", None),
+           ("delta", "after_delta_commit", "hive")]
 assert {p for _, p, _ in CORE} == set(PARQUET_POINTS + CATALOG_POINTS + DELTA_POINTS
                                       + COMMON_POINTS)
 
