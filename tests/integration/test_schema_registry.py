@@ -42,7 +42,7 @@ def _serializer(url: str, schema: dict[str, Any]) -> Any:  # noqa: ANN401
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
 
-    client = SchemaRegistryClient({"url": url})
+    client = SchemaRegistryClient({"url": url, "timeout": 60})
     return AvroSerializer(client, json.dumps(schema), conf={"auto.register.schemas": True})
 
 
@@ -200,7 +200,7 @@ def test_routing_by_avro_record_name(spark, kafka_broker, topic, schema_registry
 
     from tests.integration.test_routing import _unrouted
 
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = SchemaRegistryClient({"url": schema_registry.url, "timeout": 60})
     conf = {"auto.register.schemas": True,
             "subject.name.strategy": record_subject_name_strategy}
     readings = AvroSerializer(client, json.dumps(V1), conf=conf)
@@ -281,7 +281,7 @@ def test_protobuf_writer_schemas_from_the_registry(spark, kafka_broker, topic, s
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = SchemaRegistryClient({"url": schema_registry.url, "timeout": 60})
     conf = {"use.deprecated.format": False, "auto.register.schemas": True}
     classes = [_message_class(tmp_path, f"v{i}", t)
                for i, t in enumerate((PROTO_V1, PROTO_V2, PROTO_V3), 1)]
