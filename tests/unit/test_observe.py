@@ -138,3 +138,14 @@ def test_progress_line_and_start_offsets() -> None:
     assert _start(None, {"t": {"0": -1}}, "earliest", "t", 0, 10, 90) == 90
     assert _start(None, {"t": {"0": 55}}, "earliest", "t", 0, 10, 90) == 55
     assert _start(None, {}, "latest", "t", 0, 10, 90) == 90
+
+
+def test_silence_metrics() -> None:
+    metrics = Metrics()
+    metrics.silence_batch(fired=2, swept=1, tracked=40, callback_failures=1)
+    metrics.silence_batch(fired=1, swept=0, tracked=38, callback_failures=3)
+    text = generate_latest(metrics.registry).decode()
+    for line in ("lakesink_silence_fired_total 3.0", "lakesink_silence_swept_total 1.0",
+                 "lakesink_silence_keys_tracked 38.0",
+                 "lakesink_silence_callback_failures_total 3.0"):
+        assert line in text, line

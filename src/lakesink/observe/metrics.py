@@ -87,6 +87,19 @@ class Metrics:
             "progress report (a batch, or Spark's idle report)", registry=r)
         self.query_active = Gauge(
             "lakesink_query_active", "1 while the ingestion query runs", registry=r)
+        self.silence_tracked = Gauge(
+            "lakesink_silence_keys_tracked", "Keys the silence detector holds in its state",
+            registry=r)
+        self.silence_fired = Counter(
+            "lakesink_silence_fired", "stream_timeout events fired (a key went silent)",
+            registry=r)
+        self.silence_swept = Counter(
+            "lakesink_silence_swept", "Keys dropped from the state without an event (silent "
+            "for the sweep limit)", registry=r)
+        self.silence_callback_failures = Counter(
+            "lakesink_silence_callback_failures", "silence.callback calls that raised or "
+            "timed out", registry=r)
+        self._callback_failures_seen = 0
 
     def committed(self, table: str, *, records: int, written: int, rejected: Mapping[str, int],
                   unknown_dropped: int, files: int, size: int, seconds: float,
@@ -118,6 +131,17 @@ class Metrics:
         self.last_commit.labels(table).set(time.time())
         if pending is not None:
             self.catalog_pending.labels(table).set(pending)
+
+    def silence_batch(self, *, fired: int, swept: int, tracked: int,
+                      callback_failures: int) -> None:
+        """One silence-detection batch; ``callback_failures`` is the run's running total."""
+        self.silence_fired.inc(fired)
+        self.silence_swept.inc(swept)
+        self.silence_tracked.set(tracked)
+        with self._lock:
+            grew = max(0, callback_failures - self._callback_failures_seen)
+            self._callback_failures_seen = max(self._callback_failures_seen, callback_failures)
+        self.silence_callback_failures.inc(grew)
 
     def skipped(self, table: str) -> None:
         self.batches_skipped.labels(table).inc()

@@ -24,6 +24,7 @@ from lakesink import sources
 from lakesink.config.models import LakesinkConfig, SilenceConfig, SourceConfig
 from lakesink.errors import ConfigError
 from lakesink.faults import fault_point
+from lakesink.observe.metrics import METRICS
 from lakesink.runtime.shutdown import StopGate, StopRequest, await_query
 from lakesink.silence.outputs import Callback, Outputs, load_callback
 from lakesink.silence.tracker import HEARTBEAT, NULL_KEY, OUTPUT_SCHEMA, RECORD, SilenceTracker
@@ -209,6 +210,9 @@ class SilenceQuery:
         if self.outputs.callback is not None:
             st.callback_failures = self.outputs.callback.failures
             st.callback_timeouts = self.outputs.callback.timeouts
+        METRICS.silence_batch(fired=len(events), swept=sum(r.event == "swept" for r in rows),
+                              tracked=st.tracked,
+                              callback_failures=st.callback_failures + st.callback_timeouts)
 
     def _tracked(self) -> int:
         """Keys in state after the previous batch (the state store's row count)."""
