@@ -80,6 +80,10 @@ def test_a_streaming_run_serves_metrics_and_probes(spark, kafka_broker, topic, t
                           f'{table}}}') == 1
         assert _value(text, "lakesink_query_active") == 1
         assert grew(text, f"lakesink_files_written_total{{{table}}}") >= 1
+        assert grew(text, 'lakesink_batch_phase_seconds_count{phase="write",'
+                          f'{table}}}') >= 1
+        assert grew(text, 'lakesink_batch_phase_seconds_count{phase="dead_letters",'
+                          f'{table}}}') == 1  # the one batch with dead letters
         # caught up: the next progress report says no record is left behind
         deadline = time.monotonic() + 30
         lag = None

@@ -59,6 +59,10 @@ class Metrics:
             "lakesink_batch_duration_seconds", "Time from a batch's start to its commit "
             "(and dead letters, and catalog step)", ["table"], buckets=_BUCKETS,
             registry=r)
+        self.batch_phase_seconds = Histogram(
+            "lakesink_batch_phase_seconds", "Time of a batch's phases: write (read, decode, "
+            "write and commit: Spark runs them as one job), dead_letters, catalog",
+            ["table", "phase"], buckets=_BUCKETS, registry=r)
         self.files = Counter(
             "lakesink_files_written", "Data files committed", ["table"], registry=r)
         self.bytes = Counter(

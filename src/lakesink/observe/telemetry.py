@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -43,13 +44,20 @@ def batch_span(table: str, batch_id: int) -> Iterator[Any]:
 
 
 @contextlib.contextmanager
-def phase(name: str) -> Iterator[None]:
-    """A child span of the current batch's span (a no-op without an export)."""
-    if _TRACER is None:
-        yield
-        return
-    with _TRACER.start_as_current_span(name):
-        yield
+def phase(name: str, table: str) -> Iterator[None]:
+    """A phase of a batch: timed into ``lakesink_batch_phase_seconds`` and, with an
+    export, a child span of the batch's span."""
+    from lakesink.observe.metrics import METRICS
+
+    started = time.monotonic()
+    try:
+        if _TRACER is None:
+            yield
+        else:
+            with _TRACER.start_as_current_span(name):
+                yield
+    finally:
+        METRICS.batch_phase_seconds.labels(table, name).observe(time.monotonic() - started)
 
 
 def endpoint(cfg: LakesinkConfig, env: Mapping[str, str] | None = None) -> str | None:

@@ -441,7 +441,7 @@ class BatchProcessor:
     def _register(self, batch_id: int) -> None:
         """The committed batch goes to the catalog (or waits in the outbox)."""
         if self.registrar is not None:
-            with phase("catalog"):
+            with phase("catalog", self.writer.layout.name):
                 self.registrar.committed(batch_id)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
@@ -462,7 +462,7 @@ class BatchProcessor:
         else:
             write = (self._write_staged if self.writer.stages_before_commit
                      else self._write_guarded)
-        with phase("write"):
+        with phase("write", self.writer.layout.name):
             result, counts, info, marked = write(df, batch_id)
         if marked is not None:
             marked.unpersist()
@@ -472,7 +472,7 @@ class BatchProcessor:
         reasons = (self.rejected.reasons(batch_id)
                    if counts["rejected"] and METRICS.by_reason else {})
         if counts["rejected"]:  # staged before the commit; published now
-            with phase("dead_letters"):
+            with phase("dead_letters", self.writer.layout.name):
                 self.rejected.publish(batch_id)
             logger.warning("batch %d: %d record(s) rejected -> %s", batch_id,
                            counts["rejected"], self.rejected.path(batch_id))
