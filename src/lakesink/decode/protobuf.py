@@ -36,6 +36,7 @@ path names another message).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 import decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -259,6 +260,21 @@ class _Converter:
         return pa.array(rows, type=self._arrow)
 
 
+def converted(converter: Callable[[pa.Array], pa.Array], schema: T.StructType,
+              value: Column) -> Column:
+    """``value`` through ``converter`` in one Arrow UDF per batch: the struct of
+    ``schema``'s fields plus :data:`ERROR_FIELD` (a shared converter, with a registry or
+    a descriptor file)."""
+    from pyspark.sql.functions import arrow_udf
+
+    returns = T.StructType([*schema.fields, T.StructField(ERROR_FIELD, T.StringType())])
+
+    def decode(values: pa.Array) -> pa.Array:
+        return converter(values)
+
+    return arrow_udf(decode, returns)(value)
+
+
 class ProtobufDecoder(Decoder):
     reasons = (NULL_VALUE, BAD_MAGIC_BYTE, MALFORMED_PROTOBUF)
 
@@ -269,15 +285,7 @@ class ProtobufDecoder(Decoder):
         self.converter = _Converter(data, message, self.confluent, self.schema)
 
     def parse(self, value: Column) -> Column:
-        from pyspark.sql.functions import arrow_udf
-
-        returns = T.StructType([*self.schema.fields, T.StructField(ERROR_FIELD, T.StringType())])
-        converter = self.converter
-
-        def decode(values: pa.Array) -> pa.Array:
-            return converter(values)
-
-        return arrow_udf(decode, returns)(value)
+        return converted(self.converter, self.schema, value)
 
     def _framed(self, value: Column) -> Column:
         return confluent_framed(value) if self.confluent else F.lit(True)

@@ -28,6 +28,7 @@ from lakesink.decode.protobuf import (
     MALFORMED_PROTOBUF,
     _message_descriptor,
     _strip_confluent,
+    converted,
     message_index_path,
     spark_schema,
     to_python,
@@ -189,15 +190,8 @@ class RegistryProtobufDecoder(RegistryDecoder):
                         F.lit(" bytes): "), F.coalesce(parsed[ERROR_FIELD], F.lit("?")))
 
     def parse(self, value: Column) -> Column:
-        from pyspark.sql.functions import arrow_udf
-
         sets = {i: self._descriptor_set(self.registry.known[i])  # type: ignore[arg-type]
                 for i in self.readable}
         converter = _Converter({i: s for i, s in sets.items() if isinstance(s, bytes)},
                                self.message, self.schema)
-        returns = T.StructType([*self.schema.fields, T.StructField(ERROR_FIELD, T.StringType())])
-
-        def decode(values: pa.Array) -> pa.Array:
-            return converter(values)
-
-        return arrow_udf(decode, returns)(value)
+        return converted(converter, self.schema, value)

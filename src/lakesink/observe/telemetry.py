@@ -21,6 +21,8 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from lakesink.observe.metrics import METRICS
+
 if TYPE_CHECKING:
     from lakesink.config.models import LakesinkConfig
     from lakesink.observe.metrics import Metrics
@@ -47,8 +49,6 @@ def batch_span(table: str, batch_id: int) -> Iterator[Any]:
 def phase(name: str, table: str) -> Iterator[None]:
     """A phase of a batch: timed into ``lakesink_batch_phase_seconds`` and, with an
     export, a child span of the batch's span."""
-    from lakesink.observe.metrics import METRICS
-
     started = time.monotonic()
     try:
         if _TRACER is None:
