@@ -92,7 +92,8 @@ def status(
                        ] = False,
 ) -> None:
     """Per table: the last committed batch and its time, batches, rows, files, dead
-    letters by reason, schema version and Kafka lag per partition — without Spark."""
+    letters by reason, schema version and the source's lag (Kafka per partition; Redis streams
+    and lists; Danube) — without Spark."""
     from lakesink.status import status as read_status
 
     try:

@@ -2,9 +2,11 @@
 
 Per table of the config: the last committed batch and its time, batches, rows and files
 committed, dead letters by reason, the schema version, and — for a Kafka source — the
-lag per partition: the broker's end offset minus the offset the last committed batch
-read up to (the Spark checkpoint's ``offsets/<batch>`` file for the newest batch in its
-``commits/``).
+lag: for Kafka per partition, the broker's end offset minus the offset the last
+committed batch read up to (the Spark checkpoint's ``offsets/<batch>`` file for the
+newest batch in its ``commits/``); for a Redis stream the entries added after that
+batch's end; for a Redis list the items still in it; for Danube the records in the spool
+after that batch (:mod:`lakesink.sources.offsets`).
 
 Read directly with pyarrow's filesystems (local disk and S3 with the ``storage.s3``
 settings), delta-rs for Delta logs and ``confluent_kafka`` for the broker's offsets.
@@ -100,7 +102,6 @@ def table_status(cfg: LakesinkConfig, app_id: str | None = None) -> TableStatus:
 
     layout = TableLayout.of(cfg.table.base_path, cfg.table_name)
     fs, root = _filesystem(cfg, layout.base)
-    table = f"{root}/{layout.name}"
     meta = f"{root}/.lakesink/{layout.name}"
     status = TableStatus(layout.name, cfg.table.format, layout.table)
     schema = _read_json(fs, f"{meta}/schema.json")
@@ -170,9 +171,12 @@ def _rejected(fs: pafs.FileSystem, folder: str) -> dict[str, int]:
     return {str(v["values"]): int(v["counts"]) for v in reasons.to_pylist()}
 
 
-def checkpoint_offsets(cfg: LakesinkConfig, checkpoint: str) -> dict[str, dict[str, int]] | None:
-    """The Kafka offsets the newest committed batch read up to (``{topic: {partition:
-    offset}}``), from a Spark checkpoint; None before the first commit."""
+def checkpoint_sources(cfg: LakesinkConfig, checkpoint: str) -> list[dict[str, Any]] | None:
+    """The end offsets of the newest committed batch, one dict per source (see
+    :mod:`lakesink.sources.offsets` for their shapes), from a Spark checkpoint; None
+    before the first commit or for an offset log in a format lakesink does not read."""
+    from lakesink.sources.offsets import log_sources
+
     fs, root = _filesystem(cfg, checkpoint)
     commits = [p.rsplit("/", 1)[1] for p in _files(fs, f"{root}/commits")]
     done = sorted(int(n) for n in commits if n.isdigit())
@@ -180,20 +184,24 @@ def checkpoint_offsets(cfg: LakesinkConfig, checkpoint: str) -> dict[str, dict[s
         return None
     try:
         with fs.open_input_stream(f"{root}/offsets/{done[-1]}") as f:
-            lines = f.read().decode().splitlines()
+            return log_sources(f.read().decode())
     except (FileNotFoundError, OSError):
         return None
+
+
+def checkpoint_offsets(cfg: LakesinkConfig, checkpoint: str) -> dict[str, dict[str, int]] | None:
+    """The Kafka offsets the newest committed batch read up to (``{topic: {partition:
+    offset}}``), from a Spark checkpoint; None before the first commit."""
+    sources = checkpoint_sources(cfg, checkpoint)
+    if sources is None:
+        return None
     offsets: dict[str, dict[str, int]] = {}
-    for line in lines[2:]:  # "v1", the batch's metadata, then one line per source
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            for topic, parts in value.items():
-                if isinstance(parts, dict):
-                    offsets.setdefault(topic, {}).update(
-                        {str(p): int(o) for p, o in parts.items() if isinstance(o, int)})
+    for value in sources:
+        for topic, parts in value.items():
+            if isinstance(parts, dict):
+                offsets.setdefault(topic, {}).update(
+                    {str(p): int(o) for p, o in parts.items()
+                     if str(p).isdigit() and isinstance(o, int)})
     return offsets
 
 
@@ -216,23 +224,63 @@ def kafka_conf(cfg: LakesinkConfig) -> dict[str, Any]:
     return conf
 
 
-def lag(cfg: LakesinkConfig, offsets: dict[str, dict[str, int]] | None
-        ) -> dict[str, int]:
-    """Records behind per ``topic/partition``: the broker's end offset minus the
-    checkpoint's."""
+def lag(cfg: LakesinkConfig, checkpoint: str) -> dict[str, int]:
+    """Records behind per ``topic/partition`` (``key`` for Redis and Danube), from the
+    checkpoint's newest committed batch: see :func:`lakesink.sources.offsets.lag`."""
+    from lakesink.sources.offsets import lag as behind
+
+    sources = checkpoint_sources(cfg, checkpoint) or []
+    out: dict[tuple[str, str], int] = {}
+    for end in sources:
+        out.update(behind(end, _latest(cfg, checkpoint, end)))
+    return {(f"{k}/{p}" if p else k): n for (k, p), n in sorted(out.items())}
+
+
+def _latest(cfg: LakesinkConfig, checkpoint: str, end: dict[str, Any]) -> dict[str, Any]:
+    """The source's latest offset for the keys of ``end``, as its reader reports it to
+    Spark (Kafka: the broker's end offsets)."""
+    src = cfg.source
+    if src.kafka is not None:
+        return _kafka_latest(cfg, end)
+    if src.danube is not None:
+        from lakesink.sources import _danube_options
+        from lakesink.sources.danube import topic_dir
+        from lakesink.sources.danube_spool import count_records
+
+        spool = _danube_options(src.danube, checkpoint)["spool_dir"]
+        return {t: {"waiting": count_records(topic_dir(spool, t), int(pos))[1]}
+                for t, pos in end.items() if t in src.danube.topics and isinstance(pos, int)}
+    if src.redis is not None:
+        from lakesink.sources import _redis_options
+        from lakesink.sources.redis_lists import RedisListsReader
+        from lakesink.sources.redis_streams import RedisStreamsReader
+
+        latest: dict[str, Any] = {}
+        for kind, reader, keys in (("streams", RedisStreamsReader, src.redis.streams),
+                                   ("lists", RedisListsReader, src.redis.lists)):
+            if any(k in end for k in keys):
+                r = reader(_redis_options(src.redis, kind, checkpoint=checkpoint))
+                try:
+                    latest.update(r.reportLatestOffset() or {})
+                finally:
+                    r.stop()
+        return latest
+    return {}
+
+
+def _kafka_latest(cfg: LakesinkConfig, end: dict[str, Any]) -> dict[str, dict[str, int]]:
     from confluent_kafka import Consumer, TopicPartition
 
-    if not offsets:
-        return {}
     consumer = Consumer(kafka_conf(cfg))
     try:
-        out = {}
-        for topic, parts in sorted(offsets.items()):
-            for partition, done in sorted(parts.items(), key=lambda p: int(p[0])):
+        out: dict[str, dict[str, int]] = {}
+        for topic, parts in sorted(end.items()):
+            for partition in sorted((p for p in (parts if isinstance(parts, dict) else {})
+                                     if str(p).isdigit()), key=int):
                 _, high = consumer.get_watermark_offsets(
                     TopicPartition(topic, int(partition)),
                     timeout=cfg.source.kafka.connect_timeout_s)  # type: ignore[union-attr]
-                out[f"{topic}/{partition}"] = max(0, high - done)
+                out.setdefault(topic, {})[str(partition)] = high
         return out
     finally:
         consumer.close()
@@ -258,9 +306,10 @@ def status(cfg: LakesinkConfig) -> list[TableStatus]:
     tables = [table_status(c, app_id) for c in configs]
     behind: dict[str, int] | None = None
     error = None
-    if cfg.source.kafka is not None:
+    if cfg.source.kafka is not None or cfg.source.redis is not None \
+            or cfg.source.danube is not None:
         try:
-            behind = lag(cfg, checkpoint_offsets(cfg, checkpoint))
+            behind = lag(cfg, checkpoint)
         except Exception as exc:  # noqa: BLE001 - the rest of the status still shows
             error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     for t in tables:

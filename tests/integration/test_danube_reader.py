@@ -341,3 +341,23 @@ def test_one_process_at_a_time_on_a_spool(broker, tmp_path) -> None:
         Spool(folder, lock_timeout_s=0.3)
     with Spool(folder, lock_timeout_s=0.3):  # released on close
         pass
+
+
+def test_lag_counts_the_records_spooled_after_the_batch(broker, tmp_path) -> None:
+    from lakesink.sources.offsets import lag
+
+    broker.subscribe_at_start(TOPIC, "lakesink")
+    publish(broker, range(30))
+    r = reader(broker, tmp_path, idle_s="0.5")
+    try:
+        r.prepareForTriggerAvailableNow()  # every message spooled
+        start = r.initialOffset()
+        end = r.latestOffset(start, ReadMaxRows(10))
+        assert lag(end, r.reportLatestOffset()) == {(TOPIC, ""): 20}
+        r.commit(end)
+        nxt = r.latestOffset(end, ReadMaxRows(10))  # counted on, not again from the start
+        assert lag(nxt, r.reportLatestOffset()) == {(TOPIC, ""): 10}
+        last = r.latestOffset(nxt, ReadMaxRows(100))
+        assert lag(last, r.reportLatestOffset()) == {(TOPIC, ""): 0}
+    finally:
+        r.stop()

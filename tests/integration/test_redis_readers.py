@@ -298,3 +298,24 @@ def test_a_replayed_batch_whose_entries_are_gone_fails_instead_of_reading_fewer(
     redis_server.client().xdel(key, entry_ids[2])  # after the offsets were logged
     with pytest.raises(SourceError, match="deleted"):
         reader.partitions(start, end)
+
+
+def test_lag_is_what_the_stream_and_the_list_hold_beyond_the_batch(redis_server, key) -> None:
+    from lakesink.sources.offsets import lag
+
+    add(redis_server, key, range(30))
+    streams = RedisStreamsReader(options(redis_server, [key], max_records="10"))
+    start = streams.initialOffset()
+    end = streams.latestOffset(start, streams.getDefaultReadLimit())
+    assert lag(end, streams.reportLatestOffset()) == {(key, ""): 20}
+    add(redis_server, key, range(30, 35))
+    assert lag(end, streams.reportLatestOffset()) == {(key, ""): 25}
+
+    listed = f"{key}:list"
+    push(redis_server, listed, range(12))
+    lists = RedisListsReader(options(redis_server, [listed], max_records="5"))
+    start = lists.initialOffset()
+    end = lists.latestOffset(start, lists.getDefaultReadLimit())
+    assert lag(end, lists.reportLatestOffset()) == {(listed, ""): 7}
+    lists.commit(end)  # taken items no longer count, committed or not
+    assert lag(end, lists.reportLatestOffset()) == {(listed, ""): 7}

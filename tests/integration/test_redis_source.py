@@ -6,18 +6,53 @@ only after their batch is durable."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Any
 
 import pytest
+from pyspark.sql.streaming import StreamingQueryListener
 
 from lakesink.app import Pipeline
 from lakesink.config import load_config
+from lakesink.sources.offsets import lag
 from lakesink.sources.redis_streams import position
+from lakesink.status import status
 from tests.fixtures.runs import flatten
 from tests.fixtures.services import read_ids, redis_config, redis_events, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis, pytest.mark.spark]
+
+
+class Progress(StreamingQueryListener):
+    """The lag in each progress report of the ingestion query, as lakesink's metric
+    computes it from the sources' end and latest offsets."""
+
+    def __init__(self) -> None:
+        self.lags: list[dict] = []
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: ANN401, N802
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: ANN401, N802
+        p = event.progress
+        if p.numInputRows:
+            out: dict = {}
+            for s in p.sources:
+                out.update(lag(s.endOffset, s.latestOffset))
+            self.lags.append(out)
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: ANN401, N802
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: ANN401, N802
+        pass
+
+    def wait_for(self, batches: int, timeout_s: float = 30) -> None:
+        """Spark's listener bus delivers the reports after the batches."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.lags) < batches and time.monotonic() < deadline:
+            time.sleep(0.2)
 
 N = 2000
 
@@ -68,6 +103,9 @@ def test_a_stream_through_a_group_every_entry_once(spark, redis_server, tmp_path
     group = client.xinfo_groups(key)[0]
     assert (group["lag"], group["entries-read"]) == (0, N + 2)
     assert client.xlen(key) == N + 2, "entries stay in the stream (trim_on_commit is off)"
+    redis_events(redis_server, key, range(N, N + 40))  # not read yet: lakesink status
+    (table,) = status(load_config(flags=flatten(data), env={}))  # counts them as lag
+    assert table.lag == {key: 40} and table.rows == N, table
 
 
 def test_lists_consumed_once_and_only_after_the_batch_is_durable(spark, redis_server,
@@ -77,14 +115,26 @@ def test_lists_consumed_once_and_only_after_the_batch_is_durable(spark, redis_se
     lake = tmp_path / "lake"
     data = redis_config(redis_server, lake, lists=["jobs-a", "jobs-b"],
                         max_records_per_trigger=500)
-    stats = run_once(spark, data)
+    progress = Progress()
+    spark.streams.addListener(progress)
+    try:
+        stats = run_once(spark, data)
+        progress.wait_for(stats.batches)
+    finally:
+        spark.streams.removeListener(progress)
     assert sorted(read_ids(lake / "events", "parquet")) == list(range(1500))
     assert stats.written == 1500
     client = redis_server.client()
     assert client.llen("jobs-a") == client.llen("jobs-b") == 0
     assert not client.keys("lakesink:{jobs-*"), "no processing list left after the run"
-    # the lists go on: a second run takes only what came since
+    # the lag Spark's progress carries (lakesink_consumer_lag_records): 250 of each list
+    # in the first batch, the rest still waiting; nothing at the end
+    assert progress.lags[0] == {("jobs-a", ""): 650, ("jobs-b", ""): 350}, progress.lags
+    assert progress.lags[-1] == {("jobs-a", ""): 0, ("jobs-b", ""): 0}
+    # the lists go on: status sees what waits, a second run takes only what came since
     redis_events(redis_server, "jobs-b", range(1500, 1600), kind="list")
+    (table,) = status(load_config(flags=flatten(data), env={}))
+    assert table.lag == {"jobs-a": 0, "jobs-b": 100} and table.lag_error is None
     run_once(spark, data)
     assert sorted(read_ids(lake / "events", "parquet")) == list(range(1600))
 

@@ -12,7 +12,7 @@ import pytest
 pb = pytest.importorskip("danube.proto.DanubeApi_pb2")
 
 from lakesink.errors import SourceError  # noqa: E402
-from lakesink.sources.danube_spool import Spool, read_range  # noqa: E402
+from lakesink.sources.danube_spool import Spool, count_records, read_range  # noqa: E402
 
 
 def message(offset: int, *, publish_time: int = 1_000, part: str = "/default/t",
@@ -129,6 +129,22 @@ def test_a_scan_goes_on_from_its_last_stop(tmp_path) -> None:
         until = spool.scan(0, 4)[0]
         assert spool.scan(0, 100, until) == (until, 4), "not past until"
         assert spool.scan(0, 100) == (spool.end, 9)
+
+
+def test_records_are_counted_across_segments_and_not_a_torn_tail(tmp_path) -> None:
+    with Spool(tmp_path, segment_bytes=150) as spool:
+        spool.append([message(i) for i in range(7)])
+        spool.append([message(i) for i in range(7, 10)])
+        middle = spool.scan(0, 4)[0]
+        end = spool.end
+    assert count_records(tmp_path, 0) == (end, 10)
+    assert count_records(tmp_path, middle) == (end, 6)
+    assert count_records(tmp_path, 0, middle) == (middle, 4)
+    assert count_records(tmp_path, 0, most=3)[1] == 3
+    last = max(tmp_path.glob("*.log"))
+    with open(last, "ab") as f:  # a record still being written: its head, half its data
+        f.write(b"\x00\x00\x01\x00" + b"\x00" * 4 + b"x" * 100)
+    assert count_records(tmp_path, 0) == (end, 10)
 
 
 def test_one_writer_at_a_time(tmp_path) -> None:

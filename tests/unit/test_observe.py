@@ -5,7 +5,8 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 
 from lakesink.observe.health import Health, interval_seconds
-from lakesink.observe.metrics import Metrics, lag
+from lakesink.observe.metrics import Metrics
+from lakesink.sources.offsets import log_sources, lag
 
 
 def test_lag_per_topic_partition_from_kafka_progress() -> None:
@@ -13,7 +14,25 @@ def test_lag_per_topic_partition_from_kafka_progress() -> None:
     latest = '{"events": {"0": 100, "1": 7}, "other": {"0": 5}}'
     assert lag(end, latest) == {("events", "0"): 60, ("events", "1"): 0, ("other", "0"): 0}
     assert lag(None, latest) == {}  # no batch yet
-    assert lag('{"stream": "1700000000000-0"}', '{"stream": "x"}') == {}  # not Kafka's
+    assert lag('{"events": {"0": 1}}', '{"events": {"0": "x", "p": 9}}') == {}
+
+
+def test_lag_of_redis_streams_lists_and_danube() -> None:
+    # a stream: entries added up to its end minus up to the batch's end
+    end = {"s": {"id": "5-0", "n": 40, "d": "0-0"}, "gone": {"id": "1-0", "n": -1, "d": "1-0"}}
+    latest = {"s": {"id": "9-0", "n": 52, "d": "0-0"}, "gone": {"id": "2-0", "n": 9, "d": "0-0"}}
+    assert lag(end, latest) == {("s", ""): 12}, "an unknown count is left out"
+    # a list (and Danube's spool): what is still waiting, whatever the batch number
+    assert lag('{"jobs": 7, "q": 2}', '{"jobs": {"waiting": 30}, "q": {"waiting": 0}}') \
+        == {("jobs", ""): 30, ("q", ""): 0}
+    assert lag(None, {"jobs": {"waiting": 3}}) == {("jobs", ""): 3}, "before a batch too"
+
+
+def test_the_offset_log_is_parsed_once_for_every_reader() -> None:
+    text = 'v1\n{"batchWatermarkMs":0}\n{"t": {"0": 5}}\n-\n{"s": {"id": "1-0", "n": 1}}'
+    assert log_sources(text) == [{"t": {"0": 5}}, {"s": {"id": "1-0", "n": 1}}]
+    assert log_sources("") == [] and log_sources(None) == []
+    assert log_sources('v2\n{}\n{"t": 1}') is None, "a format lakesink does not read"
 
 
 class Clock:

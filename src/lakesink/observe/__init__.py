@@ -35,13 +35,16 @@ class Observer:
         from lakesink.observe.telemetry import Telemetry
 
         telemetry = Telemetry.start(cfg, METRICS)
-        if cfg.metrics.port is None:
-            return cls(health, telemetry=telemetry)
+        if cfg.metrics.port is None and telemetry is None:
+            return cls(health)
         from lakesink.observe.listener import ProgressListener
         from lakesink.observe.server import ObserveServer
 
-        server = ObserveServer(cfg.metrics.host, cfg.metrics.port, METRICS, health).start()
-        METRICS.by_reason = True
+        server = None
+        if cfg.metrics.port is not None:
+            server = ObserveServer(cfg.metrics.host, cfg.metrics.port, METRICS, health).start()
+            METRICS.by_reason = True
+        # Spark's progress (lag, idle reports) for the endpoints and the OTLP export
         listener = ProgressListener(query_name, METRICS, health)
         spark.streams.addListener(listener)
         return cls(health, server, listener, spark, telemetry)

@@ -10,13 +10,14 @@ each one means, is in ``docs/observability.md``.
 from __future__ import annotations
 
 import collections
-import json
 import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from lakesink.sources.offsets import lag
 
 RECENT_BATCHES = 20
 _BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
@@ -84,7 +85,9 @@ class Metrics:
             registry=r)
         self.lag = Gauge(
             "lakesink_consumer_lag_records", "Records behind the source's end, per topic "
-            "partition (the source's latest offset minus the last batch's end offset)",
+            "partition: Kafka's end offset or a Redis stream's entries added, minus the "
+            "last batch's end; the items left in a Redis list; the records in a Danube "
+            "spool after the last batch (partition is empty for Redis and Danube)",
             ["topic", "partition"], registry=r)
         self.progress_timestamp = Gauge(
             "lakesink_last_progress_timestamp_seconds", "Unix time of the query's last "
@@ -156,29 +159,6 @@ class Metrics:
         for end, latest in sources:
             for (topic, partition), behind in lag(end, latest).items():
                 self.lag.labels(topic, partition).set(behind)
-
-
-def lag(end: str | None, latest: str | None) -> dict[tuple[str, str], int]:
-    """Records behind per (topic, partition), from a Kafka source's progress offsets
-    (``{"topic": {"0": 42}}``); other sources' offsets give nothing."""
-    def parse(text: str | None) -> dict[str, Any]:
-        try:
-            value = json.loads(text) if text else {}
-        except ValueError:
-            return {}
-        return value if isinstance(value, dict) else {}
-
-    ends, latests = parse(end), parse(latest)
-    out = {}
-    for topic, partitions in latests.items():
-        if not isinstance(partitions, dict):
-            continue
-        for partition, offset in partitions.items():
-            done = ends.get(topic, {}).get(partition) if isinstance(ends.get(topic),
-                                                                   dict) else None
-            if isinstance(offset, int) and isinstance(done, int):
-                out[(str(topic), str(partition))] = max(0, offset - done)
-    return out
 
 
 METRICS = Metrics()

@@ -148,25 +148,21 @@ def settle(spark: SparkSession, cfg: SourceConfig, checkpoint: str) -> None:
     if cfg.redis is None and cfg.danube is None:
         return
     from lakesink.sources import redis_lists, redis_streams
+    from lakesink.sources.offsets import log_sources
     from lakesink.tables.fs import HadoopFS, join
 
     fs = HadoopFS(spark, checkpoint)
     done = [int(f.relative) for f in fs.list_files(join(checkpoint, "commits"))
             if f.relative.isdigit()]
     text = fs.read_text(join(checkpoint, "offsets", str(max(done)))) if done else None
-    lines = (text or "").splitlines()
-    if not lines:
-        return
-    if lines[0] != "v1":
+    per_source = log_sources(text)
+    if per_source is None:
         logger.warning("offset log %s is not in the format lakesink reads (%s); the source "
                        "is told about its last batch when the next batch starts",
-                       max(done), lines[0][:20])
+                       max(done), (text or "")[:20])
         return
     r = cfg.redis
-    for line in lines[2:]:  # after the version and the batch metadata: one per source
-        end = json.loads(line) if line.strip() not in ("", "-") else None
-        if not isinstance(end, dict):
-            continue
+    for end in per_source:
         if cfg.danube is not None:
             from lakesink.sources.danube import DanubeReader
 

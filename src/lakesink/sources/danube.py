@@ -49,7 +49,13 @@ from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailab
 
 from lakesink.errors import SourceError
 from lakesink.faults import fault_point
-from lakesink.sources.danube_spool import SEGMENT_BYTES, Spool, message_key, read_range
+from lakesink.sources.danube_spool import (
+    SEGMENT_BYTES,
+    Spool,
+    count_records,
+    message_key,
+    read_range,
+)
 from lakesink.sources.records import RecordSource, record_batch
 
 logger = logging.getLogger(__name__)
@@ -209,6 +215,9 @@ class DanubeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._receiver: _Receiver | None = None
         self._target: dict[str, int] | None = None
         self._warned: set[str] = set()
+        #: per topic (anchor, pos, n): n whole records between positions anchor and pos
+        self._counted: dict[str, tuple[int, int, int]] = {}
+        self._waiting: dict[str, int] = {}
 
     @property
     def spools(self) -> dict[str, Spool]:
@@ -288,6 +297,8 @@ class DanubeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for t in self.topics:
             if t not in start:  # a topic added to the configuration joins here
                 end[t] = self.spools[t].base
+            else:
+                self._count_waiting(t, int(start[t]), end[t], scans[t][1])
         for t, pos in start.items():  # a topic taken out of the configuration keeps its
             if t not in self.topics:  # position, so adding it back goes on from there
                 end[t] = pos
@@ -297,6 +308,25 @@ class DanubeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                    "keeps what was received after position %s until it "
                                    "is configured again", t, pos)
         return end
+
+    def _count_waiting(self, topic: str, start: int, end: int, in_batch: int) -> None:
+        """Records spooled after the batch ``[start, end)`` (of ``in_batch`` records),
+        counted on from the last count: in a steady stream only the newly spooled ones
+        are read (their heads), not the whole backlog again."""
+        anchor, pos, n = self._counted.get(topic, (-1, -1, 0))
+        if anchor == start and end <= pos and n >= in_batch:
+            anchor, n = end, n - in_batch
+        elif anchor != end or pos < end:
+            anchor, pos, n = end, end, 0
+        spool = self.spools[topic]
+        pos, more = count_records(spool.folder, pos, spool.end)
+        self._counted[topic] = (anchor, pos, n + more)
+        self._waiting[topic] = n + more
+
+    def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:  # noqa: N802
+        """Records received into the spool and not in the batch being planned, per topic
+        (Spark's progress ``latestOffset``: lakesink's lag metric)."""
+        return {t: {"waiting": n} for t, n in self._waiting.items()} or None
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[SpoolRange]:
         for t in self.topics:  # a replayed batch: its range must still be there

@@ -193,19 +193,8 @@ class Spool:
         c_start, c_pos, c_n = self._cursor
         pos, n = (c_pos, c_n) if c_start == start and c_pos <= end and c_n <= most \
             else (start, 0)
-        for seg_start in segments_from(self.folder, pos):
-            with open(self._path(seg_start), "rb") as f:
-                f.seek(pos - seg_start)
-                while n < most and pos < end:
-                    head = f.read(_HEAD.size)
-                    if len(head) < _HEAD.size:
-                        break
-                    size, _ = _HEAD.unpack(head)
-                    f.seek(size, os.SEEK_CUR)
-                    pos += _HEAD.size + size
-                    n += 1
-            if n >= most or pos >= end:
-                break
+        pos, more = count_records(self.folder, pos, end, most - n)
+        n += more
         self._cursor = (start, pos, n)
         return pos, n
 
@@ -328,6 +317,33 @@ def segments_from(folder: Path, start: int) -> list[int]:
     segs = sorted(int(p.stem) for p in folder.glob("*.log"))
     first = max((s for s in segs if s <= start), default=None)
     return [s for s in segs if first is not None and s >= first]
+
+
+def count_records(folder: Path, start: int, until: int | None = None,
+                  most: int | None = None) -> tuple[int, int]:
+    """(the position after the whole records from ``start`` on — at most ``most`` of
+    them, not past ``until`` — and their count). Reads only the records' heads and takes
+    no lock: a record still being written at the end is not counted."""
+    pos, n = start, 0
+    for seg_start in segments_from(folder, start):
+        if seg_start > pos:
+            break  # a gap: the count stops there
+        with open(folder / f"{seg_start:020d}.log", "rb") as f:
+            size_on_disk = os.fstat(f.fileno()).st_size
+            f.seek(pos - seg_start)
+            while (most is None or n < most) and (until is None or pos < until):
+                head = f.read(_HEAD.size)
+                if len(head) < _HEAD.size:
+                    break
+                size, _ = _HEAD.unpack(head)
+                if pos - seg_start + _HEAD.size + size > size_on_disk:
+                    return pos, n  # a record still being written
+                f.seek(size, os.SEEK_CUR)
+                pos += _HEAD.size + size
+                n += 1
+        if (most is not None and n >= most) or (until is not None and pos >= until):
+            break
+    return pos, n
 
 
 def read_range(folder: Path, start: int, end: int) -> Iterator[Any]:

@@ -176,6 +176,11 @@ class RedisListsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end[key] = seq if moved else int(start[key])
         return end
 
+    def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:  # noqa: N802
+        """Items still in each list, not yet taken into a batch (Spark's progress
+        ``latestOffset``: lakesink's lag metric)."""
+        return {key: {"waiting": int(self.client.llen(key))} for key in self.keys} or None
+
     def _take(self, key: str, seq: int, take: int) -> int:
         lists, index = names(self.prefix, key, self.consumer)
         owner = owner_key(self.prefix, key, self.consumer)

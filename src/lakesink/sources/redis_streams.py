@@ -240,6 +240,11 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end[key] = stop if _id(stop) > _id(begin) else begin
         return end
 
+    def reportLatestOffset(self) -> dict[str, Position] | None:  # noqa: N802
+        """Each stream's end (Spark's progress ``latestOffset``): with the batch's end
+        it gives the entries behind, lakesink's lag metric."""
+        return {key: self._end_of(self._info(key)) for key in self.keys} or None
+
     def _unchanged_since(self, key: str, deleted: str, first_read: bytes | str) -> bool:
         """Nothing was deleted (XDEL) since ``deleted`` was seen, nor trimmed up to the
         first entry just read."""
