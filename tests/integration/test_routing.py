@@ -180,3 +180,46 @@ def test_message_type_routing_creates_a_table_per_allowed_type(spark, kafka_brok
                        "no message type field 'type'"]
     assert sorted(json.loads(bytes(r[4]))["id"] for r in bad) == [
         i for i in range(40) if i % 4 in (2, 3)]
+
+
+class _Registry:
+    """A registry stand-in that names each id as told (the routing's bookkeeping is
+    under test here, not the registry client)."""
+
+    def __init__(self, names: dict[int, str]) -> None:
+        from lakesink.decode.registry import WriterSchema
+
+        self.known = {i: WriterSchema(i, "AVRO", json.dumps(
+            {"type": "record", "name": n.rsplit(".", 1)[1], "namespace": n.rsplit(".", 1)[0],
+             "fields": []})) for i, n in names.items()}
+
+    def lookup(self, ids: list[int]) -> None:
+        pass
+
+
+def test_record_names_two_writers_lose_no_entry_and_the_first_wins(spark, tmp_path) -> None:
+    """Two writers on one routed checkpoint (a stale one about to lose its lease): each
+    id's type is written once; neither drops the other's ids, and a later type for the
+    same id does not replace the recorded one."""
+    from lakesink.pipeline.routing import RecordNameType
+    from lakesink.tables.fs import HadoopFS
+
+    root = f"file://{tmp_path}/cp/routes/record_names_0"
+    (tmp_path / "cp" / "routes").mkdir(parents=True)
+    (tmp_path / "cp" / "routes" / "record_names_0.json").write_text(
+        json.dumps({"7": "acme.Old"}))  # the single file of an earlier version
+    fs = HadoopFS(spark, root)
+    first = RecordNameType(_Registry({1: "acme.A", 3: "acme.C"}), fs, root)
+    stale = RecordNameType(_Registry({1: "acme.Changed", 2: "acme.B"}), fs, root)
+    assert first.names == stale.names == {7: "acme.Old"}
+    import struct
+
+    def batch(i: int):  # noqa: ANN202 - a batch with one record of schema id i
+        return spark.createDataFrame([(bytearray(b"\x00" + struct.pack(">I", i) + b"\x02"),)],
+                                     "value binary")
+
+    for typer, i in ((first, 1), (stale, 1), (stale, 2), (first, 3)):
+        typer.column(batch(i))
+    assert stale.names[1] == "acme.A", "the recorded type wins over a later lookup"
+    again = RecordNameType(_Registry({}), fs, root)
+    assert again.names == {7: "acme.Old", 1: "acme.A", 2: "acme.B", 3: "acme.C"}

@@ -24,6 +24,7 @@ Contract (the same as one table's, per table):
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -36,7 +37,7 @@ from pyspark.sql import functions as F
 from lakesink.decode.registered import schema_id
 from lakesink.decode.base import confluent_framed
 from lakesink.decode.registry import WriterSchema
-from lakesink.errors import ConfigError
+from lakesink.errors import ConfigError, SourceError
 from lakesink.observe.metrics import METRICS
 from lakesink.pipeline.batch import BatchProcessor, RunStats
 
@@ -138,20 +139,42 @@ class RecordNameType:
     on the driver). A record without the framing, or whose id the registry lacks or
     names no Avro record, has no type (unrouted).
 
-    Every id's type is recorded in ``names_file`` (beside the routed checkpoint) before
-    any table commits the batch, and read back at start: a replayed batch routes each
-    record as its first attempt did, even if the registry has since lost or gained the
-    id (a registry restored from a backup)."""
+    Every id's type is recorded in ``names_dir`` (beside the routed checkpoint) before
+    any table commits the batch, one write-once file per id (``<id>.json``), and read
+    back at start: a replayed batch routes each record as its first attempt did, even
+    if the registry has since lost or gained the id (a registry restored from a
+    backup). The first writer of an id wins: a second writer (a stale one whose lease
+    is about to be refused) reads the recorded type instead of replacing it, and no
+    writer rewrites another id's record."""
 
     missing = ("no Avro record name: the value lacks the Confluent framing, or its "
                "schema id is not an Avro record in the registry")
 
-    def __init__(self, registry: SchemaRegistry, fs: HadoopFS, names_file: str) -> None:
+    def __init__(self, registry: SchemaRegistry, fs: HadoopFS, names_dir: str) -> None:
         self.registry = registry
         self.fs = fs
-        self.names_file = names_file
-        stored = fs.read_json(names_file) or {}
+        self.names_dir = names_dir.rstrip("/")
+        # the single file of earlier versions (rewritten whole per new id), then the
+        # per-id files, which win
+        stored = fs.read_json(f"{self.names_dir}.json") or {}
         self.names: dict[int, str | None] = {int(k): v for k, v in stored.items()}
+        for f in fs.list_files(self.names_dir, suffix=".json"):
+            stem = f.relative.removesuffix(".json")
+            if stem.isdigit():
+                self.names[int(stem)] = self._read(int(stem))
+
+    def _read(self, sid: int) -> str | None:
+        value = self.fs.read_json(f"{self.names_dir}/{sid}.json")
+        if not isinstance(value, dict) or "name" not in value:
+            raise SourceError(f"{self.names_dir}/{sid}.json is not a record-name entry "
+                              "lakesink wrote; restore it or delete the routed checkpoint")
+        return value["name"]
+
+    def _record(self, sid: int, name: str | None) -> str | None:
+        """``sid``'s type as recorded: ``name`` if this writer is the first."""
+        if self.fs.write_once(f"{self.names_dir}/{sid}.json", json.dumps({"name": name})):
+            return name
+        return self._read(sid)
 
     def column(self, df: DataFrame) -> Column:
         sid = schema_id(F.col("value"))
@@ -162,8 +185,8 @@ class RecordNameType:
             self.registry.lookup(new)
             for i in new:
                 writer = self.registry.known.get(i)
-                self.names[i] = writer.record_name if isinstance(writer, WriterSchema) else None
-            self.fs.write_json(self.names_file, {str(k): v for k, v in self.names.items()})
+                self.names[i] = self._record(
+                    i, writer.record_name if isinstance(writer, WriterSchema) else None)
         kind = F.lit(None).cast("string")
         for i, name in sorted(self.names.items()):
             if name is not None:
