@@ -364,6 +364,97 @@ def dlq_replay(
     out.print(json.dumps(result), highlight=False, markup=False, soft_wrap=True)
 
 
+def _maintain(what: str, config: Path | None, set_: list[str] | None, as_json: bool,
+              each: Any) -> None:  # noqa: ANN401
+    """Run ``each(cfg, spark)`` for every table of the config; print the reports.
+    Exit 1 when a report counts problems (``repair``) or a table failed."""
+    _setup_logging()
+    from lakesink import maintenance  # noqa: F401 - fail early if it does not import
+
+    try:
+        cfg = _load(config, set_, {})
+        spark = _spark(cfg, suffix=f"-{what}")
+        reports = [each(c, spark) for c in _tables(cfg, spark)]
+    except ConfigError as exc:
+        _fail_config(exc)
+        return
+    except LakesinkError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(1) from None
+    if as_json:
+        out.print(json.dumps(reports, indent=1), highlight=False, markup=False,
+                  soft_wrap=True)
+    else:
+        for r in reports:
+            _print_report(what, r)
+    if any(r.get("problems") for r in reports):
+        raise typer.Exit(1)
+
+
+def _print_report(what: str, r: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    grid = Table(title=f"{what}: {r['table']} ({r['format']})", show_header=False)
+    for key, value in r.items():
+        if key in ("table", "format") or value in (None, [], {}):
+            continue
+        if isinstance(value, list) and len(value) > 20:
+            value = [*value[:20], f"… {len(value) - 20} more"]
+        grid.add_row(key.replace("_", " "), escape(str(value)))
+    out.print(grid)
+
+
+@app.command()
+def compact(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Merge small files: Parquet partition folders quiet for maintenance.min_age_s
+    (journaled: a crash is resumed by the next compact); Delta OPTIMIZE (optionally
+    Z-ordered by maintenance.zorder_by). Safe beside a running ingestion."""
+    from lakesink import maintenance
+
+    _maintain("compact", config, set_, as_json, maintenance.compact)
+
+
+@app.command()
+def vacuum(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Delta: allow a retention under 7 days; Parquet: no grace period."
+    )] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Delta: only list.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Delete files no longer in the table: Delta VACUUM (maintenance.vacuum_retention_hours);
+    Parquet: the files compactions replaced, after maintenance.replaced_grace_s."""
+    from lakesink import maintenance
+
+    _maintain("vacuum", config, set_, as_json,
+              lambda c, spark: maintenance.vacuum(c, spark, force=force, dry_run=dry_run))
+
+
+@app.command()
+def repair(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    apply: Annotated[bool, typer.Option(
+        "--apply", help="Fix what is found (default: only report, a dry run)."
+    )] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Check a table against its bookkeeping. Parquet: committed files missing or of
+    another size; orphans (moved to a quarantine folder with --apply). Delta: files the
+    log references that are gone (removed from the table in one commit with --apply).
+    Exit 1 when problems are found."""
+    from lakesink import maintenance
+
+    _maintain("repair", config, set_, as_json,
+              lambda c, spark: maintenance.repair(c, spark, apply=apply))
+
+
 def main() -> None:
     app()
 

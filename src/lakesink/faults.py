@@ -23,6 +23,12 @@ dict lookup. Points:
 * ``source_before_commit``  — the batch is durable and recorded by Spark; the Redis
   (or Danube) source has not yet moved its group, trimmed, deleted or acknowledged the
   batch's records
+* ``compact_after_journal`` — a Parquet compaction recorded its plan, nothing merged
+* ``compact_after_staging`` — its merged file is staged (outside the table)
+* ``compact_after_publish`` — the merged file is in the folder beside its inputs, the
+  compaction is not committed (``done``)
+* ``compact_after_done``    — committed; the inputs are still in the folder
+* ``compact_mid_move``      — the first input moved out of the table, the others not
 * ``silence_before_delivery`` — a silence batch has events, none delivered yet
 * ``silence_after_delivery``  — a silence batch's events are delivered (table, topic,
   callback), Spark has not recorded the batch
@@ -48,8 +54,10 @@ DELTA_POINTS = ("after_delta_commit",)
 COMMON_POINTS = ("after_schema_evolved",)
 SOURCE_POINTS = ("source_after_take", "source_after_spool", "source_before_commit")
 SILENCE_POINTS = ("silence_before_delivery", "silence_after_delivery")
+COMPACT_POINTS = ("compact_after_journal", "compact_after_staging", "compact_after_publish",
+                  "compact_after_done", "compact_mid_move")
 POINTS = (PARQUET_POINTS + CATALOG_POINTS + DELTA_POINTS + COMMON_POINTS + SOURCE_POINTS
-          + SILENCE_POINTS)
+          + SILENCE_POINTS + COMPACT_POINTS)
 
 
 RAISE_POINTS = ("raise_after_delta_commit",)

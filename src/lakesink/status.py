@@ -115,7 +115,10 @@ def table_status(cfg: LakesinkConfig, app_id: str | None = None) -> TableStatus:
 
 
 def _parquet(status: TableStatus, fs: pafs.FileSystem, meta: str) -> None:
+    from lakesink.maintenance.parquet import TableFile, apply_compactions
+
     latest: dict[str, Any] | None = None
+    files: dict[str, TableFile] = {}
     for path in _files(fs, f"{meta}/manifests", recursive=True):
         if not path.endswith(".json"):
             continue
@@ -123,10 +126,15 @@ def _parquet(status: TableStatus, fs: pafs.FileSystem, meta: str) -> None:
         if not isinstance(manifest, dict):
             continue
         status.batches += 1
-        status.rows += int(manifest.get("rows", 0))
-        status.files += len(manifest.get("files", []))
+        for e in manifest.get("files", []):
+            files[e["path"]] = TableFile(e["path"], int(e["rows"]), int(e["bytes"]))
         if latest is None or str(manifest.get("committed_at")) > str(latest.get("committed_at")):
             latest = manifest
+    done = sorted(p for p in _files(fs, f"{meta}/compactions") if p.endswith(".done.json"))
+    files = apply_compactions(files, ((_read_json(fs, p.replace(".done.json", ".json")),
+                                       _read_json(fs, p)) for p in done))
+    status.files = len(files)
+    status.rows = sum(f.rows for f in files.values())
     if latest is not None:
         status.last_batch = latest.get("batch_id")
         status.last_commit = latest.get("committed_at")

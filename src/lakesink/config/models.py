@@ -1003,6 +1003,26 @@ class DlqConfig(_Section):
         "batch) or delta (a Delta table, committed once per batch)")
 
 
+class MaintenanceConfig(_Section):
+    """``maintenance``: ``lakesink compact``, ``vacuum`` and ``repair``
+    (``docs/maintenance.md``)."""
+
+    min_age_s: float = Field(
+        default=3600, ge=0, description="compact a Parquet partition folder only when its "
+        "newest file is at least this old (so compaction does not fight the live stream)")
+    small_file_size: ByteSize | None = Field(
+        default=None, description="Parquet files below this size are merged; default half "
+        "of table.target_file_size (64MiB without one)")
+    replaced_grace_s: float = Field(
+        default=86400, ge=0, description="Parquet: files a compaction replaced are kept "
+        "(outside the table) this long before `lakesink vacuum` deletes them")
+    vacuum_retention_hours: float = Field(
+        default=168, ge=0, description="Delta VACUUM retention; less than 168 hours is "
+        "refused unless `lakesink vacuum --force`")
+    zorder_by: list[str] = Field(
+        default_factory=list, description="Delta OPTIMIZE: Z-order by these columns")
+
+
 class QuixCatalogConfig(_Section):
     """The Quix lakehouse catalog (``catalog.type: quix``): see ``docs/catalogs.md``."""
 
@@ -1216,6 +1236,7 @@ class LakesinkConfig(BaseSettings):
     silence: SilenceConfig = Field(default_factory=SilenceConfig)
     catalog: CatalogConfig = Field(default_factory=CatalogConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     routes: list[RouteConfig] = Field(

@@ -68,6 +68,7 @@ class FileInfo:
     path: str  #: full path as the filesystem spells it
     relative: str  #: path below the listed folder, e.g. ``c1=v1/part-0.parquet``
     size: int
+    mtime_ms: int = 0  #: last modification, ms since the epoch (the store's clock)
 
 
 class HadoopFS:
@@ -131,6 +132,20 @@ class HadoopFS:
                 kept[name] = kept.get(name, True) and bool(column.hasDictionaryPage())
         return kept
 
+    def parquet_schema(self, path: str) -> str:
+        """The Parquet schema (message type) a file's footer records, as text."""
+        if path.startswith("file:"):
+            import pyarrow.parquet as pq
+
+            return str(pq.read_schema(str(local_path(path))).remove_metadata())
+        hadoop = self._jvm.org.apache.parquet.hadoop
+        reader = hadoop.ParquetFileReader.open(
+            hadoop.util.HadoopInputFile.fromPath(self._p(path), self._conf))
+        try:
+            return str(reader.getFooter().getFileMetaData().getSchema().toString())
+        finally:
+            reader.close()
+
     def parquet_rows(self, path: str) -> int:
         """The row count a Parquet file's footer records (local files through pyarrow,
         others through Parquet's Hadoop reader: a footer read, not a scan)."""
@@ -169,7 +184,8 @@ class HadoopFS:
             rel = full[len(root):]
             if any(part.startswith((".", "_")) for part in rel.split("/")[:-1]):
                 continue
-            out.append(FileInfo(p.toString(), rel, int(status.getLen())))
+            out.append(FileInfo(p.toString(), rel, int(status.getLen()),
+                                int(status.getModificationTime())))
         return sorted(out, key=lambda f: f.relative)
 
     def list_dirs(self, path: str) -> list[str]:
@@ -313,6 +329,7 @@ def _list_local(uri: str, suffix: str) -> list[FileInfo]:
             if name.startswith((".", "_")) or not name.endswith(suffix):
                 continue
             full = Path(folder) / name
+            st = full.stat()
             out.append(FileInfo(f"file:{full}", full.relative_to(root).as_posix(),
-                                full.stat().st_size))
+                                st.st_size, int(st.st_mtime * 1000)))
     return sorted(out, key=lambda f: f.relative)

@@ -11,6 +11,9 @@
     <base>/.lakesink/<table>/staging/<run>/rejected-<batch>/ its dead letters (outbox)
     <base>/.lakesink/<table>/pending/<run>/<batch>.json      files being published
     <base>/.lakesink/<table>/manifests/<run>/<batch>.json    committed batches
+    <base>/.lakesink/<table>/compactions/<id>.json           a compaction's journal
+    <base>/.lakesink/<table>/replaced/<id>/…                 files it replaced (vacuumed)
+    <base>/.lakesink/<table>/quarantine/<time>/…             orphans `repair` moved out
     <base>/.lakesink/<table>/writer-<run>/lease-<seq>.json   the checkpoint's writer lease
     <base>/.lakesink/<table>/writer/lease-<seq>.json         a whole-table lease (Delta, S3)
     <checkpoint>/routes/<batch>.json, writer/                routed runs: the routes a
@@ -68,6 +71,17 @@ class TableLayout:
 
     def manifest(self, run: str, batch_id: int) -> str:
         return join(self.meta, "manifests", run, f"{batch_id:010d}.json")
+
+    @property
+    def compactions(self) -> str:
+        return join(self.meta, "compactions")
+
+    def replaced(self, compaction: int) -> str:
+        return join(self.meta, "replaced", f"{compaction:010d}")
+
+    @property
+    def quarantine(self) -> str:
+        return join(self.meta, "quarantine")
 
     def lease(self, run: str | None) -> str:
         """The folder of the writer lease: of the whole table (``run`` None), or of

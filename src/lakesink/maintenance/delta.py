@@ -1,0 +1,145 @@
+"""OPTIMIZE, VACUUM and repair of lakesink's Delta tables, through Delta itself.
+
+* ``optimize``: delta-spark's bin-packing (``OPTIMIZE``), or Z-order by the columns of
+  ``maintenance.zorder_by``, with ``table.target_file_size`` as the largest file. It
+  commits like any writer, with Delta's conflict checks: it is safe beside a running
+  ingestion (an append never conflicts with a compaction of files it did not touch),
+  and the ingestion's ``txn`` keying (app id, batch id) is not touched.
+* ``vacuum``: ``VACUUM`` with a retention in hours; less than Delta's safe minimum (7
+  days) is refused unless forced, as Delta itself does.
+* ``repair``: files the log references that are gone are reported and, when applied,
+  removed from the table in one commit (delta-rs' ``FSCK``, like kafka-delta-ingest's
+  ``repair``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lakesink.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+logger = logging.getLogger(__name__)
+
+SAFE_RETENTION_HOURS = 168
+
+
+@dataclass
+class DeltaReport:
+    table: str
+    format: str = "delta"
+    operation: str = ""
+    files_before: int = 0
+    files_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    version_before: int | None = None
+    version_after: int | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    applied: bool = False
+    seconds: float = 0.0
+
+    @property
+    def problems(self) -> int:
+        return len(self.missing)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "problems": self.problems}
+
+
+def _detail(spark: SparkSession, uri: str) -> tuple[int, int, int]:
+    """(files, bytes, version) of the table's current snapshot."""
+    from delta.tables import DeltaTable
+
+    row = DeltaTable.forPath(spark, uri).detail().select("numFiles", "sizeInBytes").first()
+    version = DeltaTable.forPath(spark, uri).history(1).select("version").first()[0]
+    return int(row[0] or 0), int(row[1] or 0), int(version)
+
+
+def optimize(spark: SparkSession, uri: str, name: str, *, zorder_by: list[str],
+             target_file_size: int | None) -> DeltaReport:
+    from delta.tables import DeltaTable
+
+    started = time.monotonic()
+    report = DeltaReport(name, operation="OPTIMIZE" + (" ZORDER BY " + ", ".join(zorder_by)
+                                                        if zorder_by else ""))
+    report.files_before, report.bytes_before, report.version_before = _detail(spark, uri)
+    key = "spark.databricks.delta.optimize.maxFileSize"
+    previous = spark.conf.get(key, None)
+    if target_file_size:
+        spark.conf.set(key, str(target_file_size))
+    try:
+        builder = DeltaTable.forPath(spark, uri).optimize()
+        result = (builder.executeZOrderBy(*zorder_by) if zorder_by
+                  else builder.executeCompaction())
+        metrics = result.select("metrics.*").first()
+    finally:
+        if previous is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, previous)
+    if metrics is not None:
+        m = metrics.asDict(recursive=True)
+        report.metrics = {k: m.get(k) for k in ("numFilesAdded", "numFilesRemoved",
+                                                "totalConsideredFiles", "numBatches")}
+    report.files_after, report.bytes_after, report.version_after = _detail(spark, uri)
+    report.seconds = round(time.monotonic() - started, 3)
+    return report
+
+
+def vacuum(spark: SparkSession, uri: str, name: str, *, retention_hours: float,
+           force: bool = False, dry_run: bool = False) -> DeltaReport:
+    from delta.tables import DeltaTable
+
+    if retention_hours < SAFE_RETENTION_HOURS and not force:
+        raise ConfigError(
+            "maintenance.vacuum_retention_hours",
+            f"{retention_hours:g} hours is less than Delta's safe minimum "
+            f"({SAFE_RETENTION_HOURS} hours): a reader or a writer still on an older "
+            "version could lose files it needs; pass --force to vacuum anyway")
+    started = time.monotonic()
+    report = DeltaReport(name, operation=f"VACUUM RETAIN {retention_hours:g} HOURS"
+                         + (" DRY RUN" if dry_run else ""))
+    report.files_before, report.bytes_before, report.version_before = _detail(spark, uri)
+    key = "spark.databricks.delta.retentionDurationCheck.enabled"
+    previous = spark.conf.get(key, None)
+    if force:
+        spark.conf.set(key, "false")
+    try:
+        if dry_run:
+            rows = spark.sql(f"VACUUM delta.`{uri}` RETAIN {retention_hours:g} HOURS "
+                             "DRY RUN").collect()
+            report.metrics = {"files_to_delete": len(rows)}
+        else:
+            DeltaTable.forPath(spark, uri).vacuum(retention_hours)
+            report.applied = True
+    finally:
+        if previous is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, previous)
+    report.files_after, report.bytes_after, report.version_after = _detail(spark, uri)
+    report.seconds = round(time.monotonic() - started, 3)
+    return report
+
+
+def repair(table: Any, name: str, *, apply: bool) -> DeltaReport:  # noqa: ANN401
+    """``table``: a delta-rs ``DeltaTable``."""
+    started = time.monotonic()
+    report = DeltaReport(name, operation="FSCK" + ("" if apply else " DRY RUN"))
+    report.version_before = table.version()
+    report.files_before = len(table.file_uris())
+    result = table.repair(dry_run=not apply)
+    report.missing = sorted(str(p) for p in result.get("files_removed", []))
+    report.applied = apply and bool(report.missing)
+    table.update_incremental()
+    report.version_after = table.version()
+    report.files_after = len(table.file_uris())
+    report.seconds = round(time.monotonic() - started, 3)
+    return report

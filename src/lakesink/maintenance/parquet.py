@@ -1,0 +1,440 @@
+"""Compaction, vacuum and repair of lakesink's Parquet tables, never losing or
+duplicating a row once a compaction is finished or rolled back.
+
+**What the table holds** (:func:`committed_files`): every committed manifest's files,
+then, in order, each finished compaction's inputs replaced by its outputs. Manifests are
+never rewritten, so "is batch B committed?" stays a manifest lookup after compaction.
+
+**One compaction** merges a group of small files of one partition folder (one schema)
+into one file, with a journal in ``<meta>/compactions/``:
+
+1. ``<id>.json`` (create-if-absent): the inputs (path, rows, bytes) and the output name
+   ``<folder>/part-c<id>-00000.parquet``;
+2. Spark reads the inputs and writes one file into ``<meta>/staging/compact/<id>/``;
+   its footer's rows must equal the inputs' rows, or the compaction is rolled back;
+3. the staged file is renamed into the folder (readers that list files now see the
+   inputs and the output: the *swap window*);
+4. ``<id>.done.json`` (create-if-absent): **the commit point** — from here the output
+   is the truth, before it the inputs are;
+5. the inputs are moved out of the table to ``<meta>/replaced/<id>/`` (``vacuum``
+   deletes them after ``maintenance.replaced_grace_s``), closing the swap window;
+6. ``<id>.finished.json``.
+
+A crash anywhere is resumed by the next ``lakesink compact`` before it plans anything:
+a journal without ``done`` is rolled back (its output and staging deleted, ``<id>
+.aborted.json`` written; the inputs were never touched), one with ``done`` and without
+``finished`` is rolled forward (step 5 again: moving is idempotent). One compactor per
+table at a time: it holds the table's compactor lease (:mod:`lakesink.tables.lease`).
+
+Inputs are only files of committed manifests (never a batch being published), in
+folders whose newest file is older than ``maintenance.min_age_s``; a file that arrives
+during the compaction is not an input and stays.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lakesink.errors import SinkError
+from lakesink.faults import fault_point
+from lakesink.tables.fs import join
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lakesink.tables.fs import HadoopFS
+    from lakesink.tables.layout import TableLayout
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TableFile:
+    path: str  #: below the table folder, e.g. ``c1=v1/part-….parquet``
+    rows: int
+    bytes: int
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+class Journal:
+    """The compactions of one table: ``<meta>/compactions/<id>[.done|.finished|
+    .aborted].json``."""
+
+    def __init__(self, fs: HadoopFS, layout: TableLayout) -> None:
+        self.fs = fs
+        self.layout = layout
+        self.folder = layout.compactions
+
+    def path(self, cid: int, state: str = "") -> str:
+        return join(self.folder, f"{cid:010d}{'.' + state if state else ''}.json")
+
+    def states(self) -> dict[int, set[str]]:
+        """Every compaction id with the states recorded for it (``""`` = planned)."""
+        out: dict[int, set[str]] = {}
+        for f in self.fs.list_files(self.folder, suffix=".json"):
+            stem, _, state = f.relative.removesuffix(".json").partition(".")
+            if stem.isdigit():
+                out.setdefault(int(stem), set()).add(state)
+        return out
+
+    def read(self, cid: int, state: str = "") -> dict[str, Any]:
+        value = self.fs.read_json(self.path(cid, state))
+        if not isinstance(value, dict):
+            raise SinkError(f"{self.path(cid, state)} is missing or not a compaction record")
+        return value
+
+    def record(self, cid: int, state: str, value: dict[str, Any]) -> bool:
+        return self.fs.write_once(self.path(cid, state), json.dumps(value, indent=1))
+
+
+def committed_files(fs: HadoopFS, layout: TableLayout) -> dict[str, TableFile]:
+    """The table's files by its bookkeeping (see the module docstring)."""
+    files: dict[str, TableFile] = {}
+    for f in fs.list_files(join(layout.meta, "manifests"), suffix=".json"):
+        try:
+            manifest = fs.read_json(f.path)
+        except ValueError:
+            manifest = None
+        if not isinstance(manifest, dict):
+            raise SinkError(f"manifest {f.path} is unreadable: the files of its batch are "
+                            "unknown (restore it from a backup)")
+        for e in manifest.get("files", []):
+            files[e["path"]] = TableFile(e["path"], int(e["rows"]), int(e["bytes"]))
+    journal = Journal(fs, layout)
+    return apply_compactions(files, ((journal.read(cid), journal.read(cid, "done"))
+                                     for cid, states in sorted(journal.states().items())
+                                     if "done" in states))
+
+
+def apply_compactions(files: dict[str, TableFile],
+                      compactions: Iterable[tuple[dict[str, Any], dict[str, Any]]]
+                      ) -> dict[str, TableFile]:
+    """``files`` (from the manifests) with each committed compaction's (plan, done
+    record), in id order, applied: its inputs replaced by its outputs."""
+    for plan, done in compactions:
+        for e in plan["inputs"]:
+            files.pop(e["path"], None)
+        for e in done["outputs"]:
+            files[e["path"]] = TableFile(e["path"], int(e["rows"]), int(e["bytes"]))
+    return files
+
+
+@dataclass
+class CompactReport:
+    table: str
+    format: str = "parquet"
+    files_before: int = 0
+    files_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    rows: int = 0  #: rows of the table by its bookkeeping (unchanged by a compaction)
+    compactions: int = 0
+    files_merged: int = 0
+    folders_too_young: int = 0
+    rolled_back: list[int] = field(default_factory=list)
+    rolled_forward: list[int] = field(default_factory=list)
+    #: the longest time a lister could see a group's inputs and output together (ms)
+    max_swap_window_ms: float = 0.0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class ParquetCompactor:
+    """See the module docstring. ``small``: files below this many bytes are merged;
+    ``target``: about this many bytes per output; ``min_age_s``: folder quiet time."""
+
+    def __init__(self, spark: SparkSession, fs: HadoopFS, layout: TableLayout, *,
+                 small: int, target: int, min_age_s: float, compression: str,
+                 lease_s: float = 30.0) -> None:
+        from lakesink.tables.lease import WriterLease
+
+        self.spark = spark
+        self.fs = fs
+        self.layout = layout
+        self.small = small
+        self.target = target
+        self.min_age_s = min_age_s
+        self.compression = compression
+        self.journal = Journal(fs, layout)
+        self.lease = WriterLease(fs, join(layout.meta, "compactor"), app_id="compactor",
+                                 ttl_s=lease_s, table=layout.table)
+
+    # -- the whole run ---------------------------------------------------------------
+
+    def run(self) -> CompactReport:
+        started = time.monotonic()
+        report = CompactReport(self.layout.name)
+        self.lease.acquire()
+        try:
+            self.resume(report)
+            before = committed_files(self.fs, self.layout)
+            report.files_before = len(before)
+            report.bytes_before = sum(f.bytes for f in before.values())
+            for group in self.plan(before, report):
+                self.compact(group, report)
+            after = committed_files(self.fs, self.layout)
+            report.files_after = len(after)
+            report.bytes_after = sum(f.bytes for f in after.values())
+            report.rows = sum(f.rows for f in after.values())
+            if report.rows != sum(f.rows for f in before.values()):
+                raise SinkError(f"table {self.layout.table}: compaction changed the row "
+                                "count by the bookkeeping; this is a bug, stop and report")
+        finally:
+            self.lease.release()
+        report.seconds = round(time.monotonic() - started, 3)
+        return report
+
+    def resume(self, report: CompactReport) -> None:
+        """Finish or undo what a crashed compaction left (see the module docstring)."""
+        for cid, states in sorted(self.journal.states().items()):
+            if states & {"finished", "aborted"} or "" not in states:
+                continue
+            if "done" in states:
+                self.finish(cid, self.journal.read(cid))
+                report.rolled_forward.append(cid)
+            else:
+                self.roll_back(cid, self.journal.read(cid))
+                report.rolled_back.append(cid)
+
+    # -- planning ----------------------------------------------------------------------
+
+    def plan(self, files: dict[str, TableFile], report: CompactReport
+             ) -> list[list[TableFile]]:
+        """Groups of at least two small files of one quiet folder and one schema, each
+        at most about ``target`` bytes."""
+        on_disk = {f.relative: f for f in self.fs.list_files(self.layout.table,
+                                                              suffix=".parquet")}
+        newest: dict[str, int] = {}
+        for rel, info in on_disk.items():
+            folder = rel.rpartition("/")[0]
+            newest[folder] = max(newest.get(folder, 0), info.mtime_ms)
+        now_ms = time.time() * 1000
+        by_folder: dict[str, list[TableFile]] = {}
+        for f in sorted(files.values(), key=lambda f: f.path):
+            disk = on_disk.get(f.path)
+            if f.bytes >= self.small or disk is None or disk.size != f.bytes:
+                continue  # big enough, or missing/changed (``lakesink repair`` reports it)
+            by_folder.setdefault(f.path.rpartition("/")[0], []).append(f)
+        groups: list[list[TableFile]] = []
+        for folder, candidates in sorted(by_folder.items()):
+            if len(candidates) < 2:
+                continue
+            if now_ms - newest.get(folder, 0) < self.min_age_s * 1000:
+                report.folders_too_young += 1
+                continue
+            by_schema: dict[str, list[TableFile]] = {}
+            for f in candidates:
+                schema = self.fs.parquet_schema(join(self.layout.table, f.path))
+                by_schema.setdefault(schema, []).append(f)
+            for same in by_schema.values():
+                groups.extend(g for g in _pack(same, self.target) if len(g) >= 2)
+        return groups
+
+    # -- one compaction ----------------------------------------------------------------
+
+    def _next_id(self) -> int:
+        return max(self.journal.states(), default=-1) + 1
+
+    def compact(self, inputs: list[TableFile], report: CompactReport) -> None:
+        cid = self._next_id()
+        folder = inputs[0].path.rpartition("/")[0]
+        name = f"part-c{cid:010d}-00000.parquet"
+        output = f"{folder}/{name}" if folder else name
+        plan = {"id": cid, "created": _now(), "output": output,
+                "inputs": [asdict(f) for f in inputs]}
+        if not self.journal.record(cid, "", plan):
+            raise SinkError(f"compaction {cid} of {self.layout.table} exists already: "
+                            "another compactor runs on this table")
+        fault_point("compact_after_journal")
+        staging = join(self.layout.meta, "staging", "compact", f"{cid:010d}")
+        rows = sum(f.rows for f in inputs)
+        try:
+            staged = self._stage(inputs, staging)
+            staged_rows = self.fs.parquet_rows(staged.path)
+            if staged_rows != rows:
+                raise SinkError(f"compaction {cid}: the merged file has {staged_rows} rows, "
+                                f"its inputs {rows}; nothing was replaced")
+        except Exception:
+            self.roll_back(cid, plan)
+            raise
+        fault_point("compact_after_staging")
+        self.lease.check()
+        self.fs.replace(staged.path, join(self.layout.table, output))
+        opened = time.monotonic()
+        fault_point("compact_after_publish")
+        done = {"id": cid, "at": _now(),
+                "outputs": [{"path": output, "rows": rows, "bytes": staged.size}]}
+        self.lease.check()
+        if not self.journal.record(cid, "done", done):
+            raise SinkError(f"compaction {cid} was committed by another compactor")
+        fault_point("compact_after_done")
+        self.finish(cid, plan)
+        window = (time.monotonic() - opened) * 1000
+        report.max_swap_window_ms = round(max(report.max_swap_window_ms, window), 1)
+        report.compactions += 1
+        report.files_merged += len(inputs)
+        logger.info("compaction %d: %d file(s) of %s merged into %s (%d rows)", cid,
+                    len(inputs), folder or "/", output, rows)
+
+    def _stage(self, inputs: list[TableFile], staging: str) -> Any:  # noqa: ANN401
+        self.fs.delete(staging)
+        paths = [join(self.layout.table, f.path) for f in inputs]
+        (self.spark.read.parquet(*paths).coalesce(1).write.mode("overwrite")
+         .option("compression", self.compression)
+         .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+         .parquet(staging))
+        staged = self.fs.list_files(staging, suffix=".parquet")
+        if len(staged) != 1:
+            raise SinkError(f"compaction staged {len(staged)} files in {staging}, not one")
+        return staged[0]
+
+    def finish(self, cid: int, plan: dict[str, Any]) -> None:
+        """Step 5 and 6: move the inputs out of the table (again, after a crash)."""
+        replaced = self.layout.replaced(cid)
+        for i, e in enumerate(plan["inputs"]):
+            source = join(self.layout.table, e["path"])
+            if self.fs.exists(source):
+                self.fs.replace(source, join(replaced, e["path"]))
+            if i == 0:
+                fault_point("compact_mid_move")
+        self.fs.delete(join(self.layout.meta, "staging", "compact", f"{cid:010d}"))
+        self.journal.record(cid, "finished", {"id": cid, "at": _now()})
+
+    def roll_back(self, cid: int, plan: dict[str, Any]) -> None:
+        """Undo a compaction before its commit point: its output and staging go, its
+        inputs (never touched) stay."""
+        self.fs.delete(join(self.layout.table, plan["output"]), recursive=False)
+        self.fs.delete(join(self.layout.meta, "staging", "compact", f"{cid:010d}"))
+        self.journal.record(cid, "aborted", {"id": cid, "at": _now()})
+        logger.warning("compaction %d rolled back: its inputs stay", cid)
+
+
+def _pack(files: list[TableFile], target: int) -> list[list[TableFile]]:
+    """Consecutive files (by name: by batch) into groups of at most about ``target``."""
+    groups: list[list[TableFile]] = []
+    current: list[TableFile] = []
+    size = 0
+    for f in files:
+        if current and size + f.bytes > target:
+            groups.append(current)
+            current, size = [], 0
+        current.append(f)
+        size += f.bytes
+    if current:
+        groups.append(current)
+    return groups
+
+
+@dataclass
+class VacuumReport:
+    table: str
+    format: str = "parquet"
+    files_deleted: int = 0
+    bytes_deleted: int = 0
+    compactions_vacuumed: list[int] = field(default_factory=list)
+    kept_in_grace: int = 0  #: finished compactions whose replaced files are kept for now
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def vacuum_replaced(fs: HadoopFS, layout: TableLayout, grace_s: float) -> VacuumReport:
+    """Delete the files finished compactions replaced, once ``grace_s`` has passed
+    since they finished (a reader that listed the table before the swap may still be
+    reading them). Idempotent."""
+    report = VacuumReport(layout.name)
+    journal = Journal(fs, layout)
+    now = dt.datetime.now(dt.UTC)
+    for cid, states in sorted(journal.states().items()):
+        if "finished" not in states:
+            continue
+        folder = layout.replaced(cid)
+        if not fs.exists(folder):
+            continue
+        at = dt.datetime.fromisoformat(journal.read(cid, "finished")["at"])
+        if (now - at).total_seconds() < grace_s:
+            report.kept_in_grace += 1
+            continue
+        files = fs.list_files(folder)
+        fs.delete(folder)
+        report.files_deleted += len(files)
+        report.bytes_deleted += sum(f.size for f in files)
+        report.compactions_vacuumed.append(cid)
+    return report
+
+
+@dataclass
+class RepairReport:
+    table: str
+    format: str = "parquet"
+    files_checked: int = 0
+    rows_checked: int = 0
+    missing: list[str] = field(default_factory=list)
+    wrong_size: list[str] = field(default_factory=list)
+    orphans: list[str] = field(default_factory=list)
+    applied: bool = False
+    moved_to: str | None = None
+
+    @property
+    def problems(self) -> int:
+        return len(self.missing) + len(self.wrong_size) + len(self.orphans)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "problems": self.problems}
+
+
+def repair(fs: HadoopFS, layout: TableLayout, *, apply: bool) -> RepairReport:
+    """Check that every file the bookkeeping lists exists with its recorded size, and
+    find orphans: files in the table folder that no committed manifest (nor finished
+    compaction) lists and no batch or compaction is publishing. ``apply`` moves the
+    orphans to ``<meta>/quarantine/<time>/`` (outside the table: readers stop seeing
+    them; nothing is deleted). Missing files cannot be made again here: restore them.
+
+    The order of the reads keeps a live stream's files out of the orphans: the table is
+    listed first, then the batches being published (``pending/``) and unfinished
+    compactions, then the manifests — a file listed was named in a pending record
+    before it was published, and that record goes only after its manifest exists."""
+    report = RepairReport(layout.name)
+    on_disk = {f.relative: f for f in fs.list_files(layout.table)}
+    in_flight: set[str] = set()
+    for f in fs.list_files(join(layout.meta, "pending"), suffix=".json"):
+        try:
+            pending = fs.read_json(f.path) or {}
+        except ValueError:
+            pending = {}
+        table = layout.table.rstrip("/") + "/"
+        for p in pending.get("files", []):
+            in_flight.add(p.split(table, 1)[1] if table in p else p)
+    journal = Journal(fs, layout)
+    for cid, states in journal.states().items():
+        if "" in states and not states & {"done", "aborted"}:
+            in_flight.add(journal.read(cid)["output"])
+    files = committed_files(fs, layout)
+    report.files_checked = len(files)
+    report.rows_checked = sum(f.rows for f in files.values())
+    for path, f in sorted(files.items()):
+        disk = on_disk.get(path)
+        if disk is None:
+            report.missing.append(path)
+        elif disk.size != f.bytes:
+            report.wrong_size.append(path)
+    report.orphans = sorted(p for p in on_disk if p not in files and p not in in_flight)
+    if apply and report.orphans:
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        target = join(layout.quarantine, stamp)
+        for path in report.orphans:
+            fs.replace(join(layout.table, path), join(target, path))
+        report.applied, report.moved_to = True, target
+    return report

@@ -1,0 +1,191 @@
+"""``lakesink compact``, ``vacuum`` and ``repair`` on tables built from many small
+batches by real runs, read back by DuckDB, Spark and delta-rs: the same rows before
+and after, none lost or twice; a kill -9 at every compaction step, then a resume; a
+deleted file and a planted orphan found by repair."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+import pytest
+
+from lakesink import maintenance
+from lakesink.config import load_config
+from lakesink.faults import COMPACT_POINTS
+from tests.fixtures.runs import flatten
+from tests.fixtures.services import (
+    config_dict,
+    delta_ids,
+    duckdb_ids,
+    produce_events,
+    run_cli,
+    write_config,
+)
+from tests.integration.test_ingest import run_once
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
+
+N = 600
+
+
+def _small_batches(spark, kafka_broker, topic, tmp_path: Path, fmt: str
+                   ) -> tuple[dict, Path]:
+    """A table of ``N`` rows in 3 location folders, written by 20 batches of 30."""
+    produce_events(kafka_broker, topic, range(N))
+    lake = tmp_path / "lake"
+    data = config_dict(kafka_broker, topic, lake, partition_by=["location"], format=fmt)
+    data["source"]["kafka"]["max_offsets_per_trigger"] = 30
+    data["maintenance"] = {"min_age_s": 0}
+    stats = run_once(spark, data)
+    assert stats.written == N and stats.batches == 20
+    return data, lake / "events"
+
+
+def replay_last_batch(spark, data: dict, lake: Path) -> int:
+    """Forget that Spark finished the last batch (its ``commits/`` entry), so the next
+    run does it again: the table's own exactly-once check must find it committed.
+    Returns the rows that run wrote."""
+    commits = lake / ".lakesink" / "events" / "checkpoint" / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    (commits / str(last)).unlink()
+    (commits / f".{last}.crc").unlink(missing_ok=True)  # Hadoop's checksum beside it
+    return run_once(spark, data).written
+
+
+def cfg_of(data: dict) -> Any:  # noqa: ANN401
+    return load_config(flags=flatten(data), env={})
+
+
+def parquet_files(table: Path) -> list[Path]:
+    return sorted(table.rglob("*.parquet"))
+
+
+def assert_every_row_once(spark, table: Path) -> None:
+    ids = duckdb_ids(table)
+    assert sorted(ids) == list(range(N)), f"{len(ids)} rows, {len(set(ids))} distinct"
+    got = spark.read.parquet(str(table)).select("id", "location").collect()
+    assert sorted(r.id for r in got) == list(range(N))
+    assert all(r.location == ["berlin", "oslo", "lisbon"][r.id % 3] for r in got)
+
+
+def test_parquet_compaction_keeps_every_row_and_the_manifests_true(
+        spark, kafka_broker, topic, tmp_path) -> None:
+    data, table = _small_batches(spark, kafka_broker, topic, tmp_path, "parquet")
+    before = parquet_files(table)
+    assert len(before) >= 60  # 20 batches x 3 folders (or more files per folder)
+    cfg = cfg_of(data)
+    young = maintenance.compact(cfg_of({**data, "maintenance": {"min_age_s": 3600}}), spark)
+    assert young["compactions"] == 0 and young["folders_too_young"] == 3
+    report = maintenance.compact(cfg, spark)
+    after = parquet_files(table)
+    assert len(after) == 3 and report["files_after"] == 3
+    assert report["files_before"] == report["files_merged"] == len(before)
+    assert report["compactions"] == 3
+    assert report["rows"] == N
+    assert all(p.name.startswith("part-c") for p in after)
+    assert_every_row_once(spark, table)
+    # the exactly-once check of the stream still finds the batch committed (its
+    # manifest): a replay of the last batch, whose files were merged, adds nothing
+    assert replay_last_batch(spark, data, tmp_path / "lake") == 0
+    assert sorted(duckdb_ids(table)) == list(range(N))
+    # nothing more to merge; the bookkeeping agrees with the files
+    assert maintenance.compact(cfg, spark)["compactions"] == 0
+    checked = maintenance.repair(cfg, spark, apply=False)
+    assert checked["problems"] == 0 and checked["rows_checked"] == N
+    from lakesink.status import status
+
+    (st,) = status(cfg)
+    assert (st.rows, st.files) == (N, 3)
+    # the replaced files wait outside the table for the grace period, then go
+    replaced = tmp_path / "lake" / ".lakesink" / "events" / "replaced"
+    assert len(list(replaced.rglob("*.parquet"))) == len(before)
+    kept = maintenance.vacuum(cfg, spark)
+    assert kept["files_deleted"] == 0 and kept["kept_in_grace"] == 3
+    gone = maintenance.vacuum(cfg, spark, force=True)
+    assert gone["files_deleted"] == len(before) and not list(replaced.rglob("*.parquet"))
+    assert_every_row_once(spark, table)
+    # new batches land beside the merged files; the next compaction takes them
+    produce_events(kafka_broker, topic, range(N, N + 90))
+    run_once(spark, data)
+    added = len(parquet_files(table)) - 3
+    assert added >= 9  # 3 batches of 30 into 3 folders
+    assert maintenance.compact(cfg, spark)["files_merged"] == 3 + added
+    assert sorted(duckdb_ids(table)) == list(range(N + 90))
+
+
+def test_repair_finds_a_deleted_file_and_moves_a_planted_orphan(
+        spark, kafka_broker, topic, tmp_path) -> None:
+    data, table = _small_batches(spark, kafka_broker, topic, tmp_path, "parquet")
+    cfg = write_config(tmp_path / "c.yaml", data)
+    files = parquet_files(table)
+    files[0].unlink()
+    orphan = table / "location=oslo" / "part-foreign.parquet"
+    shutil.copy(files[1], orphan)
+    dry = run_cli("repair", "-c", str(cfg), "--json", timeout=300)
+    assert dry.returncode == 1, dry.stderr[-2000:]
+    (report,) = json.loads(dry.stdout)
+    rel = files[0].relative_to(table).as_posix()
+    assert report["missing"] == [rel] and report["orphans"] == ["location=oslo/part-foreign.parquet"]
+    assert report["problems"] == 2 and orphan.exists(), "a dry run moves nothing"
+    fixed = run_cli("repair", "-c", str(cfg), "--apply", "--json", timeout=300)
+    assert fixed.returncode == 1  # problems were found (and the orphan moved)
+    (report,) = json.loads(fixed.stdout)
+    assert report["applied"] and not orphan.exists()
+    moved = list((tmp_path / "lake" / ".lakesink" / "events" / "quarantine").rglob("*.parquet"))
+    assert [p.name for p in moved] == ["part-foreign.parquet"]
+    again = maintenance.repair(cfg_of(data), spark, apply=False)
+    assert again["orphans"] == [] and again["missing"] == [rel]
+
+
+@pytest.mark.parametrize("point", COMPACT_POINTS)
+def test_kill_at_each_compaction_step_then_resume(spark, kafka_broker, topic, tmp_path,
+                                                  point) -> None:
+    data, table = _small_batches(spark, kafka_broker, topic, tmp_path, "parquet")
+    cfg = write_config(tmp_path / "c.yaml", data)
+    crashed = run_cli("compact", "-c", str(cfg), env={"LAKESINK_FAULT": point}, timeout=300)
+    assert crashed.returncode == -9, f"did not crash at {point}: {crashed.stderr[-2000:]}"
+    assert f"fault injection: killing the process group at {point}" in crashed.stderr
+    if point in ("compact_after_journal", "compact_after_staging"):
+        assert sorted(duckdb_ids(table)) == list(range(N)), "nothing visible changed yet"
+    report = maintenance.compact(cfg_of(data), spark)  # resumes first, then goes on
+    resumed = report["rolled_back"] + report["rolled_forward"]
+    assert resumed == [0], report
+    assert (report["rolled_forward"] == [0]) == (point in ("compact_after_done",
+                                                           "compact_mid_move"))
+    assert len(parquet_files(table)) == 3 and report["rows"] == N
+    assert_every_row_once(spark, table)
+    print(f"crash-matrix point={point} table=parquet rows={N} "
+          f"files_before={report['files_before']} files_after=3 lost=0 duplicated=0 resumed={'forward' if report['rolled_forward'] else 'back'}")
+
+
+def test_delta_optimize_vacuum_and_repair(spark, kafka_broker, topic, tmp_path) -> None:
+    from deltalake import DeltaTable
+
+    data, table = _small_batches(spark, kafka_broker, topic, tmp_path, "delta")
+    cfg = cfg_of(data)
+    before = len(DeltaTable(str(table)).file_uris())
+    report = maintenance.compact(cfg_of({**data, "maintenance": {"zorder_by": []}}), spark)
+    assert report["files_before"] == before >= 20 and report["files_after"] == 3, report
+    assert sorted(delta_ids(table)) == list(range(N))
+    assert spark.read.format("delta").load(str(table)).count() == N
+    # the ingestion's txn keying is untouched: a replayed batch adds nothing
+    assert replay_last_batch(spark, data, tmp_path / "lake") == 0
+    assert sorted(delta_ids(table)) == list(range(N))
+    refused = run_cli("vacuum", "-c", str(write_config(tmp_path / "c.yaml", {
+        **data, "maintenance": {"vacuum_retention_hours": 0}})), timeout=300)
+    assert refused.returncode == 2 and "maintenance.vacuum_retention_hours" in refused.stderr
+    vac = maintenance.vacuum(cfg_of({**data, "maintenance": {"vacuum_retention_hours": 0}}),
+                             spark, force=True)
+    assert vac["applied"]
+    assert sorted(delta_ids(table)) == list(range(N))
+    # a file of the log deleted behind Delta's back: repair reports, then removes it
+    live = DeltaTable(str(table)).file_uris()
+    Path(live[0].removeprefix("file://")).unlink()
+    dry = maintenance.repair(cfg, spark, apply=False)
+    assert dry["problems"] == 1 and not dry["applied"]
+    fixed = maintenance.repair(cfg, spark, apply=True)
+    assert fixed["applied"] and fixed["version_after"] == fixed["version_before"] + 1
+    assert len(delta_ids(table)) < N  # readable again, without the lost file's rows
+    assert spark.read.format("delta").load(str(table)).count() == len(delta_ids(table))
