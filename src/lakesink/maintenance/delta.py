@@ -53,19 +53,19 @@ class DeltaReport:
         return {**asdict(self), "problems": self.problems}
 
 
+def _ident(uri: str) -> str:
+    return "delta.`" + uri.replace("`", "``") + "`"
+
+
 def _detail(spark: SparkSession, uri: str) -> tuple[int, int, int]:
     """(files, bytes, version) of the table's current snapshot."""
-    from delta.tables import DeltaTable
-
-    row = DeltaTable.forPath(spark, uri).detail().select("numFiles", "sizeInBytes").first()
-    version = DeltaTable.forPath(spark, uri).history(1).select("version").first()[0]
-    return int(row[0] or 0), int(row[1] or 0), int(version)
+    row = spark.sql(f"DESCRIBE DETAIL {_ident(uri)}").select("numFiles", "sizeInBytes").first()
+    version = spark.sql(f"DESCRIBE HISTORY {_ident(uri)} LIMIT 1").select("version").first()
+    return int(row[0] or 0), int(row[1] or 0), int(version[0])
 
 
 def optimize(spark: SparkSession, uri: str, name: str, *, zorder_by: list[str],
              target_file_size: int | None) -> DeltaReport:
-    from delta.tables import DeltaTable
-
     started = time.monotonic()
     report = DeltaReport(name, operation="OPTIMIZE" + (" ZORDER BY " + ", ".join(zorder_by)
                                                         if zorder_by else ""))
@@ -75,10 +75,9 @@ def optimize(spark: SparkSession, uri: str, name: str, *, zorder_by: list[str],
     if target_file_size:
         spark.conf.set(key, str(target_file_size))
     try:
-        builder = DeltaTable.forPath(spark, uri).optimize()
-        result = (builder.executeZOrderBy(*zorder_by) if zorder_by
-                  else builder.executeCompaction())
-        metrics = result.select("metrics.*").first()
+        zorder = (" ZORDER BY (" + ", ".join("`" + c.replace("`", "``") + "`"
+                                              for c in zorder_by) + ")") if zorder_by else ""
+        metrics = spark.sql(f"OPTIMIZE {_ident(uri)}{zorder}").select("metrics.*").first()
     finally:
         if previous is None:
             spark.conf.unset(key)
@@ -95,8 +94,6 @@ def optimize(spark: SparkSession, uri: str, name: str, *, zorder_by: list[str],
 
 def vacuum(spark: SparkSession, uri: str, name: str, *, retention_hours: float,
            force: bool = False, dry_run: bool = False) -> DeltaReport:
-    from delta.tables import DeltaTable
-
     if retention_hours < SAFE_RETENTION_HOURS and not force:
         raise ConfigError(
             "maintenance.vacuum_retention_hours",
@@ -113,11 +110,11 @@ def vacuum(spark: SparkSession, uri: str, name: str, *, retention_hours: float,
         spark.conf.set(key, "false")
     try:
         if dry_run:
-            rows = spark.sql(f"VACUUM delta.`{uri}` RETAIN {retention_hours:g} HOURS "
+            rows = spark.sql(f"VACUUM {_ident(uri)} RETAIN {retention_hours:g} HOURS "
                              "DRY RUN").collect()
             report.metrics = {"files_to_delete": len(rows)}
         else:
-            DeltaTable.forPath(spark, uri).vacuum(retention_hours)
+            spark.sql(f"VACUUM {_ident(uri)} RETAIN {retention_hours:g} HOURS").collect()
             report.applied = True
     finally:
         if previous is None:
