@@ -116,20 +116,24 @@ def table_status(cfg: LakesinkConfig, app_id: str | None = None) -> TableStatus:
 
 def _parquet(status: TableStatus, fs: pafs.FileSystem, meta: str) -> None:
     from lakesink.maintenance.parquet import TableFile, apply_compactions
+    from lakesink.tables.manifests import PREFIX as ROLLUP_PREFIX
 
     latest: dict[str, Any] | None = None
     files: dict[str, TableFile] = {}
     for path in _files(fs, f"{meta}/manifests", recursive=True):
         if not path.endswith(".json"):
             continue
-        manifest = _read_json(fs, path)
-        if not isinstance(manifest, dict):
+        value = _read_json(fs, path)
+        if not isinstance(value, dict):
             continue
-        status.batches += 1
-        for e in manifest.get("files", []):
-            files[e["path"]] = TableFile(e["path"], int(e["rows"]), int(e["bytes"]))
-        if latest is None or str(manifest.get("committed_at")) > str(latest.get("committed_at")):
-            latest = manifest
+        rolled = path.rsplit("/", 1)[1].startswith(ROLLUP_PREFIX)
+        for manifest in (value["batches"].values() if rolled else [value]):
+            status.batches += 1
+            for e in manifest.get("files", []):
+                files[e["path"]] = TableFile(e["path"], int(e["rows"]), int(e["bytes"]))
+            if latest is None or (str(manifest.get("committed_at"))
+                                  > str(latest.get("committed_at"))):
+                latest = manifest
     done = sorted(p for p in _files(fs, f"{meta}/compactions") if p.endswith(".done.json"))
     files = apply_compactions(files, ((_read_json(fs, p.replace(".done.json", ".json")),
                                        _read_json(fs, p)) for p in done))

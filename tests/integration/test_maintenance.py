@@ -189,3 +189,39 @@ def test_delta_optimize_vacuum_and_repair(spark, kafka_broker, topic, tmp_path) 
     assert fixed["applied"] and fixed["version_after"] == fixed["version_before"] + 1
     assert len(delta_ids(table)) < N  # readable again, without the lost file's rows
     assert spark.read.format("delta").load(str(table)).count() == len(delta_ids(table))
+
+
+def test_manifests_roll_up_and_every_batch_stays_committed(spark, kafka_broker, topic,
+                                                           tmp_path, monkeypatch) -> None:
+    from lakesink.tables import manifests
+    from lakesink.tables.fs import HadoopFS
+    from lakesink.tables.layout import TableLayout
+
+    monkeypatch.setattr(manifests, "ROLLUP", 5)  # 20 batches: ranges of 5
+    data, table = _small_batches(spark, kafka_broker, topic, tmp_path, "parquet")
+    cfg = cfg_of(data)
+    folder = tmp_path / "lake" / ".lakesink" / "events" / "manifests"
+    (run,) = [p.name for p in folder.iterdir()]
+    first = json.loads((folder / run / "0000000003.json").read_text())
+    report = maintenance.vacuum(cfg, spark)
+    assert report["manifests_rolled_up"] == 15, report  # 0-14; 15-19 holds the newest
+    names = sorted(p.name for p in (folder / run).iterdir())
+    assert names == [f"{b:010d}.json" for b in range(15, 20)] + [
+        f"rollup-{k:010d}.json" for k in range(3)]
+    layout = TableLayout.of(str(tmp_path / "lake"), "events")
+    fs = HadoopFS(spark, layout.base)
+    assert manifests.read_manifest(fs, layout, run, 3) == first
+    assert manifests.read_manifest(fs, layout, run, 17) is not None
+    assert manifests.read_manifest(fs, layout, run, 20) is None
+    assert maintenance.vacuum(cfg, spark)["manifests_rolled_up"] == 0, "idempotent"
+    # everything that reads the bookkeeping reads the rollups too
+    from lakesink.status import status
+
+    (st,) = status(cfg)
+    assert (st.batches, st.rows) == (20, N)
+    assert maintenance.repair(cfg, spark, apply=False)["problems"] == 0
+    assert maintenance.compact(cfg, spark)["rows"] == N
+    assert replay_last_batch(spark, data, tmp_path / "lake") == 0
+    produce_events(kafka_broker, topic, range(N, N + 60))
+    assert run_once(spark, data).written == 60
+    assert sorted(duckdb_ids(table)) == list(range(N + 60))

@@ -35,6 +35,7 @@ from lakesink.errors import CatalogUnavailable
 from lakesink.faults import fault_point
 from lakesink.pipeline.partitioning import unescape_value
 from lakesink.tables.fs import join
+from lakesink.tables.manifests import read_manifest
 
 if TYPE_CHECKING:
     from lakesink.tables.fs import HadoopFS
@@ -101,7 +102,9 @@ class Registrar:
         """Find the committed batches without a mark (every run's: a table the catalog
         is new to registers what it holds), other runs' first, then this run's, each in
         batch order; then try to prepare the catalog and register them."""
-        manifests = self._listed(join(self.layout.meta, "manifests"))
+        from lakesink.tables.manifests import committed
+
+        manifests = [(run, b) for run, b, _ in committed(self.fs, self.layout)]
         done = set(self._listed(self.marks))
         self.pending = sorted((k for k in manifests if k not in done),
                               key=lambda k: (k[0] == self.run, k[0], k[1]))
@@ -161,7 +164,7 @@ class Registrar:
             return
         path = join(self.layout.meta, "manifests", run, f"{batch_id:010d}.json")
         try:
-            manifest = self.fs.read_json(path)
+            manifest = read_manifest(self.fs, self.layout, run, batch_id)
         except ValueError:  # an empty manifest (a kill mid-write, before writes were
             logger.error("catalog %s: the manifest %s is unreadable; its files are not "  # atomic)
                          "registered (check the table with lakesink repair)",

@@ -98,15 +98,10 @@ class Journal:
 
 def committed_files(fs: HadoopFS, layout: TableLayout) -> dict[str, TableFile]:
     """The table's files by its bookkeeping (see the module docstring)."""
+    from lakesink.tables.manifests import manifests
+
     files: dict[str, TableFile] = {}
-    for f in fs.list_files(join(layout.meta, "manifests"), suffix=".json"):
-        try:
-            manifest = fs.read_json(f.path)
-        except ValueError:
-            manifest = None
-        if not isinstance(manifest, dict):
-            raise SinkError(f"manifest {f.path} is unreadable: the files of its batch are "
-                            "unknown (restore it from a backup)")
+    for manifest in manifests(fs, layout):
         for e in manifest.get("files", []):
             files[e["path"]] = TableFile(e["path"], int(e["rows"]), int(e["bytes"]))
     journal = Journal(fs, layout)
@@ -343,6 +338,7 @@ class VacuumReport:
     files_deleted: int = 0
     bytes_deleted: int = 0
     compactions_vacuumed: list[int] = field(default_factory=list)
+    manifests_rolled_up: int = 0  #: per-batch manifests now in a rollup file
     kept_in_grace: int = 0  #: finished compactions whose replaced files are kept for now
     detail: dict[str, Any] = field(default_factory=dict)
 
@@ -353,8 +349,12 @@ class VacuumReport:
 def vacuum_replaced(fs: HadoopFS, layout: TableLayout, grace_s: float) -> VacuumReport:
     """Delete the files finished compactions replaced, once ``grace_s`` has passed
     since they finished (a reader that listed the table before the swap may still be
-    reading them). Idempotent."""
+    reading them); roll complete ranges of per-batch manifests up
+    (:mod:`lakesink.tables.manifests`). Idempotent."""
+    from lakesink.tables.manifests import roll_up
+
     report = VacuumReport(layout.name)
+    report.manifests_rolled_up = roll_up(fs, layout)
     journal = Journal(fs, layout)
     now = dt.datetime.now(dt.UTC)
     for cid, states in sorted(journal.states().items()):

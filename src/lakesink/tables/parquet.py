@@ -51,6 +51,7 @@ from lakesink.tables.base import (
 from lakesink.tables.fs import join
 from lakesink.tables.identity import run_tag
 from lakesink.tables.layout import TableLayout
+from lakesink.tables.manifests import read_manifest
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -122,7 +123,7 @@ class ParquetTableWriter(TableWriter):
         """Whether this app id's manifest of ``batch_id`` exists (the app id inside it is
         checked: the run tag in the path is only its first 8 characters)."""
         try:
-            manifest = self.fs.read_json(self.layout.manifest(self.run, batch_id))
+            manifest = read_manifest(self.fs, self.layout, self.run, batch_id)
         except ValueError:
             # an empty manifest (a kill mid-write, before manifests were written all or
             # nothing): it is created only after every file is published, so the
