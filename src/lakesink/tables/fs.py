@@ -196,6 +196,11 @@ class HadoopFS:
                       if st.isDirectory())
 
     def read_text(self, path: str) -> str | None:
+        if path.startswith("file:"):  # without a JVM round trip (bookkeeping reads)
+            try:
+                return local_path(path).read_text(encoding="utf-8")
+            except (FileNotFoundError, NotADirectoryError):
+                return None
         if not self.exists(path):
             return None
         stream = self.fs.open(self._p(path))
