@@ -365,14 +365,17 @@ def dlq_replay(
 
 
 def _maintain(what: str, config: Path | None, set_: list[str] | None, as_json: bool,
-              each: Any) -> None:  # noqa: ANN401
+              each: Any, check: Any = None) -> None:  # noqa: ANN401
     """Run ``each(cfg, spark)`` for every table of the config; print the reports.
-    Exit 1 when a report counts problems (``repair``) or a table failed."""
+    Exit 1 when a report counts problems (``repair``) or a table failed; 2 when
+    ``check(cfg)`` (before Spark starts) or the config refuses."""
     _setup_logging()
     from lakesink import maintenance  # noqa: F401 - fail early if it does not import
 
     try:
         cfg = _load(config, set_, {})
+        if check is not None:
+            check(cfg)
         spark = _spark(cfg, suffix=f"-{what}")
         reports = [each(c, spark) for c in _tables(cfg, spark)]
     except ConfigError as exc:
@@ -432,8 +435,17 @@ def vacuum(
     Parquet: the files compactions replaced, after maintenance.replaced_grace_s."""
     from lakesink import maintenance
 
+    from lakesink.maintenance.delta import check_retention
+
+    def check(cfg: Any) -> None:  # noqa: ANN401
+        formats = {cfg.route_config(i).table.format for i in range(len(cfg.routes))} \
+            if cfg.routes else {cfg.table.format}
+        if "delta" in formats:
+            check_retention(cfg.maintenance.vacuum_retention_hours, force=force)
+
     _maintain("vacuum", config, set_, as_json,
-              lambda c, spark: maintenance.vacuum(c, spark, force=force, dry_run=dry_run))
+              lambda c, spark: maintenance.vacuum(c, spark, force=force, dry_run=dry_run),
+              check)
 
 
 @app.command()

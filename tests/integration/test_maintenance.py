@@ -27,19 +27,20 @@ from tests.integration.test_ingest import run_once
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
 
-N = 600
+N = 300
+BATCHES = 10  # of 30 records
 
 
 def _small_batches(spark, kafka_broker, topic, tmp_path: Path, fmt: str
                    ) -> tuple[dict, Path]:
-    """A table of ``N`` rows in 3 location folders, written by 20 batches of 30."""
+    """A table of ``N`` rows in 3 location folders, written by ``BATCHES`` batches."""
     produce_events(kafka_broker, topic, range(N))
     lake = tmp_path / "lake"
     data = config_dict(kafka_broker, topic, lake, partition_by=["location"], format=fmt)
     data["source"]["kafka"]["max_offsets_per_trigger"] = 30
     data["maintenance"] = {"min_age_s": 0}
     stats = run_once(spark, data)
-    assert stats.written == N and stats.batches == 20
+    assert stats.written == N and stats.batches == BATCHES
     return data, lake / "events"
 
 
@@ -74,7 +75,7 @@ def test_parquet_compaction_keeps_every_row_and_the_manifests_true(
         spark, kafka_broker, topic, tmp_path) -> None:
     data, table = _small_batches(spark, kafka_broker, topic, tmp_path, "parquet")
     before = parquet_files(table)
-    assert len(before) >= 60  # 20 batches x 3 folders (or more files per folder)
+    assert len(before) >= 3 * BATCHES  # one per folder per batch (or more)
     cfg = cfg_of(data)
     young = maintenance.compact(cfg_of({**data, "maintenance": {"min_age_s": 3600}}), spark)
     assert young["compactions"] == 0 and young["folders_too_young"] == 3
@@ -167,7 +168,7 @@ def test_delta_optimize_vacuum_and_repair(spark, kafka_broker, topic, tmp_path) 
     cfg = cfg_of(data)
     before = len(DeltaTable(str(table)).file_uris())
     report = maintenance.compact(cfg_of({**data, "maintenance": {"zorder_by": []}}), spark)
-    assert report["files_before"] == before >= 20 and report["files_after"] == 3, report
+    assert report["files_before"] == before >= BATCHES and report["files_after"] == 3, report
     assert sorted(delta_ids(table)) == list(range(N))
     assert spark.read.format("delta").load(str(table)).count() == N
     # the ingestion's txn keying is untouched: a replayed batch adds nothing
@@ -197,28 +198,28 @@ def test_manifests_roll_up_and_every_batch_stays_committed(spark, kafka_broker, 
     from lakesink.tables.fs import HadoopFS
     from lakesink.tables.layout import TableLayout
 
-    monkeypatch.setattr(manifests, "ROLLUP", 5)  # 20 batches: ranges of 5
+    monkeypatch.setattr(manifests, "ROLLUP", 3)  # 10 batches: ranges of 3
     data, table = _small_batches(spark, kafka_broker, topic, tmp_path, "parquet")
     cfg = cfg_of(data)
     folder = tmp_path / "lake" / ".lakesink" / "events" / "manifests"
     (run,) = [p.name for p in folder.iterdir()]
     first = json.loads((folder / run / "0000000003.json").read_text())
     report = maintenance.vacuum(cfg, spark)
-    assert report["manifests_rolled_up"] == 15, report  # 0-14; 15-19 holds the newest
+    assert report["manifests_rolled_up"] == 9, report  # 0-8; 9-11 holds the newest
     names = sorted(p.name for p in (folder / run).iterdir())
-    assert names == [f"{b:010d}.json" for b in range(15, 20)] + [
+    assert names == ["0000000009.json"] + [
         f"rollup-{k:010d}.json" for k in range(3)]
     layout = TableLayout.of(str(tmp_path / "lake"), "events")
     fs = HadoopFS(spark, layout.base)
     assert manifests.read_manifest(fs, layout, run, 3) == first
-    assert manifests.read_manifest(fs, layout, run, 17) is not None
-    assert manifests.read_manifest(fs, layout, run, 20) is None
+    assert manifests.read_manifest(fs, layout, run, 9) is not None
+    assert manifests.read_manifest(fs, layout, run, 10) is None
     assert maintenance.vacuum(cfg, spark)["manifests_rolled_up"] == 0, "idempotent"
     # everything that reads the bookkeeping reads the rollups too
     from lakesink.status import status
 
     (st,) = status(cfg)
-    assert (st.batches, st.rows) == (20, N)
+    assert (st.batches, st.rows) == (BATCHES, N)
     assert maintenance.repair(cfg, spark, apply=False)["problems"] == 0
     assert maintenance.compact(cfg, spark)["rows"] == N
     assert replay_last_batch(spark, data, tmp_path / "lake") == 0

@@ -92,14 +92,18 @@ def optimize(spark: SparkSession, uri: str, name: str, *, zorder_by: list[str],
     return report
 
 
-def vacuum(spark: SparkSession, uri: str, name: str, *, retention_hours: float,
-           force: bool = False, dry_run: bool = False) -> DeltaReport:
+def check_retention(retention_hours: float, *, force: bool) -> None:
     if retention_hours < SAFE_RETENTION_HOURS and not force:
         raise ConfigError(
             "maintenance.vacuum_retention_hours",
             f"{retention_hours:g} hours is less than Delta's safe minimum "
             f"({SAFE_RETENTION_HOURS} hours): a reader or a writer still on an older "
             "version could lose files it needs; pass --force to vacuum anyway")
+
+
+def vacuum(spark: SparkSession, uri: str, name: str, *, retention_hours: float,
+           force: bool = False, dry_run: bool = False) -> DeltaReport:
+    check_retention(retention_hours, force=force)
     started = time.monotonic()
     report = DeltaReport(name, operation=f"VACUUM RETAIN {retention_hours:g} HOURS"
                          + (" DRY RUN" if dry_run else ""))
