@@ -84,7 +84,40 @@ class DeadLetters:
         return sorted((p for p in found if p), key=lambda p: p["replay"])
 
     def replayed(self) -> set[str]:
-        return {name for p in self.plans() if p["state"] == DONE for name in p["files"]}
+        """Units replayed and still there (retention may have deleted some since)."""
+        units = set(self.units())
+        return {name for p in self.plans() if p["state"] == DONE for name in p["files"]
+                if name in units}
+
+    def in_replay(self) -> set[str]:
+        """Units an unfinished replay plan holds: retention keeps them."""
+        return {name for p in self.plans() if p["state"] == PLANNED for name in p["files"]}
+
+    def expire(self, older_than: dt.datetime) -> int:
+        """Dead-letter retention: delete the dead letters rejected before
+        ``older_than``, except those an unfinished replay holds. Parquet: whole files by
+        their time (one file per batch); Delta: ``DELETE`` by ``rejected_at`` (VACUUM
+        frees the files later). Returns the files deleted (Parquet) or rows (Delta)."""
+        keep = self.in_replay()
+        if self.format == "delta":
+            table = dead_letter_layout(self.layout).table
+            if self._delta() is None:
+                return 0
+            # the session's time zone is UTC (lakesink sets it)
+            when = older_than.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+            condition = f"rejected_at < TIMESTAMP '{when}'"
+            if keep:
+                held = ", ".join("'" + k.replace("'", "''") + "'" for k in sorted(keep))
+                condition += f" AND concat_ws(':', app_id, batch_id) NOT IN ({held})"
+            ident = "delta.`" + table.replace("`", "``") + "`"
+            rows = self.spark.sql(f"DELETE FROM {ident} WHERE {condition}").collect()
+            return int(rows[0][0]) if rows and rows[0][0] is not None else 0
+        cutoff_ms = older_than.timestamp() * 1000
+        deleted = 0
+        for f in self.fs.list_files(self.layout.rejected, suffix=".parquet"):
+            if f.relative not in keep and f.mtime_ms < cutoff_ms:
+                deleted += bool(self.fs.delete(f.path, recursive=False))
+        return deleted
 
     def pending(self) -> list[str]:
         taken = {name for p in self.plans() for name in p["files"]}

@@ -108,3 +108,37 @@ def test_dlq_show_cli(spark, kafka_broker, topic, tmp_path) -> None:
     summary = json.loads(shown.stdout)
     assert summary["by_reason"] == {"malformed_json": 1}
     assert summary["sample"][0]["value"] == "nope"
+
+
+@pytest.mark.parametrize("dlq_format", ["parquet", "delta"])
+def test_retention_deletes_old_dead_letters_but_not_a_replay_in_progress(
+        spark, kafka_broker, topic, tmp_path, dlq_format) -> None:
+    import time
+
+    from lakesink import maintenance
+
+    lake = tmp_path / "lake"
+    data = config_dict(kafka_broker, topic, lake, partition_by=[])
+    data["dlq"] = {"format": dlq_format, "retention_days": 1.5 / 86400}  # 1.5 s
+    produce(kafka_broker.bootstrap_servers, topic, json_events(range(5)) + [(b"k", b"{x")] * 3)
+    assert run_once(spark, data).rejected == 3
+    produce(kafka_broker.bootstrap_servers, topic, [(b"k", b"[2]")] * 2)
+    assert run_once(spark, data).rejected == 2
+    cfg = load_config(flags=flatten(data), env={})
+    from lakesink.tables.fs import HadoopFS
+    from lakesink.tables.layout import TableLayout
+
+    layout = TableLayout.of(str(lake), "events")
+    letters = dlq.DeadLetters(spark, HadoopFS(spark, layout.base), layout, dlq_format)
+    first, second = letters.units()
+    # an unfinished replay holds the second batch's dead letters
+    letters.save({"replay": 0, "state": "planned", "files": [second],
+                  "planned_at": "2026-11-29T00:00:00+00:00"})
+    time.sleep(2)
+    report = maintenance.vacuum(cfg, spark)
+    expired = report["dead_letters_expired"]
+    assert expired[("rows" if dlq_format == "delta" else "files")] == (3 if dlq_format == "delta"
+                                                                        else 1), report
+    assert letters.units() == [second]
+    assert letters.read([second]).count() == 2
+    assert sorted(read_ids(lake / "events", "parquet")) == list(range(5)), "the table stays"

@@ -1001,6 +1001,9 @@ class DlqConfig(_Section):
         default="parquet",
         description="dead-letter tables (<base>/_rejected/<table>): parquet (a file per "
         "batch) or delta (a Delta table, committed once per batch)")
+    retention_days: float | None = Field(
+        default=None, gt=0, description="`lakesink vacuum` deletes dead letters older than "
+        "this (none: keep them); those an unfinished `dlq replay` holds stay")
 
 
 class MaintenanceConfig(_Section):

@@ -51,17 +51,30 @@ def compact(cfg: LakesinkConfig, spark: SparkSession) -> dict[str, Any]:
 
 def vacuum(cfg: LakesinkConfig, spark: SparkSession, *, force: bool = False,
            dry_run: bool = False) -> dict[str, Any]:
+    """The table's vacuum, then the dead letters' retention (``dlq.retention_days``)."""
     m = cfg.maintenance
     fs, layout = _parts(cfg, spark)
     if cfg.table.format == "delta":
         from lakesink.maintenance import delta
 
-        return delta.vacuum(spark, layout.table, layout.name,
-                            retention_hours=m.vacuum_retention_hours, force=force,
-                            dry_run=dry_run).as_dict()
-    from lakesink.maintenance.parquet import vacuum_replaced
+        report = delta.vacuum(spark, layout.table, layout.name,
+                              retention_hours=m.vacuum_retention_hours, force=force,
+                              dry_run=dry_run).as_dict()
+    else:
+        from lakesink.maintenance.parquet import vacuum_replaced
 
-    return vacuum_replaced(fs, layout, 0 if force else m.replaced_grace_s).as_dict()
+        report = vacuum_replaced(fs, layout, 0 if force else m.replaced_grace_s).as_dict()
+    if cfg.dlq.retention_days is not None and not dry_run:
+        import datetime as dt
+
+        from lakesink.dlq import DeadLetters
+
+        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(days=cfg.dlq.retention_days)
+        expired = DeadLetters(spark, fs, layout, cfg.dlq.format).expire(cutoff)
+        report["dead_letters_expired"] = {
+            "before": cutoff.isoformat(timespec="seconds"),
+            ("rows" if cfg.dlq.format == "delta" else "files"): expired}
+    return report
 
 
 def repair(cfg: LakesinkConfig, spark: SparkSession, *, apply: bool) -> dict[str, Any]:
