@@ -140,10 +140,22 @@ def test_repair_finds_a_deleted_file_and_moves_a_planted_orphan(
     assert again["orphans"] == [] and again["missing"] == [rel]
 
 
+@pytest.fixture(scope="module")
+def pristine(spark, kafka_broker, tmp_path_factory) -> tuple[dict, Path]:
+    """One table of small batches that each crash case copies (the cases only compact:
+    none reads the topic again)."""
+    name = "maintenance-pristine"
+    kafka_broker.create_topic(name, partitions=2)
+    return _small_batches(spark, kafka_broker, name, tmp_path_factory.mktemp("pristine"),
+                          "parquet")
+
+
 @pytest.mark.parametrize("point", COMPACT_POINTS)
-def test_kill_at_each_compaction_step_then_resume(spark, kafka_broker, topic, tmp_path,
-                                                  point) -> None:
-    data, table = _small_batches(spark, kafka_broker, topic, tmp_path, "parquet")
+def test_kill_at_each_compaction_step_then_resume(spark, pristine, tmp_path, point) -> None:
+    source, source_table = pristine
+    shutil.copytree(source_table.parent, tmp_path / "lake")
+    data = {**source, "table": {**source["table"], "base_path": str(tmp_path / "lake")}}
+    table = tmp_path / "lake" / "events"
     cfg = write_config(tmp_path / "c.yaml", data)
     crashed = run_cli("compact", "-c", str(cfg), env={"LAKESINK_FAULT": point}, timeout=300)
     assert crashed.returncode == -9, f"did not crash at {point}: {crashed.stderr[-2000:]}"
