@@ -267,7 +267,8 @@ def _spark(cfg: Any, *, suffix: str = ""):  # noqa: ANN202
     return build_spark_session(
         master=cfg.spark.master, app_name=cfg.spark.app_name + suffix,
         conf={**storage.spark_conf(cfg), **catalog_conf(cfg.catalog), **cfg.spark.conf},
-        driver_memory=cfg.spark.driver_memory, log_level=cfg.spark.log_level)
+        driver_memory=cfg.spark.driver_memory, log_level=cfg.spark.log_level,
+        storage_uris=storage.uris(cfg))
 
 
 def _dlq_session(config: Path | None, set_: list[str] | None, flags: dict[str, Any]):  # noqa: ANN202

@@ -93,7 +93,24 @@ class DeadLetters:
         """Units an unfinished replay plan holds: retention keeps them."""
         return {name for p in self.plans() if p["state"] == PLANNED for name in p["files"]}
 
+    def lock(self) -> WriterLease:
+        """The replay lock: one replay (or retention run) of the table at a time."""
+        return WriterLease(self.fs, join(self.folder, "replay.lock"), app_id="dlq-replay",
+                           ttl_s=REPLAY_LOCK_TTL_S, table=self.layout.table,
+                           refusal="Two replays at once would each take the pending dead "
+                           "letters and write them twice; retention must not delete what "
+                           "a replay is planning.")
+
     def expire(self, older_than: dt.datetime) -> int:
+        """:meth:`expire_locked` under the replay lock."""
+        lock = self.lock()
+        lock.acquire()
+        try:
+            return self.expire_locked(older_than)
+        finally:
+            lock.release()
+
+    def expire_locked(self, older_than: dt.datetime) -> int:
         """Dead-letter retention: delete the dead letters rejected before
         ``older_than``, except those an unfinished replay holds. Parquet: whole files by
         their time (one file per batch); Delta: ``DELETE`` by ``rejected_at`` (VACUUM
@@ -199,10 +216,7 @@ def replay(spark: SparkSession, cfg: LakesinkConfig) -> dict[str, Any]:
     storage.apply(spark, cfg)
     parts = TableParts.resolve(cfg, spark)
     letters = DeadLetters(spark, parts.fs, parts.layout, cfg.dlq.format)
-    lock = WriterLease(parts.fs, join(letters.folder, "replay.lock"), app_id="dlq-replay",
-                       ttl_s=REPLAY_LOCK_TTL_S, table=parts.layout.table,
-                       refusal="Two replays at once would each take the pending dead "
-                       "letters and write them twice.")
+    lock = letters.lock()
     lock.acquire()  # one replay at a time: both would plan the same pending letters
     try:
         return _replay_locked(spark, letters, parts)

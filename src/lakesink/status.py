@@ -120,6 +120,7 @@ def _parquet(status: TableStatus, fs: pafs.FileSystem, meta: str) -> None:
 
     latest: dict[str, Any] | None = None
     files: dict[str, TableFile] = {}
+    seen: set[tuple[str, Any]] = set()
     for path in _files(fs, f"{meta}/manifests", recursive=True):
         if not path.endswith(".json"):
             continue
@@ -128,15 +129,22 @@ def _parquet(status: TableStatus, fs: pafs.FileSystem, meta: str) -> None:
             continue
         rolled = path.rsplit("/", 1)[1].startswith(ROLLUP_PREFIX)
         for manifest in (value["batches"].values() if rolled else [value]):
+            key = (path.rsplit("/", 2)[-2], manifest.get("batch_id"))
+            if key in seen:
+                continue
+            seen.add(key)
             status.batches += 1
             for e in manifest.get("files", []):
                 files[e["path"]] = TableFile(e["path"], int(e["rows"]), int(e["bytes"]))
             if latest is None or (str(manifest.get("committed_at"))
                                   > str(latest.get("committed_at"))):
                 latest = manifest
-    done = sorted(p for p in _files(fs, f"{meta}/compactions") if p.endswith(".done.json"))
-    files = apply_compactions(files, ((_read_json(fs, p.replace(".done.json", ".json")),
-                                       _read_json(fs, p)) for p in done))
+    outcomes = sorted(p for p in _files(fs, f"{meta}/compactions")
+                      if p.endswith(".outcome.json"))
+    done = [(p, o) for p in outcomes if isinstance(o := _read_json(fs, p), dict)
+            and o.get("outcome") == "done"]
+    files = apply_compactions(files, ((_read_json(fs, p.replace(".outcome.json", ".json")), o)
+                                      for p, o in done))
     status.files = len(files)
     status.rows = sum(f.rows for f in files.values())
     if latest is not None:

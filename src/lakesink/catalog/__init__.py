@@ -34,6 +34,14 @@ def registrar(config: CatalogConfig, table: TableConfig, fs: HadoopFS, layout: T
     session, the Hive catalog's client."""
     if config.type == "none":
         return None
+    if config.type in ("iceberg", "quix") and table.format == "parquet" \
+            and fs.list_files(layout.compactions, suffix=".json"):
+        from lakesink.errors import ConfigError
+
+        raise ConfigError("catalog.type", f"table {layout.name} was compacted (lakesink "
+                          f"compact); a {config.type} catalog lists a Parquet table's "
+                          "files, and would register files compaction replaced: not "
+                          "supported yet")
     retry = {"null_value": table.null_partition_value, "retry_initial_s": config.retry_initial_s,
              "retry_max_s": config.retry_max_s}
     if config.type == "hive":  # Parquet through the outbox; Delta once, by its log

@@ -5,6 +5,8 @@ commands). Each returns one report per table, a dict with what it did."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from lakesink.errors import ConfigError
@@ -26,6 +28,33 @@ def _parts(cfg: LakesinkConfig, spark: SparkSession) -> tuple[Any, Any]:
     return HadoopFS(spark, layout.base), layout
 
 
+@contextlib.contextmanager
+def delta_commits(cfg: LakesinkConfig, spark: SparkSession, fmt: str | None = None
+                  ) -> Iterator[None]:
+    """Around a maintenance command's Delta commits: the whole-table writer lease when
+    the table needs one (Delta on S3 with the single-driver log store, where two
+    drivers committing at once lose a commit): refused while a stream writes there."""
+    from lakesink.runtime.storage import lease_options
+    from lakesink.tables.lease import WriterLease
+
+    options = lease_options(cfg, fmt)
+    if not options["lease_per_table"]:
+        yield
+        return
+    fs, layout = _parts(cfg, spark)
+    if fmt == "delta" and cfg.table.format != "delta":  # the dead-letter table's
+        from lakesink.tables.rejected import dead_letter_layout
+
+        layout = dead_letter_layout(layout)
+    lease = WriterLease(fs, layout.lease(None), app_id="lakesink-maintenance",
+                        ttl_s=options["lease_s"], table=layout.table)
+    lease.acquire()
+    try:
+        yield
+    finally:
+        lease.release()
+
+
 def compact(cfg: LakesinkConfig, spark: SparkSession) -> dict[str, Any]:
     """Merge the small files of the table ``cfg`` names (a route's: its route config)."""
     m = cfg.maintenance
@@ -33,20 +62,26 @@ def compact(cfg: LakesinkConfig, spark: SparkSession) -> dict[str, Any]:
     if cfg.table.format == "delta":
         from lakesink.maintenance import delta
 
-        return delta.optimize(spark, layout.table, layout.name, zorder_by=m.zorder_by,
-                              target_file_size=cfg.table.target_file_size).as_dict()
+        with delta_commits(cfg, spark):
+            return delta.optimize(spark, layout.table, layout.name, zorder_by=m.zorder_by,
+                                  target_file_size=cfg.table.target_file_size).as_dict()
     if cfg.catalog.type in ("iceberg", "quix"):
         raise ConfigError("catalog.type", f"compacting a Parquet table registered in a "
                           f"{cfg.catalog.type} catalog is not supported yet: the catalog "
                           "lists the files compaction replaces (a Hive catalog, which "
                           "lists folders, is fine)")
+    return _compactor(cfg, spark).run().as_dict()
+
+
+def _compactor(cfg: LakesinkConfig, spark: SparkSession) -> Any:  # noqa: ANN401
     from lakesink.maintenance.parquet import ParquetCompactor
 
+    m = cfg.maintenance
+    fs, layout = _parts(cfg, spark)
     target = int(cfg.table.target_file_size or 2 * DEFAULT_SMALL)
     small = int(m.small_file_size or (cfg.table.target_file_size or 2 * DEFAULT_SMALL) // 2)
     return ParquetCompactor(spark, fs, layout, small=small, target=target,
-                            min_age_s=m.min_age_s,
-                            compression=cfg.table.compression).run().as_dict()
+                            min_age_s=m.min_age_s, compression=cfg.table.compression)
 
 
 def vacuum(cfg: LakesinkConfig, spark: SparkSession, *, force: bool = False,
@@ -57,12 +92,13 @@ def vacuum(cfg: LakesinkConfig, spark: SparkSession, *, force: bool = False,
     if cfg.table.format == "delta":
         from lakesink.maintenance import delta
 
-        report = delta.vacuum(spark, layout.table, layout.name,
+        report = delta.vacuum(spark, layout.table, layout.name,  # no commit: no lease
                               retention_hours=m.vacuum_retention_hours, force=force,
                               dry_run=dry_run).as_dict()
     else:
-        from lakesink.maintenance.parquet import vacuum_replaced
+        from lakesink.maintenance.parquet import CompactReport, vacuum_replaced
 
+        _compactor(cfg, spark).resume_locked(CompactReport(layout.name))
         report = vacuum_replaced(fs, layout, 0 if force else m.replaced_grace_s).as_dict()
     if cfg.dlq.retention_days is not None and not dry_run:
         import datetime as dt
@@ -70,7 +106,8 @@ def vacuum(cfg: LakesinkConfig, spark: SparkSession, *, force: bool = False,
         from lakesink.dlq import DeadLetters
 
         cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(days=cfg.dlq.retention_days)
-        expired = DeadLetters(spark, fs, layout, cfg.dlq.format).expire(cutoff)
+        with delta_commits(cfg, spark, cfg.dlq.format):
+            expired = DeadLetters(spark, fs, layout, cfg.dlq.format).expire(cutoff)
         report["dead_letters_expired"] = {
             "before": cutoff.isoformat(timespec="seconds"),
             ("rows" if cfg.dlq.format == "delta" else "files"): expired}
@@ -83,8 +120,12 @@ def repair(cfg: LakesinkConfig, spark: SparkSession, *, apply: bool) -> dict[str
         from lakesink.maintenance import delta
         from lakesink.status import _delta_table
 
-        return delta.repair(_delta_table(cfg, layout.table), layout.name,
-                            apply=apply).as_dict()
+        with delta_commits(cfg, spark) if apply else contextlib.nullcontext():
+            return delta.repair(_delta_table(cfg, layout.table), layout.name,
+                                apply=apply).as_dict()
     from lakesink.maintenance import parquet
 
-    return parquet.repair(fs, layout, apply=apply).as_dict()
+    if apply:  # a compaction a crash left open is finished (or undone) first
+        _compactor(cfg, spark).resume_locked(parquet.CompactReport(layout.name))
+    return parquet.repair(fs, layout, apply=apply,
+                          min_age_s=cfg.maintenance.min_age_s).as_dict()

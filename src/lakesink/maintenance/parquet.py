@@ -14,16 +14,19 @@ into one file, with a journal in ``<meta>/compactions/``:
    its footer's rows must equal the inputs' rows, or the compaction is rolled back;
 3. the staged file is renamed into the folder (readers that list files now see the
    inputs and the output: the *swap window*);
-4. ``<id>.done.json`` (create-if-absent): **the commit point** — from here the output
-   is the truth, before it the inputs are;
+4. ``<id>.outcome.json`` (create-if-absent) saying ``done``: **the commit point** —
+   from here the output is the truth, before it the inputs are. A rollback writes the
+   same file saying ``aborted`` *before* it deletes anything, so of a stalled compactor
+   and one that took over, exactly one decides;
 5. the inputs are moved out of the table to ``<meta>/replaced/<id>/`` (``vacuum``
    deletes them after ``maintenance.replaced_grace_s``), closing the swap window;
 6. ``<id>.finished.json``.
 
-A crash anywhere is resumed by the next ``lakesink compact`` before it plans anything:
-a journal without ``done`` is rolled back (its output and staging deleted, ``<id>
-.aborted.json`` written; the inputs were never touched), one with ``done`` and without
-``finished`` is rolled forward (step 5 again: moving is idempotent). One compactor per
+A crash anywhere is resumed by the next ``lakesink compact`` (or ``vacuum``, or
+``repair --apply``) before it does anything else: a journal without an outcome is
+rolled back (``aborted`` recorded, then its output and staging deleted; the inputs were
+never touched), one whose outcome is ``done`` and without ``finished`` is rolled forward
+(step 5 again: moving is idempotent). One compactor per
 table at a time: it holds the table's compactor lease (:mod:`lakesink.tables.lease`).
 
 Inputs are only files of committed manifests (never a batch being published), in
@@ -66,8 +69,8 @@ def _now() -> str:
 
 
 class Journal:
-    """The compactions of one table: ``<meta>/compactions/<id>[.done|.finished|
-    .aborted].json``."""
+    """The compactions of one table: ``<meta>/compactions/<id>[.outcome|.finished]
+    .json``."""
 
     def __init__(self, fs: HadoopFS, layout: TableLayout) -> None:
         self.fs = fs
@@ -78,12 +81,17 @@ class Journal:
         return join(self.folder, f"{cid:010d}{'.' + state if state else ''}.json")
 
     def states(self) -> dict[int, set[str]]:
-        """Every compaction id with the states recorded for it (``""`` = planned)."""
+        """Every compaction id with its states: ``""`` planned, ``done`` or ``aborted``
+        (its outcome), ``finished``."""
         out: dict[int, set[str]] = {}
         for f in self.fs.list_files(self.folder, suffix=".json"):
             stem, _, state = f.relative.removesuffix(".json").partition(".")
-            if stem.isdigit():
-                out.setdefault(int(stem), set()).add(state)
+            if not stem.isdigit():
+                continue
+            if state == "outcome":
+                value = self.fs.read_json(f.path)
+                state = value.get("outcome", "") if isinstance(value, dict) else ""
+            out.setdefault(int(stem), set()).add(state)
         return out
 
     def read(self, cid: int, state: str = "") -> dict[str, Any]:
@@ -95,6 +103,12 @@ class Journal:
     def record(self, cid: int, state: str, value: dict[str, Any]) -> bool:
         return self.fs.write_once(self.path(cid, state), json.dumps(value, indent=1))
 
+    def decide(self, cid: int, outcome: str, value: dict[str, Any]) -> str:
+        """Record the compaction's outcome (``done`` or ``aborted``) unless one is
+        recorded; returns the outcome that holds."""
+        self.record(cid, "outcome", {**value, "outcome": outcome})
+        return str(self.read(cid, "outcome")["outcome"])
+
 
 def committed_files(fs: HadoopFS, layout: TableLayout) -> dict[str, TableFile]:
     """The table's files by its bookkeeping (see the module docstring)."""
@@ -105,7 +119,7 @@ def committed_files(fs: HadoopFS, layout: TableLayout) -> dict[str, TableFile]:
         for e in manifest.get("files", []):
             files[e["path"]] = TableFile(e["path"], int(e["rows"]), int(e["bytes"]))
     journal = Journal(fs, layout)
-    return apply_compactions(files, ((journal.read(cid), journal.read(cid, "done"))
+    return apply_compactions(files, ((journal.read(cid), journal.read(cid, "outcome"))
                                      for cid, states in sorted(journal.states().items())
                                      if "done" in states))
 
@@ -190,6 +204,14 @@ class ParquetCompactor:
         report.seconds = round(time.monotonic() - started, 3)
         return report
 
+    def resume_locked(self, report: CompactReport) -> None:
+        """:meth:`resume` under the compactor lease (``vacuum``, ``repair --apply``)."""
+        self.lease.acquire()
+        try:
+            self.resume(report)
+        finally:
+            self.lease.release()
+
     def resume(self, report: CompactReport) -> None:
         """Finish or undo what a crashed compaction left (see the module docstring)."""
         for cid, states in sorted(self.journal.states().items()):
@@ -271,8 +293,9 @@ class ParquetCompactor:
         done = {"id": cid, "at": _now(),
                 "outputs": [{"path": output, "rows": rows, "bytes": staged.size}]}
         self.lease.check()
-        if not self.journal.record(cid, "done", done):
-            raise SinkError(f"compaction {cid} was committed by another compactor")
+        if self.journal.decide(cid, "done", done) != "done":
+            raise SinkError(f"compaction {cid} was rolled back by another compactor (this "
+                            "one stalled past its lease); its inputs stay")
         fault_point("compact_after_done")
         self.finish(cid, plan)
         window = (time.monotonic() - opened) * 1000
@@ -307,11 +330,14 @@ class ParquetCompactor:
         self.journal.record(cid, "finished", {"id": cid, "at": _now()})
 
     def roll_back(self, cid: int, plan: dict[str, Any]) -> None:
-        """Undo a compaction before its commit point: its output and staging go, its
-        inputs (never touched) stay."""
+        """Undo a compaction before its commit point: ``aborted`` is recorded first (a
+        compaction already ``done`` is finished instead), then its output and staging
+        go; its inputs (never touched) stay."""
+        if self.journal.decide(cid, "aborted", {"id": cid, "at": _now()}) == "done":
+            self.finish(cid, plan)
+            return
         self.fs.delete(join(self.layout.table, plan["output"]), recursive=False)
         self.fs.delete(join(self.layout.meta, "staging", "compact", f"{cid:010d}"))
-        self.journal.record(cid, "aborted", {"id": cid, "at": _now()})
         logger.warning("compaction %d rolled back: its inputs stay", cid)
 
 
@@ -384,32 +410,49 @@ class RepairReport:
     missing: list[str] = field(default_factory=list)
     wrong_size: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
+    #: compactions a crash left open (a lister may see rows twice until resumed)
+    unfinished_compactions: list[int] = field(default_factory=list)
+    #: files no manifest lists yet, younger than ``min_age_s``: not judged this time
+    too_young: int = 0
     applied: bool = False
     moved_to: str | None = None
 
     @property
     def problems(self) -> int:
-        return len(self.missing) + len(self.wrong_size) + len(self.orphans)
+        return (len(self.missing) + len(self.wrong_size) + len(self.orphans)
+                + len(self.unfinished_compactions))
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "problems": self.problems}
 
 
-def repair(fs: HadoopFS, layout: TableLayout, *, apply: bool) -> RepairReport:
+def repair(fs: HadoopFS, layout: TableLayout, *, apply: bool, min_age_s: float
+           ) -> RepairReport:
     """Check that every file the bookkeeping lists exists with its recorded size, and
     find orphans: files in the table folder that no committed manifest (nor finished
-    compaction) lists and no batch or compaction is publishing. ``apply`` moves the
-    orphans to ``<meta>/quarantine/<time>/`` (outside the table: readers stop seeing
-    them; nothing is deleted). Missing files cannot be made again here: restore them.
+    compaction) lists and no batch or compaction is publishing, older than
+    ``min_age_s``. ``apply`` moves the orphans to ``<meta>/quarantine/<time>/`` (outside
+    the table: readers stop seeing them; nothing is deleted). Missing files cannot be
+    made again here: restore them.
 
-    The order of the reads keeps a live stream's files out of the orphans: the table is
-    listed first, then the batches being published (``pending/``) and unfinished
-    compactions, then the manifests — a file listed was named in a pending record
-    before it was published, and that record goes only after its manifest exists."""
+    A live stream's files are never taken for orphans: a file younger than
+    ``min_age_s`` is not judged (a batch being published, or a redo republishing the
+    names its crashed attempt had), and the table is listed before the batches being
+    published (``pending/``, records younger than ``min_age_s``: an older one is a
+    crashed attempt whose files are orphans) and the manifests are read — a file
+    listed was named in a pending record before it was published, and that record goes
+    only after its manifest exists. Right before a move, the file's batch is checked
+    once more."""
     report = RepairReport(layout.name)
-    on_disk = {f.relative: f for f in fs.list_files(layout.table)}
+    now_ms = time.time() * 1000
+    young_ms = min_age_s * 1000
+    listed = fs.list_files(layout.table)
+    report.too_young = sum(1 for f in listed if now_ms - f.mtime_ms < young_ms)
+    on_disk = {f.relative: f for f in listed}
     in_flight: set[str] = set()
     for f in fs.list_files(join(layout.meta, "pending"), suffix=".json"):
+        if now_ms - f.mtime_ms >= young_ms:
+            continue  # a crashed attempt nobody redid (a lost checkpoint): orphans
         try:
             pending = fs.read_json(f.path) or {}
         except ValueError:
@@ -418,9 +461,12 @@ def repair(fs: HadoopFS, layout: TableLayout, *, apply: bool) -> RepairReport:
         for p in pending.get("files", []):
             in_flight.add(p.split(table, 1)[1] if table in p else p)
     journal = Journal(fs, layout)
+    unfinished = []
     for cid, states in journal.states().items():
         if "" in states and not states & {"done", "aborted"}:
             in_flight.add(journal.read(cid)["output"])
+        if "" in states and not states & {"finished", "aborted"}:
+            unfinished.append(cid)
     files = committed_files(fs, layout)
     report.files_checked = len(files)
     report.rows_checked = sum(f.rows for f in files.values())
@@ -430,11 +476,30 @@ def repair(fs: HadoopFS, layout: TableLayout, *, apply: bool) -> RepairReport:
             report.missing.append(path)
         elif disk.size != f.bytes:
             report.wrong_size.append(path)
-    report.orphans = sorted(p for p in on_disk if p not in files and p not in in_flight)
+    report.unfinished_compactions = sorted(unfinished)
+    report.orphans = sorted(p for p, f in on_disk.items() if p not in files
+                            and p not in in_flight and now_ms - f.mtime_ms >= young_ms)
     if apply and report.orphans:
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
         target = join(layout.quarantine, stamp)
         for path in report.orphans:
+            if _committed_since(fs, layout, path):
+                continue
             fs.replace(join(layout.table, path), join(target, path))
         report.applied, report.moved_to = True, target
     return report
+
+
+def _committed_since(fs: HadoopFS, layout: TableLayout, path: str) -> bool:
+    """Whether the batch a ``part-<batch>-<run>-<n>.parquet`` name belongs to lists
+    ``path`` by now (the last check before a move)."""
+    from lakesink.tables.manifests import read_manifest
+
+    parts = path.rsplit("/", 1)[-1].split("-")
+    if len(parts) != 4 or parts[0] != "part" or not parts[1].isdigit():
+        return False
+    try:
+        manifest = read_manifest(fs, layout, parts[2], int(parts[1]))
+    except ValueError:
+        return True  # unreadable: leave the file be
+    return bool(manifest) and any(e["path"] == path for e in manifest.get("files", []))

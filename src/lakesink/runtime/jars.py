@@ -37,8 +37,26 @@ def pyspark_jars_dir() -> Path:
     return Path(pyspark.__file__).parent / "jars"
 
 
-def connector_jars() -> list[Path]:
-    """Connector jars for Spark's classpath, minus any artifact pyspark already ships.
+#: connector artifacts per storage scheme family: a cluster application ships only the
+#: ones its paths use (the AWS SDK bundle alone is 650 MB, copied to every executor)
+STORAGE_ARTIFACTS = {
+    "s3": {"bundle", "hadoop-aws", "analyticsaccelerator-s3"},
+    "gs": {"gcs-connector"},
+    "azure": {"hadoop-azure", "azure-storage", "azure-keyvault-core"},
+}
+SCHEME_FAMILY = {"s3": "s3", "s3a": "s3", "gs": "gs", "abfs": "azure", "abfss": "azure",
+                 "wasb": "azure", "wasbs": "azure"}
+
+
+def unused_storage_artifacts(uris: list[str]) -> set[str]:
+    """The storage connectors none of ``uris`` (table and checkpoint paths) needs."""
+    used = {SCHEME_FAMILY.get(u.split("://", 1)[0].lower()) for u in uris if "://" in u}
+    return set().union(*(a for family, a in STORAGE_ARTIFACTS.items() if family not in used))
+
+
+def connector_jars(skip: set[str] | None = None) -> list[Path]:
+    """Connector jars for Spark's classpath, minus any artifact pyspark already ships
+    (and the artifacts in ``skip``).
 
     Two versions of one artifact on a classpath (e.g. ``snappy-java``) fail in ways
     that are hard to read, so pyspark's own copy always wins.
@@ -49,7 +67,7 @@ def connector_jars() -> list[Path]:
         raise ServiceError(
             f"no connector jars in {folder}: run scripts/setup.sh (it fetches them with Maven)"
         )
-    shipped = {artifact_name(p.name) for p in pyspark_jars_dir().glob("*.jar")}
+    shipped = {artifact_name(p.name) for p in pyspark_jars_dir().glob("*.jar")} | (skip or set())
     return [j for j in jars if artifact_name(j.name) not in shipped]
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lakesink.runtime.jars import connector_jars
+from lakesink.runtime.jars import connector_jars, unused_storage_artifacts
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -121,6 +121,7 @@ def build_spark_session(
     driver_memory: str | None = "1g",
     log_level: str = "WARN",
     extra_jars: list[str] | None = None,
+    storage_uris: list[str] | None = None,
 ) -> SparkSession:
     """Build (or return the running) SparkSession with lakesink's jars and confs.
 
@@ -131,20 +132,26 @@ def build_spark_session(
         driver_memory: heap of the driver JVM (in local mode also the executors').
         log_level: Spark's log level after start.
         extra_jars: more jars for the classpath.
+        storage_uris: the table and checkpoint paths; on a cluster only the storage
+            connectors they need are shipped to the executors.
     """
     # Workers must run this interpreter (the venv's), not whatever python3 is on PATH.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    local = master is not None and master.startswith("local")
+    if local:  # one machine: the tasks' Python is this one
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+    else:  # a cluster's executors may have their own (a packed venv): keep the user's
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master is None or master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    jars = [str(p) for p in connector_jars()] + list(extra_jars or [])
+    skip = None if local else unused_storage_artifacts(storage_uris or [])
+    jars = [str(p) for p in connector_jars(skip)] + list(extra_jars or [])
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
     settings: dict[str, str] = dict(DEFAULTS)
-    local = master is not None and master.startswith("local")
     if local:
         # Embedded mode talks to itself only: bind to loopback, never to the LAN.
         settings["spark.driver.host"] = "127.0.0.1"

@@ -119,6 +119,17 @@ def hadoop_options(cfg: LakesinkConfig) -> dict[str, str]:
     return opts
 
 
+def uris(cfg: LakesinkConfig) -> list[str]:
+    """Every path the run reads or writes: table base paths (routes' too) and the
+    checkpoint."""
+    from lakesink.tables.fs import to_uri
+
+    paths = [cfg.table.base_path, *(r.table.get("base_path") for r in cfg.routes)]
+    if cfg.checkpoint:
+        paths.append(cfg.checkpoint)
+    return [to_uri(p) for p in paths if p]
+
+
 def on_s3(path: str) -> bool:
     return path.startswith(("s3a://", "s3://"))
 

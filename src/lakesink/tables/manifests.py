@@ -72,8 +72,8 @@ def manifests(fs: HadoopFS, layout: TableLayout) -> Iterator[dict[str, Any]]:
     """Every committed batch's manifest."""
     for run, batch_id, manifest in committed(fs, layout):
         if manifest is None:
-            try:
-                manifest = fs.read_json(layout.manifest(run, batch_id))
+            try:  # the per-batch file, or its rollup if a vacuum rolled it up since
+                manifest = read_manifest(fs, layout, run, batch_id)
             except ValueError:
                 manifest = None
             if not isinstance(manifest, dict):
@@ -99,7 +99,10 @@ def roll_up(fs: HadoopFS, layout: TableLayout) -> int:
         if existing is None:
             if (k + 1) * size - 1 >= newest[run]:
                 continue  # the range of the newest batch: it may still grow
-            batches = {str(b): fs.read_json(layout.manifest(run, b)) for b in sorted(ids)}
+            try:
+                batches = {str(b): fs.read_json(layout.manifest(run, b)) for b in sorted(ids)}
+            except ValueError:
+                batches = {"": None}
             if any(not isinstance(m, dict) for m in batches.values()):
                 raise SinkError(f"a manifest of run {run} batches {k * size}… is unreadable; "
                                 "not rolled up (lakesink repair)")
