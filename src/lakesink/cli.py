@@ -41,6 +41,7 @@ TopicOpt = Annotated[list[str] | None, typer.Option("--topic", "-t", help="sourc
 TableOpt = Annotated[str | None, typer.Option("--table", help="table.name")]
 BaseOpt = Annotated[str | None, typer.Option("--base-path", help="table.base_path")]
 MasterOpt = Annotated[str | None, typer.Option("--master", help="spark.master")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 def _setup_logging(flag: str | None = None, cfg: Any = None) -> None:  # noqa: ANN401
@@ -286,7 +287,7 @@ def dlq_show(
     table: TableOpt = None,
     base_path: BaseOpt = None,
     sample: Annotated[int, typer.Option(help="Records to show.")] = 5,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Pending dead letters by reason, a sample of them, and how many were replayed
     (every route's table with routes)."""
@@ -412,7 +413,7 @@ def _print_report(what: str, r: dict[str, Any]) -> None:
 def compact(
     config: ConfigOpt = None,
     set_: SetOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Merge small files: Parquet partition folders quiet for maintenance.min_age_s
     (journaled: a crash is resumed by the next compact); Delta OPTIMIZE (optionally
@@ -430,12 +431,11 @@ def vacuum(
         "--force", help="Delta: allow a retention under 7 days; Parquet: no grace period."
     )] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Delta: only list.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Delete files no longer in the table: Delta VACUUM (maintenance.vacuum_retention_hours);
     Parquet: the files compactions replaced, after maintenance.replaced_grace_s."""
     from lakesink import maintenance
-
     from lakesink.maintenance.delta import check_retention
 
     def check(cfg: Any) -> None:  # noqa: ANN401
@@ -456,7 +456,7 @@ def repair(
     apply: Annotated[bool, typer.Option(
         "--apply", help="Fix what is found (default: only report, a dry run)."
     )] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Check a table against its bookkeeping. Parquet: committed files missing or of
     another size; orphans (moved to a quarantine folder with --apply). Delta: files the

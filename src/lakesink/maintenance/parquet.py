@@ -366,7 +366,6 @@ class VacuumReport:
     compactions_vacuumed: list[int] = field(default_factory=list)
     manifests_rolled_up: int = 0  #: per-batch manifests now in a rollup file
     kept_in_grace: int = 0  #: finished compactions whose replaced files are kept for now
-    detail: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
