@@ -36,8 +36,6 @@ def registrar(config: CatalogConfig, table: TableConfig, fs: HadoopFS, layout: T
         return None
     if config.type in ("iceberg", "quix") and table.format == "parquet" \
             and fs.list_files(layout.compactions, suffix=".json"):
-        from lakesink.errors import ConfigError
-
         raise ConfigError("catalog.type", f"table {layout.name} was compacted (lakesink "
                           f"compact); a {config.type} catalog lists a Parquet table's "
                           "files, and would register files compaction replaced: not "
