@@ -468,6 +468,25 @@ def repair(
               lambda c, spark: maintenance.repair(c, spark, apply=apply))
 
 
+@app.command()
+def jars(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """The connector jars a run of this config needs, comma-separated: for
+    spark-submit's --jars (only the storage connectors its paths use)."""
+    from lakesink.runtime import storage
+    from lakesink.runtime.jars import connector_jars, unused_storage_artifacts
+
+    try:
+        cfg = _load(config, set_, {})
+    except ConfigError as exc:
+        _fail_config(exc)
+        return
+    skip = unused_storage_artifacts(storage.uris(cfg))
+    print(",".join(str(j) for j in connector_jars(skip)))
+
+
 def main() -> None:
     app()
 

@@ -112,3 +112,42 @@ def test_delta_on_the_cluster_with_an_executor_killed_mid_run(cluster, kafka_bro
     assert back.count() == N and back.select("id").distinct().count() == N
     print(f"crash-matrix cluster=standalone kill=executor table=delta produced={N} "
           f"read_back={len(ids)} duplicated={len(ids) - len(set(ids))}")
+
+
+def test_spark_submit_from_the_wheel(cluster, kafka_broker, topic, tmp_path) -> None:
+    """The documented spark-submit command line (docs/deploy.md), from a wheel built
+    here: the driver and the executors import lakesink from the wheel."""
+    from lakesink.runtime.jars import repo_root
+    from lakesink.runtime.sparkcluster import spark_home
+
+    produce_events(kafka_broker, topic, range(1000))
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                            "--no-build-isolation", "-w", str(tmp_path / "dist"),
+                            str(repo_root())], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").glob("lakesink-*.whl")
+    lake = tmp_path / "lake"
+    data = cluster_config(cluster, kafka_broker, topic, lake)
+    data["spark"]["master"] = None  # spark-submit gives it
+    cfg = write_config(tmp_path / "c.yaml", data)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("LAKESINK_", "PYTHONPATH"))} | ENV
+    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    jars = subprocess.run([*lakesink_cmd("jars", "-c", str(cfg))], capture_output=True,
+                          text=True, env=env, timeout=120, cwd=tmp_path)
+    assert jars.returncode == 0 and "spark-sql-kafka" in jars.stdout, jars.stderr
+    assert "bundle-" not in jars.stdout, "a local lake needs no S3 connector"
+    submit = [str(spark_home() / "bin" / "spark-submit"), "--master", cluster.master_url,
+              "--jars", jars.stdout.strip(), "--py-files", str(wheel),
+              "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.executor.memory=640m",
+              str(repo_root() / "scripts" / "lakesink_submit.py"),
+              "run", "-c", str(cfg), "--until-caught-up"]
+    run = subprocess.run(submit, capture_output=True, text=True, env=env, timeout=600,
+                         cwd=tmp_path, start_new_session=True)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    logs = run.stdout + run.stderr
+    assert f"master={cluster.master_url}" in logs, logs[-3000:]
+    # the driver's lakesink is the wheel's (spark-submit put it on the path)
+    assert f"lakesink 0.1.0 from {wheel}/lakesink" in logs, logs[-3000:]
+    ids = read_ids(lake / "events", "parquet")
+    assert sorted(ids) == list(range(1000)), f"{len(ids)} rows, {len(set(ids))} distinct"

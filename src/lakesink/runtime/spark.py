@@ -126,7 +126,8 @@ def build_spark_session(
     """Build (or return the running) SparkSession with lakesink's jars and confs.
 
     Args:
-        master: Spark master URL; ``None`` leaves it to ``spark-submit``.
+        master: Spark master URL; ``None`` leaves it (and the jars: ``--jars "$(lakesink
+            jars -c …)"``) to ``spark-submit``.
         app_name: the application name shown by the cluster manager.
         conf: user ``spark.*`` settings; they override every default here.
         driver_memory: heap of the driver JVM (in local mode also the executors').
@@ -146,8 +147,11 @@ def build_spark_session(
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    skip = None if local else unused_storage_artifacts(storage_uris or [])
-    jars = [str(p) for p in connector_jars(skip)] + list(extra_jars or [])
+    if master is None:  # under spark-submit: its --jars (``lakesink jars``) or --packages
+        jars = list(extra_jars or [])
+    else:
+        skip = None if local else unused_storage_artifacts(storage_uris or [])
+        jars = [str(p) for p in connector_jars(skip)] + list(extra_jars or [])
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
@@ -177,5 +181,9 @@ def build_spark_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     register_jvm_functions(spark)
-    logger.info("spark %s started (master=%s)", spark.version, spark.sparkContext.master)
+    import lakesink
+
+    logger.info("spark %s started (master=%s); lakesink %s from %s", spark.version,
+                spark.sparkContext.master, lakesink.__version__,
+                os.path.dirname(lakesink.__file__))
     return spark
