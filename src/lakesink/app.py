@@ -234,7 +234,8 @@ class TableParts:
         table = cfg.table
         layout = TableLayout.of(table.base_path, cfg.table_name)
         fs = HadoopFS(spark, layout.base)
-        check_layout(fs, layout, table.format, table.partition_by)
+        check_layout(fs, layout, table.format, table.partition_by,
+                     null_value=table.null_partition_value)
         fixed = fixed_decoder(spark, cfg.decode)
         policy = evolution_policy(cfg)
         registry = (SchemaRegistry(cfg.decode.registry,
@@ -286,6 +287,7 @@ class TableParts:
                   "compression": table.compression,
                   "files_per_partition": table.files_per_partition,
                   "target_file_size": table.target_file_size,
+                  "null_value": table.null_partition_value,
                   **storage.lease_options(self.cfg)}
         if table.format == "delta":
             writer = DeltaTableWriter(spark, layout, **common,
@@ -724,5 +726,6 @@ def _check_local_layout(cfg: LakesinkConfig, layout: TableLayout) -> str:
     if not record.exists():
         return "table layout: new table"
     existing = json.loads(record.read_text())
-    compare_layout(existing, cfg.table.format, cfg.table.partition_by, table=layout.table)
+    compare_layout(existing, cfg.table.format, cfg.table.partition_by, table=layout.table,
+                   null_value=cfg.table.null_partition_value)
     return f"table layout: matches the existing table ({existing.get('partition_by')})"

@@ -145,12 +145,25 @@ def test_null_in_a_required_field_rejects_only_that_record(spark, kafka_broker, 
 def test_nasty_partition_values_stay_in_their_folder(spark, kafka_broker, topic, tmp_path,
                                                      null_value) -> None:
     values = ["a/b", "k=v", "..", "../../escape", "50%", None, "", "späti", "x:y"]
+    hive_null = "__HIVE_DEFAULT_PARTITION__"  # a literal value: what readers take for NULL
     records = [(b"k", json.dumps({"id": i, "location": v, "ts_ms": 1795000000000}).encode())
-               for i, v in enumerate(values)]
+               for i, v in enumerate([*values, hive_null])]
     produce(kafka_broker.bootstrap_servers, topic, records)
     lake = tmp_path / "lake"
-    run_once(spark, config_dict(kafka_broker, topic, lake, partition_by=["location"],
-                                null_partition_value=null_value))
+    stats = run_once(spark, config_dict(kafka_broker, topic, lake, partition_by=["location"],
+                                        null_partition_value=null_value))
+    if null_value == hive_null:  # the table's own NULL folder: it lands there, as NULL
+        values.append(hive_null)
+        assert stats.rejected == 0
+    else:  # it would come back NULL beside this table's NULL folder: rejected, said why
+        import duckdb
+
+        assert stats.rejected == 1
+        assert duckdb.sql(f"SELECT reason, detail FROM read_parquet('{lake}/_rejected/"
+                          "events/*.parquet')").fetchall() == [(
+                              "invalid_partition_value", "location: the value is "
+                              f"{hive_null}, which readers take for NULL (this table's "
+                              "NULL folder is '__None__')")]
     table = lake / "events"
     files = list(table.rglob("*.parquet"))
     assert all(f.resolve().is_relative_to(table.resolve()) for f in files)
@@ -162,7 +175,7 @@ def test_nasty_partition_values_stay_in_their_folder(spark, kafka_broker, topic,
     # folder, which Spark reads as NULL (Hive's default) or as the custom literal
     got = {r.location for r in spark.read.parquet(str(table)).select("location").collect()}
     null_read = None if null_value == "__HIVE_DEFAULT_PARTITION__" else null_value
-    assert got == {v if v else null_read for v in values}
+    assert got == {v if v and v != hive_null else null_read for v in values}
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "delta"])

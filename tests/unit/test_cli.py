@@ -72,6 +72,20 @@ def test_existing_layout_mismatch_exit_2(tmp_path: Path) -> None:
     assert "partitioned by ['day']" in result.output
 
 
+def test_a_changed_null_partition_value_is_refused(tmp_path: Path) -> None:
+    meta = tmp_path / ".lakesink" / "events"
+    meta.mkdir(parents=True)
+    (meta / "layout.json").write_text('{"format": "parquet", "partition_by": ["location"], '
+                                      '"null_partition_value": "__None__"}')
+    base = ["validate", "-c", str(write(tmp_path, GOOD)), "--offline",
+            "--set", f"table.base_path={tmp_path}", "--set", "table.partition_by=[location]"]
+    result = runner.invoke(app, base)
+    assert result.exit_code == 2
+    assert "table.null_partition_value" in result.output and "'__None__'" in result.output
+    ok = runner.invoke(app, [*base, "--set", "table.null_partition_value=__None__"])
+    assert ok.exit_code == 0, ok.output
+
+
 def test_unreachable_broker_is_a_clear_error(tmp_path: Path) -> None:
     result = runner.invoke(app, ["validate", "-c", str(write(tmp_path, GOOD)),
                                  "--set", "source.kafka.connect_timeout_s=1"])

@@ -46,6 +46,7 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from lakesink.pipeline.partitioning import (
+    HIVE_DEFAULT_PARTITION,
     MAX_FOLDER_BYTES,
     TIME_PARTS,
     UNIT_THRESHOLDS,
@@ -105,7 +106,7 @@ class TaskSpec:
     partition_by: tuple[str, ...] = ()
     timestamp_column: str | None = None
     use_kafka_timestamp: bool = False
-    null_value: str = "__HIVE_DEFAULT_PARTITION__"
+    null_value: str = HIVE_DEFAULT_PARTITION
     key_column: str | None = None
     key_format: str = "string"
     metadata_column: str | None = None
@@ -382,6 +383,9 @@ def certify(spec: TaskSpec, raw: pa.Table, decoded: pa.Table, ok: pa.Array
             checks.append(_valid_utf8(col))
             if name in spec.partition_by and name not in spec.derived:
                 checks.append(_folders_fit(name, col))
+                if spec.null_value != HIVE_DEFAULT_PARTITION:  # Spark's path rejects it
+                    checks.append(pc.fill_null(pc.not_equal(col, HIVE_DEFAULT_PARTITION),
+                                               True))
     values: dict[str, pa.Array] = {}  # each field's value (timestamps, dates: certified)
     for name, type_name, _ in spec.fields:
         values[name] = decoded.column(name).combine_chunks()

@@ -117,14 +117,24 @@ class PartitionSpec:
         if not names:
             return None
         unfit = {name: folder_unfit_expr(name, record[name]) for name in names}
+        details = [F.when(check, F.lit(
+            f"{name}: the value cannot name a partition folder (it holds a NUL byte, or "
+            f"{name}=<value>, escaped, is over {MAX_FOLDER_BYTES} bytes)"))
+            for name, check in unfit.items()]
+        if self.null_value != HIVE_DEFAULT_PARTITION:
+            # the folder every reader (and the Hive metastore) takes for NULL, while this
+            # table's NULL folder is another: the value would come back as NULL
+            for name in names:
+                reserved = F.coalesce(record[name] == F.lit(HIVE_DEFAULT_PARTITION),
+                                      F.lit(False))
+                unfit[f"{name}\x00reserved"] = reserved
+                details.append(F.when(reserved, F.lit(
+                    f"{name}: the value is {HIVE_DEFAULT_PARTITION}, which readers take for "
+                    f"NULL (this table's NULL folder is {self.null_value!r})")))
         any_unfit = F.lit(False)
         for check in unfit.values():
             any_unfit = any_unfit | check
-        detail = F.coalesce(*[F.when(check, F.lit(
-            f"{name}: the value cannot name a partition folder (it holds a NUL byte, or "
-            f"{name}=<value>, escaped, is over {MAX_FOLDER_BYTES} bytes)"))
-            for name, check in unfit.items()])
-        return any_unfit, detail
+        return any_unfit, F.coalesce(*details)
 
     def output_columns(
         self, record: Column, schema: T.StructType, ts: Column | None

@@ -96,6 +96,7 @@ class TableWriter(ABC):
         target_file_size: int | None = None,
         lease_s: float = 0.0,
         lease_per_table: bool = False,
+        null_value: str | None = None,
     ) -> None:
         """``lease_s`` > 0: hold a writer lease with that TTL while writing (see
         :mod:`lakesink.tables.lease`), over the whole table with ``lease_per_table``,
@@ -112,6 +113,8 @@ class TableWriter(ABC):
         self.compression = compression
         self.files_per_partition = files_per_partition
         self.target_file_size = target_file_size
+        #: the NULL folder's value (``table.null_partition_value``), recorded in the layout
+        self.null_value = null_value
         # bytes per row in written files; a guess until the first batch measured it
         self.bytes_per_row = INITIAL_BYTES_PER_ROW
         self.lease = (WriterLease(self.fs, layout.lease(None if lease_per_table
@@ -152,12 +155,15 @@ class TableWriter(ABC):
     def prepare(self) -> None:
         """Check an existing table's layout, or record the layout of a new one; then
         take the writer lease."""
-        if not check_layout(self.fs, self.layout, self.format, self.partition_by):
+        if not check_layout(self.fs, self.layout, self.format, self.partition_by,
+                            null_value=self.null_value):
             self.fs.mkdirs(self.layout.table)
-            self.fs.write_json(self.layout.layout_file, {
+            record: dict[str, Any] = {
                 "format": self.format, "partition_by": self.partition_by,
-                "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            })
+                "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+            if self.partition_by and self.null_value is not None:
+                record["null_partition_value"] = self.null_value
+            self.fs.write_json(self.layout.layout_file, record)
         if self.lease is not None:
             self.lease.acquire()
 
@@ -211,7 +217,7 @@ class TableWriter(ABC):
 
 
 def compare_layout(existing: dict[str, Any], fmt: str, partition_by: Sequence[str], *,
-                   table: str) -> None:
+                   table: str, null_value: str | None = None) -> None:
     """Raise LayoutError when a recorded table layout differs from the configuration."""
     if existing.get("format") != fmt:
         raise LayoutError(
@@ -225,10 +231,20 @@ def compare_layout(existing: dict[str, Any], fmt: str, partition_by: Sequence[st
             f"config says {list(partition_by)}",
             fix="use the table's partition columns, or write to a new table",
         )
+    recorded = existing.get("null_partition_value")
+    if partition_by and null_value is not None and recorded is not None \
+            and recorded != null_value:
+        raise LayoutError(
+            "table.null_partition_value",
+            f"table {table} keeps NULL partition values in folders named {recorded!r}, "
+            f"config says {null_value!r}: NULLs would land in two folders, and readers "
+            "would take one of them for a value",
+            fix="use the table's null_partition_value, or write to a new table",
+        )
 
 
 def check_layout(fs: HadoopFS, layout: TableLayout, fmt: str,
-                 partition_by: Sequence[str]) -> bool:
+                 partition_by: Sequence[str], *, null_value: str | None = None) -> bool:
     """Refuse an existing table whose recorded format or partition columns differ.
 
     Returns whether the table was recorded before. Runs before any data moves.
@@ -236,7 +252,7 @@ def check_layout(fs: HadoopFS, layout: TableLayout, fmt: str,
     existing = fs.read_json(layout.layout_file)
     if existing is None:
         return False
-    compare_layout(existing, fmt, partition_by, table=layout.table)
+    compare_layout(existing, fmt, partition_by, table=layout.table, null_value=null_value)
     return True
 
 
