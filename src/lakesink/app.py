@@ -340,6 +340,7 @@ class Pipeline:
     @classmethod
     def build(cls, cfg: LakesinkConfig, spark: SparkSession) -> Pipeline:
         sources.check_reachable(cfg.source)
+        sources.check_access(spark, cfg.source)
         storage.apply(spark, cfg)
         if cfg.routes:
             pipeline = cls._routed(cfg, spark)

@@ -24,6 +24,7 @@ from typing import Any, Self
 
 from lakesink.errors import ServiceError
 from lakesink.runtime.jars import kafka_broker_classpath
+from lakesink.runtime.kafka_security import BrokerSecurity
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +111,11 @@ class KafkaBroker(LocalService):
         heap: str = "1G",
         extra_config: dict[str, str] | None = None,
         start_timeout_s: float = 90.0,
+        secured: bool = False,
     ) -> None:
+        """``secured``: also listen with SASL_SSL (SCRAM-SHA-512) and mutual TLS, ACLs on
+        (see :mod:`lakesink.runtime.kafka_security`; ``security`` holds the files and
+        users)."""
         self._own_dir = work_dir is None
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="lakesink-kafka-"))
         self.heap = heap
@@ -118,12 +123,27 @@ class KafkaBroker(LocalService):
         self.start_timeout_s = start_timeout_s
         self.port = 0
         self.controller_port = 0
+        self.sasl_port = 0
+        self.tls_port = 0
+        self.security: BrokerSecurity | None = None
+        if secured:
+            self.security = BrokerSecurity(self.work_dir / "tls")
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.work_dir / "broker.log"
 
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        """The SASL_SSL (SCRAM-SHA-512) listener of a ``secured`` broker."""
+        return f"127.0.0.1:{self.sasl_port}"
+
+    @property
+    def tls_bootstrap_servers(self) -> str:
+        """The mutual-TLS listener of a ``secured`` broker."""
+        return f"127.0.0.1:{self.tls_port}"
 
     def _write_properties(self) -> Path:
         data_dir = self.work_dir / "data"
@@ -149,6 +169,10 @@ class KafkaBroker(LocalService):
             "transaction.state.log.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
             "log.retention.hours": "-1",
+            **(self.security.broker_properties(plain=self.port, sasl=self.sasl_port,
+                                               tls=self.tls_port,
+                                               controller=self.controller_port)
+               if self.security else {}),
             **self.extra_config,
         }
         path = self.work_dir / "server.properties"
@@ -160,14 +184,18 @@ class KafkaBroker(LocalService):
             return self
         cp = kafka_broker_classpath()
         java = java_binary()
-        self.port, self.controller_port = free_port(), free_port()
-        while self.controller_port == self.port:
-            self.controller_port = free_port()
+        ports: set[int] = set()
+        while len(ports) < 4:
+            ports.add(free_port())
+        self.port, self.controller_port, self.sasl_port, self.tls_port = sorted(ports)
+        scram: list[str] = []
+        if self.security is not None:
+            scram = self.security.create().scram_format_args()
         props = self._write_properties()
         cluster_id = str(uuid.uuid4())
         fmt = subprocess.run(
             [java, "-cp", cp, "kafka.tools.StorageTool", "format", "--standalone",
-             "-t", cluster_id, "-c", str(props), "--ignore-formatted"],
+             "-t", cluster_id, "-c", str(props), "--ignore-formatted", *scram],
             capture_output=True, text=True, timeout=120,
         )
         if fmt.returncode != 0:
@@ -237,6 +265,27 @@ class KafkaBroker(LocalService):
                 return
             time.sleep(0.2)
         raise ServiceError(f"topic {name} has no leaders after {timeout_s}s")
+
+
+    def grant(self, topic: str, principal: str, *operations: str) -> None:
+        """Allow ``principal`` (``User:alice``) the ``operations`` (``READ``, ``DESCRIBE``)
+        on ``topic``; once a topic has an ACL, nobody else may touch it (super users
+        aside)."""
+        from confluent_kafka.admin import (
+            AclBinding,
+            AclOperation,
+            AclPermissionType,
+            AdminClient,
+            ResourcePatternType,
+            ResourceType,
+        )
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        bindings = [AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL,
+                               principal, "*", AclOperation[op], AclPermissionType.ALLOW)
+                    for op in operations]
+        for future in admin.create_acls(bindings).values():
+            future.result(timeout=30)
 
 
 def produce(

@@ -49,6 +49,16 @@ def check_reachable(cfg: SourceConfig) -> None:
         kafka.check_reachable(cfg.kafka)
 
 
+def check_access(spark: SparkSession, cfg: SourceConfig) -> None:
+    """Refuse at start, with one line, a source that answers but will not let us read
+    (Kafka: authentication, TLS trust, READ on the topics; see
+    :func:`lakesink.sources.kafka.check_access`)."""
+    if cfg.kafka is not None:
+        from lakesink.sources import kafka
+
+        kafka.check_access(spark, cfg.kafka)
+
+
 def read_stream(spark: SparkSession, cfg: SourceConfig, *, headers: bool = False,
                 checkpoint: str | None = None) -> DataFrame:
     """The streaming source; ``headers`` adds the records' headers column. A source
@@ -265,6 +275,7 @@ def _redis_stream(spark: SparkSession, cfg: RedisSource, *, headers: bool,
 
 
 __all__ = [
+    "check_access",
     "check_reachable",
     "describe",
     "read_stream",
