@@ -79,7 +79,8 @@ def evolution_policy(cfg: LakesinkConfig) -> EvolutionPolicy:
         return EvolutionPolicy(mode="strict", unknown_fields="drop", type_widening=False)
     return EvolutionPolicy(mode=cfg.table.schema_evolution,
                            unknown_fields=cfg.table.unknown_fields,
-                           type_widening=cfg.table.widening)
+                           type_widening=cfg.table.widening,
+                           max_columns=cfg.table.max_columns)
 
 
 def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,

@@ -509,6 +509,11 @@ class TableConfig(_Section):
         description="add_columns: new top-level fields become new nullable columns; "
         "strict: the schema never changes",
     )
+    max_columns: int = Field(
+        default=1000, ge=1,
+        description="add_columns: the most fields schema evolution may grow the table "
+        "to; a record whose new fields would pass it is a dead letter (too_many_fields)",
+    )
     unknown_fields: Literal["drop", "reject"] = Field(
         default="drop",
         description="strict only: drop fields outside the schema (counted, logged) or "

@@ -21,7 +21,6 @@ in every Avro reader.
 
 from __future__ import annotations
 
-import functools
 import json
 import operator
 from pathlib import Path
@@ -35,6 +34,7 @@ from lakesink.decode.base import (
     CONFLUENT_HEADER,
     NULL_VALUE,
     Decoder,
+    combine,
     confluent_framed,
     framing_detail,
 )
@@ -109,10 +109,10 @@ class AvroDecoder(Decoder):
         from pyspark.sql.avro.functions import to_avro
 
         if self.required:
-            return functools.reduce(operator.or_, [parsed[n].isNull() for n in self.required])
+            return combine(operator.or_, [parsed[n].isNull() for n in self.required])
         if not self.fields:
             return parsed.isNull()
-        all_null = functools.reduce(operator.and_, [parsed[n].isNull() for n in self.fields])
+        all_null = combine(operator.and_, [parsed[n].isNull() for n in self.fields])
         # evaluated only for all-NULL rows: does the NULL row encode to these bytes?
         return parsed.isNull() | F.when(
             all_null, to_avro(parsed, self.schema_json) != self._payload(value)

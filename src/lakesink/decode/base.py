@@ -16,6 +16,7 @@ Contract for every decoder:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
@@ -29,6 +30,19 @@ NULL_VALUE = "null_value"
 #: ``wire: confluent`` and the value lacks the Confluent framing
 BAD_MAGIC_BYTE = "bad_magic_byte"
 CONFLUENT_HEADER = 5  # magic byte 0 + a 4-byte schema id
+
+
+def combine(op: Callable[[Column, Column], Column], columns: Sequence[Column]) -> Column:
+    """``c1 op c2 op … op cn`` as a balanced tree: a record with thousands of fields
+    makes an expression log2(n) deep, not n deep (a left fold over 5 000 columns
+    overflows the JVM stack when Spark converts it)."""
+    items = list(columns)
+    if not items:
+        raise ValueError("combine needs at least one column")
+    while len(items) > 1:
+        pairs = [op(items[i], items[i + 1]) for i in range(0, len(items) - 1, 2)]
+        items = pairs + ([items[-1]] if len(items) % 2 else [])
+    return items[0]
 
 
 def confluent_framed(value: Column) -> Column:

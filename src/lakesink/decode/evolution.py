@@ -69,6 +69,9 @@ class EvolutionPolicy:
     mode: Policy = "add_columns"
     unknown_fields: UnknownFields = "drop"
     type_widening: bool = True
+    #: add_columns: the most fields the schema may grow to; a record whose new fields
+    #: would pass it is a dead letter (``too_many_fields``)
+    max_columns: int = 1000
 
     @property
     def adds_columns(self) -> bool:

@@ -11,7 +11,6 @@ only on the rejected ones.
 
 from __future__ import annotations
 
-import functools
 import logging
 import operator
 from collections.abc import Sequence
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakesink.decode.base import NULL_VALUE, Decoder
+from lakesink.decode.base import NULL_VALUE, Decoder, combine
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
@@ -92,7 +91,7 @@ class JsonDecoder(Decoder):
         else:  # split on one plain character takes Java's fast path: cheaper than a
             # parse, or than replace/regexp_count
             colons = F.size(F.split(text, ":", -1)) - F.lit(1)
-        filled = functools.reduce(operator.add, [
+        filled = combine(operator.add, [
             F.when(parsed[name].isNotNull(), F.lit(1)).otherwise(F.lit(0))
             for name in self.fields])
         # null values and records that did not parse take the exact path
@@ -103,12 +102,12 @@ class JsonDecoder(Decoder):
         """True when a ``float`` field's value only fits a double (Spark makes it ±inf)."""
         inf = F.lit(float("inf"))
         checks = [F.abs(parsed[name]) == inf for name in self.floats]
-        return functools.reduce(operator.or_, checks) if checks else None
+        return combine(operator.or_, checks) if checks else None
 
     def _missing_required(self, parsed: Column) -> Column | None:
         """True when a ``nullable: false`` field is null or absent (None: none declared)."""
         checks = [parsed[name].isNull() for name in self.required]
-        return functools.reduce(operator.or_, checks) if checks else None
+        return combine(operator.or_, checks) if checks else None
 
     def failure(self, value: Column, parsed: Column, unknown: Column | None = None) -> Column:
         """NULL for a good record; a non-null marker for a record to reject.
@@ -118,6 +117,9 @@ class JsonDecoder(Decoder):
         marker = (
             F.when(value.isNull(), F.lit(NULL_VALUE))
             .when(parsed.isNull(), F.lit(MALFORMED_JSON))
+            # Spark's JSON reader turns invalid UTF-8 into U+FFFD: a silent change of
+            # the data, so such a value is not JSON (RFC 8259 8.1) and is rejected
+            .when(~F.is_valid_utf8(value.cast("string")), F.lit(MALFORMED_JSON))
             .when(parsed[CORRUPT].isNotNull(), F.lit(SCHEMA_MISMATCH))
         )
         overflow = self._float_overflow(parsed)
@@ -144,7 +146,7 @@ class JsonDecoder(Decoder):
         extra = self.unknown_keys(value)
         reason = (
             F.when(value.isNull(), F.lit(NULL_VALUE))
-            .when(variant.isNull(), F.lit(MALFORMED_JSON))
+            .when(variant.isNull() | ~F.is_valid_utf8(text), F.lit(MALFORMED_JSON))
             .when(~kind.startswith("OBJECT"), F.lit(NOT_AN_OBJECT))
             .when(corrupt, F.lit(SCHEMA_MISMATCH))
             .when(missing_any if missing_any is not None else F.lit(False),
@@ -168,6 +170,7 @@ class JsonDecoder(Decoder):
         detail = (
             F.when(value.isNull(), F.lit("the record has no value (tombstone)"))
             .when(F.length(text) == 0, F.lit("the value is empty"))
+            .when(~F.is_valid_utf8(text), F.lit("the value is not valid UTF-8"))
             .when(variant.isNull(), F.lit("the value is not valid JSON"))
             .when(~kind.startswith("OBJECT"),
                   F.concat(F.lit("expected a JSON object, got "), F.lower(kind)))

@@ -28,7 +28,6 @@ crash decodes the batch with the schema its files were (or will be) written with
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import logging
 import operator
 import time
@@ -48,7 +47,7 @@ from lakesink.decode.registered import (
     RegistryDecoder,
     schema_id,
 )
-from lakesink.decode.base import Decoder
+from lakesink.decode.base import Decoder, combine
 from lakesink.decode.evolution import WIDEST, EvolutionPolicy, evolve, widenable
 from lakesink.decode.json import SCHEMA_MISMATCH, _path, infer_schema
 from lakesink.errors import ConfigError, FilesRefused
@@ -82,6 +81,7 @@ logger = logging.getLogger(__name__)
 
 INVALID_TIMESTAMP = "invalid_timestamp"
 INVALID_PARTITION_VALUE = "invalid_partition_value"
+TOO_MANY_FIELDS = "too_many_fields"
 # rows of new fields sampled to type them (the rest are decoded with those types)
 EVOLUTION_SAMPLE = 10_000
 # how often one batch may evolve the schema before leftovers count as unknown
@@ -92,7 +92,7 @@ GUARD_MESSAGE = "lakesink: this batch needs a schema change or its dead letters 
 # reasons of the "schema" stage (the value decoded but does not fit the table); the
 # rest are "decode" (the value could not be read at all)
 SCHEMA_REASONS = ("schema_mismatch", "missing_required", "unknown_field", INVALID_TIMESTAMP,
-                  INVALID_PARTITION_VALUE, INCOMPATIBLE_SCHEMA)
+                  INVALID_PARTITION_VALUE, INCOMPATIBLE_SCHEMA, TOO_MANY_FIELDS)
 
 # (schema, changes, batch id) -> None: store an evolved schema durably
 SchemaStore = Callable[[T.StructType, list[str], int], None]
@@ -251,6 +251,10 @@ class BatchProcessor:
         folders = self.partitions.unfit_folders(F.col(self.record), self.columns)
         if folders is not None:
             fail = F.coalesce(fail, F.when(folders[0], F.lit(INVALID_PARTITION_VALUE)))
+        if self.policy.adds_columns:  # one record must not widen the table without bound
+            room = self.policy.max_columns - len(self.schema.fields)
+            fail = F.coalesce(fail, F.when(F.size("_extra") > F.lit(room),
+                                           F.lit(TOO_MANY_FIELDS)))
         return _MarkedPlan(select, extra, decode_fail, explode, ts, fail)
 
     def _widenable(self) -> list[T.StructField]:
@@ -404,6 +408,14 @@ class BatchProcessor:
             is_folder = F.col("_fail") == F.lit(INVALID_PARTITION_VALUE)
             reason = F.when(is_folder, F.lit(INVALID_PARTITION_VALUE)).otherwise(reason)
             detail = F.when(is_folder, folders[1]).otherwise(detail)
+        if self.policy.adds_columns:
+            is_wide = F.col("_fail") == F.lit(TOO_MANY_FIELDS)
+            reason = F.when(is_wide, F.lit(TOO_MANY_FIELDS)).otherwise(reason)
+            detail = F.when(is_wide, F.concat(
+                F.size("_extra").cast("string"),
+                F.lit(f" fields outside the schema ({len(self.schema.fields)} columns): "
+                      f"more than table.max_columns ({self.policy.max_columns}) allows"))
+            ).otherwise(detail)
         stage = (F.when(is_ts | reason.isin(*SCHEMA_REASONS), F.lit("schema"))
                  .otherwise(F.lit("decode")))
         if self.transforms:
@@ -546,7 +558,7 @@ class BatchProcessor:
             checks.append(F.col("_fail").isNull() & (F.size("_extra") > 0))
         if self._widenable():
             checks.append(F.col("_fail") == F.lit(SCHEMA_MISMATCH))
-        return functools.reduce(operator.or_, checks) if checks else None
+        return combine(operator.or_, checks) if checks else None
 
     def _good(self, marked: DataFrame, *, guarded: bool = False) -> DataFrame:
         """The good rows as table columns. ``guarded``: a row that would change the
