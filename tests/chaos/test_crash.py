@@ -242,7 +242,7 @@ def test_routed_crash_between_tables_then_restart(kafka_broker, topic, tmp_path,
 
 S3_CASES = [pytest.param("parquet", "mid_publish", id="parquet-mid_publish"),
             full_only("parquet", "after_manifest", id="parquet-after_manifest"),
-            pytest.param("delta", "after_staging", id="delta-after_staging"),
+            full_only("delta", "after_staging", id="delta-after_staging"),
             full_only("delta", "after_delta_commit", id="delta-after_delta_commit")]
 
 
@@ -295,7 +295,7 @@ def test_kill_on_s3_then_restart(kafka_broker, s3_server, topic, tmp_path, fmt, 
     assert rejected is not None and rejected[0] == len(BAD)
 
 
-HDFS_CASES = [pytest.param("parquet", "mid_publish", id="parquet-mid_publish"),
+HDFS_CASES = [full_only("parquet", "mid_publish", id="parquet-mid_publish"),
               full_only("delta", "after_delta_commit", id="delta-after_delta_commit")]
 
 
