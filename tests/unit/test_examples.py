@@ -21,3 +21,28 @@ def test_readme_example_matches_file_and_loads() -> None:
     assert cfg.table.partition_by == ["location", "year", "month", "day"]
     checks = preflight(cfg)
     assert checks[0].startswith("schema: 5 declared field(s)")
+
+
+def test_the_kubernetes_example_loads_and_probes_the_metrics_port(tmp_path: Path) -> None:
+    """deploy/k8s/lakesink.yaml: its config loads with the Secret's variables, its
+    secrets are only in the Secret, and the probes and scrape port are metrics.port."""
+    import yaml
+
+    docs = {d["kind"]: d for d in yaml.safe_load_all(
+        (ROOT / "deploy" / "k8s" / "lakesink.yaml").read_text())}
+    text = docs["ConfigMap"]["data"]["lakesink.yaml"]
+    env = dict(docs["Secret"]["stringData"])
+    path = tmp_path / "lakesink.yaml"
+    path.write_text(text)
+    cfg = load_config(path, env=env)
+    assert cfg.source.kafka is not None and cfg.source.kafka.sasl is not None
+    assert cfg.source.kafka.sasl.password is not None
+    assert cfg.storage.s3.secret_access_key is not None  # from AWS_SECRET_ACCESS_KEY
+    assert "change-me" not in text
+    pod = docs["Deployment"]["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    port = {p["name"]: p["containerPort"] for p in container["ports"]}["metrics"]
+    assert port == cfg.metrics.port == int(pod["metadata"]["annotations"]["prometheus.io/port"])
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert docs["Deployment"]["spec"]["replicas"] == 1
