@@ -18,6 +18,7 @@ data; see ``docs/routing.md``).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -226,13 +227,17 @@ def checkpoint_offsets(cfg: LakesinkConfig, checkpoint: str) -> dict[str, dict[s
 
 
 def kafka_conf(cfg: LakesinkConfig) -> dict[str, Any]:
-    """librdkafka settings for reading end offsets (plaintext, TLS or SASL)."""
+    """librdkafka settings for reading end offsets, from the Java client's options:
+    plaintext, SASL (the ``sasl`` section or a PLAIN/SCRAM ``sasl.jaas.config``) and TLS
+    with PEM trust stores and PKCS#12 key stores (librdkafka reads no JKS)."""
     kafka = cfg.source.kafka
     assert kafka is not None
+    opts = {**kafka.options, **{k: v.get_secret_value() for k, v in
+                                kafka.secret_options.items()}}
     conf: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers,
                             "group.id": "lakesink-status", "enable.auto.commit": False,
                             "log_level": 0}  # a failure is reported in the status instead
-    protocol = kafka.options.get("security.protocol")
+    protocol = opts.get("security.protocol")
     if kafka.sasl is not None:
         conf["security.protocol"] = protocol or "SASL_SSL"
         conf["sasl.mechanism"] = kafka.sasl.mechanism
@@ -241,6 +246,23 @@ def kafka_conf(cfg: LakesinkConfig) -> dict[str, Any]:
             conf["sasl.password"] = kafka.sasl.password.get_secret_value()
     elif protocol:
         conf["security.protocol"] = protocol
+    jaas = opts.get("sasl.jaas.config", "")
+    for key in ("username", "password"):
+        found = re.search(rf'\b{key}="((?:[^"\\]|\\.)*)"', jaas)
+        if found:
+            conf[f"sasl.{key}"] = re.sub(r"\\(.)", r"\1", found.group(1))
+    if opts.get("sasl.mechanism"):
+        conf["sasl.mechanism"] = opts["sasl.mechanism"]
+    if opts.get("ssl.truststore.type", "").upper() == "PEM" and opts.get(
+            "ssl.truststore.location"):
+        conf["ssl.ca.location"] = opts["ssl.truststore.location"]
+    if opts.get("ssl.keystore.type", "").upper() == "PKCS12" and opts.get(
+            "ssl.keystore.location"):
+        conf["ssl.keystore.location"] = opts["ssl.keystore.location"]
+        if opts.get("ssl.keystore.password"):
+            conf["ssl.keystore.password"] = opts["ssl.keystore.password"]
+    if opts.get("ssl.endpoint.identification.algorithm") == "":
+        conf["ssl.endpoint.identification.algorithm"] = "none"
     return conf
 
 

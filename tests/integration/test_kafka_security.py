@@ -80,6 +80,14 @@ def run_once(spark: Any, data: dict[str, Any], env: dict[str, str]) -> Any:  # n
     return Pipeline.build(cfg, spark).run(until_caught_up=True)
 
 
+def lag_over(data: dict[str, Any], env: dict[str, str]) -> Any:  # noqa: ANN401
+    """``lakesink status``'s lag, read with librdkafka over the same listener."""
+    from lakesink.status import status
+
+    [table] = status(load_config(flags=flatten(data), env=env))
+    return table.lag_error or table.lag
+
+
 @pytest.mark.parametrize("listener", ["sasl_ssl", "mtls"])
 def test_reads_over_a_secured_listener(spark, kafka_broker, guarded, tmp_path, listener
                                        ) -> None:
@@ -88,11 +96,15 @@ def test_reads_over_a_secured_listener(spark, kafka_broker, guarded, tmp_path, l
         source, env = sasl_source(kafka_broker, "alice"), secrets_env(kafka_broker, "alice")
     else:
         source, env = mtls_source(kafka_broker), secrets_env(kafka_broker)
-    stats = run_once(spark, data_for(kafka_broker, guarded, lake, source), env)
+    data = data_for(kafka_broker, guarded, lake, source)
+    stats = run_once(spark, data, env)
+    produce_events(kafka_broker, guarded, range(N, N + 7))
+    lag = lag_over(data, env)
     ids = duckdb_ids(lake / "events")
     print(f"kafka-security listener={listener} produced={N} read_back={len(ids)} "
-          f"duplicated={len(ids) - len(set(ids))}")
+          f"duplicated={len(ids) - len(set(ids))} status_lag={lag}")
     assert sorted(ids) == list(range(N)) and stats.written == N
+    assert isinstance(lag, dict) and sum(lag.values()) == 7, lag
 
 
 def refusal_cases(broker: Any) -> dict[str, tuple[dict[str, Any], dict[str, str], str]]:  # noqa: ANN401

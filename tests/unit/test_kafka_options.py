@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from lakesink.config import load_config
@@ -72,3 +74,32 @@ def test_unreachable_broker_fails_in_bounded_time() -> None:
     with pytest.raises(SourceError, match="no Kafka broker reachable"):
         check_reachable(c.source.kafka)
     assert time.monotonic() - started < 10
+
+
+def test_status_reads_the_java_clients_tls_and_jaas_options_with_librdkafka() -> None:
+    """``lakesink status`` (librdkafka) connects as the Java client would: the PEM trust
+    store, the PKCS#12 key store and the JAAS config's user and password (quotes and
+    backslashes unescaped as Kafka's JAAS parser does)."""
+    from lakesink.status import kafka_conf
+
+    jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+            'username="ingest" password="p\\"w\\\\d";')
+    config = load_config(flags={
+        "source.kafka.bootstrap_servers": "b:9094", "source.kafka.topics": "t",
+        "source.kafka.options": {"security.protocol": "SASL_SSL",
+                                 "sasl.mechanism": "SCRAM-SHA-512",
+                                 "ssl.truststore.type": "PEM",
+                                 "ssl.truststore.location": "/ca.pem",
+                                 "ssl.keystore.type": "PKCS12",
+                                 "ssl.keystore.location": "/client.p12",
+                                 "ssl.endpoint.identification.algorithm": ""}},
+        env={"LAKESINK_SOURCE__KAFKA__SECRET_OPTIONS":
+             '{"sasl.jaas.config": %s, "ssl.keystore.password": "ks"}' % json.dumps(jaas)})
+    conf = kafka_conf(config)
+    assert conf["security.protocol"] == "SASL_SSL"
+    assert (conf["sasl.mechanism"], conf["sasl.username"], conf["sasl.password"]) == (
+        "SCRAM-SHA-512", "ingest", 'p"w\\d')
+    assert conf["ssl.ca.location"] == "/ca.pem"
+    assert (conf["ssl.keystore.location"], conf["ssl.keystore.password"]) == (
+        "/client.p12", "ks")
+    assert conf["ssl.endpoint.identification.algorithm"] == "none"
