@@ -140,6 +140,9 @@ def run(
     log_level: Annotated[str | None, typer.Option(
         help="Python log level (default: logging.level, else LOG_LEVEL / LOGLEVEL, else "
         "INFO).")] = None,
+    print_config: Annotated[bool, typer.Option(
+        "--print-config", help="Print the config this command line and environment make, "
+        "as a config file (secrets left out, named), and exit.")] = False,
 ) -> None:
     """Stream from the source into the table until SIGINT/SIGTERM (or until caught up)."""
     _setup_logging(log_level)
@@ -148,6 +151,12 @@ def run(
         flags["trigger.until_caught_up"] = True
     try:
         cfg = _load(config, set_, flags)
+        if print_config:
+            from lakesink.config.loader import config_file_text
+
+            out.print(config_file_text(cfg), end="", highlight=False, markup=False,
+                      soft_wrap=True)
+            return
         _setup_logging(log_level, cfg)
         # Everything that can refuse without Spark runs before the JVM starts.
         from lakesink.app import preflight

@@ -118,3 +118,34 @@ def test_every_config_problem_is_listed_with_its_key(tmp_path: Path) -> None:
     assert any(line.startswith("config error: source") for line in lines), result.output
     assert any(line.startswith("table.bogus: unknown key") for line in lines), result.output
     assert any(line.startswith("table.compression:") for line in lines), result.output
+
+
+def test_print_config_makes_a_file_that_runs_the_same(tmp_path: Path) -> None:
+    """``run --print-config``: flags, environment and file resolved into one config file,
+    secrets left out and named; loaded back with the same secrets it is the same config."""
+    from lakesink.config import load_config, redacted_dict
+
+    env = {"LAKESINK_SOURCE__KAFKA__SASL__PASSWORD": "hunter2",
+           "LAKESINK_SOURCE__KAFKA__SECRET_OPTIONS": '{"ssl.key.password": "kp"}',
+           "AWS_SECRET_ACCESS_KEY": "aws-secret", "AWS_ACCESS_KEY_ID": "AKIA1",
+           "S3_BUCKET": "lake", "S3_PREFIX": "data"}
+    result = runner.invoke(
+        app, ["run", "-c", str(write(tmp_path, GOOD)), "--print-config", "--topic", "other",
+              "--set", "source.kafka.sasl.username=alice", "--until-caught-up"], env=env)
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    for secret in ("hunter2", "kp", "aws-secret", "AKIA1", "**********"):
+        assert secret not in text
+    assert "source.kafka.sasl.password: LAKESINK_SOURCE__KAFKA__SASL__PASSWORD" in text
+    assert ("source.kafka.secret_options.ssl.key.password: "
+            "LAKESINK_SOURCE__KAFKA__SECRET_OPTIONS (JSON") in text
+    printed = tmp_path / "printed.yaml"
+    printed.write_text(text)
+    secrets_only = {k: v for k, v in env.items() if k not in ("S3_BUCKET", "S3_PREFIX")}
+    again = load_config(printed, env=secrets_only)
+    original = load_config(write(tmp_path, GOOD), env=env, flags={
+        "source.kafka.topics": "other", "source.kafka.sasl.username": "alice",
+        "trigger.until_caught_up": True})
+    assert redacted_dict(again) == redacted_dict(original)
+    assert again.source.kafka.sasl.password.get_secret_value() == "hunter2"
+    assert again.table.base_path == "s3a://lake/data"

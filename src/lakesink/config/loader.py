@@ -365,3 +365,42 @@ def load_config(
 def redacted_dict(config: BaseSettings) -> dict[str, Any]:
     """The resolved config as plain data, every secret shown as ``'**********'``."""
     return config.model_dump(mode="json", by_alias=True)
+
+
+_MASK = "**********"
+_SECRET_MAPS = ("secret_options", "secret_properties")
+
+
+def config_file_text(config: BaseSettings) -> str:
+    """The resolved config as a config file (YAML, settings at their default left out),
+    for ``lakesink run --print-config``: whatever produced it (flags, the environment, a
+    Quix or FS Data Sink surface) can move to a file. Secrets are not in it: a comment
+    names each one and the variable that must carry it."""
+    data = config.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    secrets: dict[str, str] = {}
+
+    def strip(node: Any, path: list[str]) -> None:  # noqa: ANN401
+        if not isinstance(node, dict):
+            return
+        for key in list(node):
+            value, here = node[key], [*path, str(key)]
+            if value == _MASK:
+                del node[key]
+                in_map = next((i for i, p in enumerate(here) if p in _SECRET_MAPS), None)
+                env_path = here if in_map is None else here[: in_map + 1]
+                variable = "LAKESINK_" + "__".join(p.upper() for p in env_path)
+                secrets[".".join(here)] = (variable if in_map is None else
+                                           f"{variable} (JSON: {{\"{key}\": …}})")
+                continue
+            strip(value, here)
+            if isinstance(value, dict) and not value:
+                del node[key]
+
+    strip(data, [])
+    head = ["# lakesink config: `lakesink run -c <this file>` runs the same as the command "
+            "that printed it"]
+    if secrets:
+        head.append("# secrets are never written here; set each in the environment "
+                    "(or as <VARIABLE>_FILE):")
+        head += [f"#   {path}: {variable}" for path, variable in secrets.items()]
+    return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
