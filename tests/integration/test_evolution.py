@@ -272,3 +272,25 @@ def test_unknown_key_guard_matches_the_exact_parse(spark, count_colons: bool) ->
     assert by_text['{"location":"a","n":1}'] == []
     assert by_text['{"n":1,"x":2}'] == ["x"]
     assert by_text['{"location":"a","n":1,"x:y":{}}'] == ["x:y"]
+
+
+def test_max_columns_caps_what_a_batch_adds_and_a_full_table_still_takes_known_records(
+        spark, kafka_broker, topic, tmp_path) -> None:
+    """``table.max_columns``: records that each fit may together pass the cap: the
+    first new fields by name become columns, a record with one of the others is a dead
+    letter (``too_many_fields``); then, the table full, records with only known fields
+    are still written and any new field is refused."""
+    lake = tmp_path / "lake"
+    data = config_dict(kafka_broker, topic, lake, partition_by=[], max_columns=7)
+    data["decode"] = {"schema": NARROW_SCHEMA}  # 5 fields: room for 2
+    produce(kafka_broker.bootstrap_servers, topic,
+            [event(0), event(1, a_new=1), event(2, b_new=2, c_new=3), event(3)])
+    run_once(spark, data)
+    produce(kafka_broker.bootstrap_servers, topic, [event(4), event(5, d_new=4)])
+    run_once(spark, data)
+    rows = table_rows(lake / "events", "parquet", ["a_new", "b_new"])
+    dead = rejected(lake)
+    print(f"max_columns: written {sorted(rows)}, rejected {[(r, d) for r, d, _ in dead]}")
+    assert sorted(rows) == [0, 1, 3, 4] and rows[1]["a_new"] == 1
+    assert sorted((r, json.loads(v)["id"]) for r, _, v in dead) == [
+        ("too_many_fields", 2), ("too_many_fields", 5)]

@@ -121,11 +121,16 @@ def refusal_cases(broker: Any) -> dict[str, tuple[dict[str, Any], dict[str, str]
                    "not authorized to read the topic"),
         "describe_only": (sasl_source(broker, "carol"), secrets_env(broker, "carol"),
                           "not authorized to read topic"),
+        "wrong_keystore_password": (mtls_source(broker), {
+            "LAKESINK_SOURCE__KAFKA__SECRET_OPTIONS":
+                '{"ssl.keystore.password": "not-it", "ssl.key.password": "not-it"}'},
+            "the Kafka client could not start"),
     }
 
 
 @pytest.mark.parametrize("case", ["wrong_password", "untrusted_certificate",
-                                  "untrusted_certificate_mtls", "no_acl", "describe_only"])
+                                  "untrusted_certificate_mtls", "no_acl", "describe_only",
+                                  "wrong_keystore_password"])
 def test_a_refused_connection_stops_the_start_with_one_line(spark, kafka_broker, guarded,
                                                             tmp_path, case) -> None:
     source, env, expected = refusal_cases(kafka_broker)[case]

@@ -118,6 +118,10 @@ class KafkaSource(_Section):
     max_offsets_per_trigger: int | None = Field(default=None, gt=0)
     fail_on_data_loss: bool = True
     connect_timeout_s: float = Field(default=30.0, gt=0)
+    check_access: bool = Field(
+        default=True, description="at start, connect with the query's options and check "
+        "that the topics may be read (authentication, TLS trust, READ ACL); skipped when "
+        "Spark's delegation tokens (spark.kafka.clusters.*) authenticate")
     options: dict[str, str] = Field(
         default_factory=dict, description="any Kafka client option (security.protocol, ssl.*)"
     )

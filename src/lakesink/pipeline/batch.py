@@ -252,10 +252,14 @@ class BatchProcessor:
         if folders is not None:
             fail = F.coalesce(fail, F.when(folders[0], F.lit(INVALID_PARTITION_VALUE)))
         if self.policy.adds_columns:  # one record must not widen the table without bound
-            room = self.policy.max_columns - len(self.schema.fields)
-            fail = F.coalesce(fail, F.when(F.size("_extra") > F.lit(room),
+            fail = F.coalesce(fail, F.when(F.size("_extra") > F.lit(self._room()),
                                            F.lit(TOO_MANY_FIELDS)))
         return _MarkedPlan(select, extra, decode_fail, explode, ts, fail)
+
+    def _room(self) -> int:
+        """How many columns schema evolution may still add (``table.max_columns``); 0 for
+        a table already at or over it (declared, inferred or resolved that wide)."""
+        return max(0, self.policy.max_columns - len(self.schema.fields))
 
     def _widenable(self) -> list[T.StructField]:
         if not self.policy.type_widening:
@@ -371,6 +375,15 @@ class BatchProcessor:
         else:
             new_fields = (self._new_fields(marked)
                           if self.policy.adds_columns and counts.get("unknown") else None)
+            if new_fields is not None and len(new_fields.fields) > self._room():
+                # records that each fit may together pass the cap: the first fields
+                # (by name) become columns; a record with any of the rest is a dead
+                # letter (too_many_fields) when the batch is marked again
+                kept = sorted(new_fields.fields, key=lambda f: f.name)[: self._room()]
+                logger.warning("batch %d: %d new field(s), room for %d under "
+                               "table.max_columns=%d", batch_id, len(new_fields.fields),
+                               len(kept), self.policy.max_columns)
+                new_fields = T.StructType(kept)
             widen = self._widenings(marked) if counts.get("mismatch") else {}
         schema, changes = evolve(self.schema, new_fields=new_fields, widen=widen)
         if not changes:

@@ -98,6 +98,8 @@ def _refusal(exc: BaseException, servers: str) -> str:
         chain.append((java.getClass().getSimpleName(), str(java.getMessage() or "")))
         java = java.getCause()
     what, words = "the broker refused the connection", str(exc).splitlines()[0][:300]
+    if chain and chain[0][1].startswith("Failed to create"):  # the client's own setup
+        what, words = "the Kafka client could not start", chain[-1][1] or chain[0][1]
     for i, (name, message) in enumerate(chain):
         if name in _REFUSALS:
             what, words = _REFUSALS[name], message
@@ -119,6 +121,13 @@ def check_access(spark: SparkSession, cfg: KafkaSource) -> None:
 
     from lakesink.errors import SourceError
 
+    if not cfg.check_access:
+        return
+    conf = spark.sparkContext.getConf()
+    if any(k.startswith("spark.kafka.clusters.") for k, _ in conf.getAll()):
+        logger.info("Kafka access not checked at start: Spark's delegation tokens "
+                    "(spark.kafka.clusters.*) authenticate the query")
+        return
     jvm = spark._jvm  # type: ignore[attr-defined]
     assert jvm is not None
     admin_pkg = jvm.org.apache.kafka.clients.admin
