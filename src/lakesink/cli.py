@@ -54,10 +54,11 @@ def _setup_logging(flag: str | None = None, cfg: Any = None) -> None:  # noqa: A
                   section.format if section else "text")
 
 
-def _load(config: Path | None, sets: list[str] | None, flags: dict[str, Any]):  # noqa: ANN202
+def _load(config: Path | None, sets: list[str] | None, flags: dict[str, Any],  # noqa: ANN202
+          compat: str | None = None):
     from lakesink.config import load_config
 
-    return load_config(config, overrides=sets or [], flags=flags)
+    return load_config(config, overrides=sets or [], flags=flags, compat=compat)
 
 
 def _fail_config(exc: ConfigError) -> None:
@@ -143,6 +144,10 @@ def run(
     print_config: Annotated[bool, typer.Option(
         "--print-config", help="Print the config this command line and environment make, "
         "as a config file (secrets left out, named), and exit.")] = False,
+    compat: Annotated[str | None, typer.Option(
+        "--compat", help="quix: the Quix TS Datalake Sink's environment variables are the "
+        "config (also when input is set and no --config is given); docs/migrating.md")
+    ] = None,
 ) -> None:
     """Stream from the source into the table until SIGINT/SIGTERM (or until caught up)."""
     _setup_logging(log_level)
@@ -150,7 +155,7 @@ def run(
     if until_caught_up:
         flags["trigger.until_caught_up"] = True
     try:
-        cfg = _load(config, set_, flags)
+        cfg = _load(config, set_, flags, compat)
         if print_config:
             from lakesink.config.loader import config_file_text
 

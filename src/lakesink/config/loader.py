@@ -323,6 +323,7 @@ def load_config(
     overrides: Iterable[str] = (),
     flags: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
+    compat: str | None = None,
 ) -> LakesinkConfig:
     """Resolve the configuration; raise :class:`ConfigError` naming the first bad key.
 
@@ -332,11 +333,27 @@ def load_config(
         flags: dotted keys from dedicated CLI flags (``{"table.name": "x"}``); they win
             over ``--set``.
         env: the environment (default ``os.environ``).
+        compat: ``"quix"``: the Quix TS Datalake Sink's environment is the config
+            (:mod:`lakesink.config.quix_env`); also chosen when ``path`` is None and
+            ``input`` is set.
     """
     from lakesink.config.models import LakesinkConfig
 
+    from lakesink.config import quix_env
+
     env = os.environ if env is None else env
-    file_data = read_file(path, env) if path else {}
+    if quix_env.applies(env, has_file=path is not None, compat=compat):
+        if path is not None:
+            raise ConfigError("--compat", "the Quix environment is the whole configuration: "
+                              "give no --config (--set and flags still apply)")
+        file_data, extra_env = quix_env.translate(env)
+        env = {**env, **extra_env}
+        skipped = quix_env.ignored(env)
+        if skipped:
+            logger.info("Quix settings with no meaning in lakesink, ignored: %s",
+                        "; ".join(skipped))
+    else:
+        file_data = read_file(path, env) if path else {}
     _refuse_secrets(file_data, "the config file")
     cli_data = parse_overrides(overrides)
     for key, value in (flags or {}).items():

@@ -1,0 +1,173 @@
+"""The Quix TS Datalake Sink's environment, read as a lakesink configuration.
+
+``lakesink run --compat quix``, or ``lakesink run`` with no config file while ``input``
+is set, takes the connector's variables (``../shared/reference/peers.md`` §2.1, both the
+seed's form and the later "Lakehouse Sink" form) and writes the table the way the Quix
+sink lays it out, so its readers and its start-up partition check keep working:
+
+================================  =====================================================
+Quix                              lakesink
+================================  =====================================================
+``input``                         ``source.kafka.topics``; the table's name by default
+``TABLE_NAME``                    ``table.name`` (``^[a-zA-Z0-9][a-zA-Z0-9._-]*$``)
+``HIVE_COLUMNS``                  ``table.partition_by`` (``year``/``month``/``day``/
+                                  ``hour`` derived from the timestamp)
+``TIMESTAMP_COLUMN`` (``ts_ms``)  ``table.timestamp_column``; a record without it takes
+                                  its Kafka timestamp, as the sink adds ``ts_ms``
+``S3_BUCKET`` / ``S3_PREFIX``     ``table.base_path: s3a://<bucket>/<prefix>`` (prefix
+(``data``)                        ``data`` when unset, as in the sink)
+``Quix__BlobStorage__Connection   bucket, keys, region and endpoint of ``S3Compatible``;
+__Json``                          the prefix ``<workspace>/data-lake/time-series``
+``Quix__Workspace__Id``           (with the JSON) the prefix's first folder
+``AWS_*``, ``AWS_ENDPOINT_URL``   ``storage.s3.*`` (as without compat)
+``CATALOG_*``, ``AUTO_DISCOVER``, the Quix catalog (``catalog.quix``), as without compat
+``Quix__Lakehouse__Catalog__*``
+``KAFKA_BOOTSTRAP_SERVERS`` /     ``source.kafka.bootstrap_servers``
+``Quix__Broker__Address``
+``CONSUMER_GROUP``                ``source.kafka.group_id`` (``s3_direct_sink_v1.0``)
+``AUTO_OFFSET_RESET`` (latest)    ``source.kafka.starting_offsets`` of a new checkpoint
+``COMMIT_INTERVAL`` (30)          ``trigger.interval`` in seconds
+``BATCH_SIZE``                    ``source.kafka.max_offsets_per_trigger``
+``KAFKA_VALUE_DESERIALIZER``      must be ``json`` (the sink's only working one)
+``KAFKA_KEY_DESERIALIZER``,       accepted and ignored, logged once with why
+``MAX_WRITE_WORKERS``
+``LOGLEVEL``                      the log level (as without compat)
+(layout)                          ``null_partition_value: __None__``, the key as
+                                  ``__key`` (bytes), schema inferred from the topic
+================================  =====================================================
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from lakesink.errors import ConfigError
+
+#: the Quix sink's table name rule
+TABLE_NAME_RULE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]*$")
+
+#: variables accepted and not used, with why
+IGNORED = {
+    "MAX_WRITE_WORKERS": "Spark's tasks write the files; their number follows "
+                         "table.files_per_partition",
+    "KAFKA_KEY_DESERIALIZER": "the Quix sink stores the key's bytes whatever it says; "
+                              "so does lakesink (__key, bytes)",
+}
+
+
+def applies(env: Mapping[str, str], *, has_file: bool, compat: str | None) -> bool:
+    """Whether the Quix environment is the configuration: asked for, or ``input`` set
+    and no config file given."""
+    if compat is not None:
+        if compat != "quix":
+            raise ConfigError("--compat", f"unknown surface {compat!r} (quix)")
+        return True
+    return not has_file and bool(env.get("input"))
+
+
+def translate(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """(the config, variables to add to the environment: the blob storage JSON's keys as
+    ``AWS_*``, which only the environment may carry)."""
+    topic = (env.get("input") or "").strip()
+    if not topic:
+        raise ConfigError("input", "the Quix sink's input topic is required (set input)")
+    name = (env.get("TABLE_NAME") or "").strip() or topic
+    if not TABLE_NAME_RULE.match(name):
+        raise ConfigError("TABLE_NAME", f"{name!r} does not match the Quix table name rule "
+                          f"{TABLE_NAME_RULE.pattern}")
+    value_format = (env.get("KAFKA_VALUE_DESERIALIZER") or "json").strip()
+    if value_format != "json":
+        raise ConfigError("KAFKA_VALUE_DESERIALIZER", f"{value_format!r}: the Quix sink "
+                          "writes JSON values only, and so does this surface (json)")
+    kafka: dict[str, Any] = {
+        "topics": [topic],
+        "group_id": env.get("CONSUMER_GROUP") or "s3_direct_sink_v1.0",
+        "starting_offsets": _offset_reset(env.get("AUTO_OFFSET_RESET") or "latest"),
+    }
+    servers = env.get("KAFKA_BOOTSTRAP_SERVERS") or env.get("Quix__Broker__Address")
+    if servers:
+        kafka["bootstrap_servers"] = servers
+    if env.get("BATCH_SIZE"):
+        kafka["max_offsets_per_trigger"] = _positive_int(env, "BATCH_SIZE")
+    table: dict[str, Any] = {
+        "name": name,
+        "partition_by": [c.strip() for c in (env.get("HIVE_COLUMNS") or "").split(",")
+                         if c.strip()],
+        "timestamp_column": (env.get("TIMESTAMP_COLUMN") or "ts_ms").strip(),
+        "timestamp_fallback": "kafka",
+        "null_partition_value": "__None__",
+        "key_column": "__key",
+        "key_format": "bytes",
+    }
+    extra_env: dict[str, str] = {}
+    blob = env.get("Quix__BlobStorage__Connection__Json")
+    if blob:
+        bucket, storage, extra_env = _blob_storage(blob, env)
+        workspace = (env.get("Quix__Workspace__Id") or "").strip("/")
+        prefix = "/".join(p for p in (workspace, "data-lake/time-series") if p)
+        table["base_path"] = f"s3a://{bucket}/{prefix}"
+    elif env.get("S3_BUCKET"):
+        prefix = (env.get("S3_PREFIX") or "data").strip("/")
+        table["base_path"] = f"s3a://{env['S3_BUCKET']}" + (f"/{prefix}" if prefix else "")
+        storage = {}
+    else:
+        raise ConfigError("S3_BUCKET", "the Quix sink writes to S3: set S3_BUCKET (or "
+                          "Quix__BlobStorage__Connection__Json)")
+    data: dict[str, Any] = {"source": {"kafka": kafka}, "table": table}
+    if storage:
+        data["storage"] = {"s3": storage}
+    if env.get("COMMIT_INTERVAL"):
+        data["trigger"] = {"interval": f"{_positive_int(env, 'COMMIT_INTERVAL')} seconds"}
+    return data, extra_env
+
+
+def ignored(env: Mapping[str, str]) -> list[str]:
+    """The set variables this surface accepts without using, each with why."""
+    return [f"{name} ({why})" for name, why in IGNORED.items() if env.get(name)]
+
+
+def _offset_reset(value: str) -> str:
+    value = value.strip().lower()
+    if value not in ("earliest", "latest"):
+        raise ConfigError("AUTO_OFFSET_RESET", f"{value!r}: earliest or latest")
+    return value
+
+
+def _positive_int(env: Mapping[str, str], name: str) -> int:
+    try:
+        number = int(env[name])
+    except ValueError:
+        number = 0
+    if number <= 0:
+        raise ConfigError(name, f"{env[name]!r} is not a positive whole number")
+    return number
+
+
+def _blob_storage(text: str, env: Mapping[str, str]
+                  ) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """The platform's blob storage JSON (an S3-compatible store): (bucket, storage.s3
+    settings, the keys as AWS_* variables unless the environment has its own)."""
+    key = "Quix__BlobStorage__Connection__Json"
+    try:
+        blob = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(key, f"not JSON ({exc.msg})") from None
+    s3 = blob.get("S3Compatible") if isinstance(blob, dict) else None
+    if not isinstance(s3, dict) or not s3.get("BucketName"):
+        provider = blob.get("Provider") if isinstance(blob, dict) else None
+        raise ConfigError(key, f"provider {provider!r}: only an S3Compatible store with a "
+                          "BucketName is supported")
+    storage: dict[str, Any] = {}
+    if s3.get("ServiceUrl"):
+        storage["endpoint"] = s3["ServiceUrl"]
+    if s3.get("Region"):
+        storage["region"] = s3["Region"]
+    extra = {}
+    if s3.get("AccessKeyId") and s3.get("SecretAccessKey") and not env.get(
+            "AWS_ACCESS_KEY_ID"):
+        extra = {"AWS_ACCESS_KEY_ID": str(s3["AccessKeyId"]),
+                 "AWS_SECRET_ACCESS_KEY": str(s3["SecretAccessKey"])}
+    return str(s3["BucketName"]), storage, extra

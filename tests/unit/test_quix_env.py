@@ -1,0 +1,93 @@
+"""The Quix TS Datalake Sink's environment as lakesink's config (no Spark)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lakesink.cli import app
+from lakesink.config import load_config
+from lakesink.errors import ConfigError
+
+#: the seed's "Multi-dimensional partitioning" and MinIO examples, one environment
+SEED = {"input": "sensor-data", "S3_BUCKET": "lake", "HIVE_COLUMNS":
+        "location,sensor_type,year,month", "TIMESTAMP_COLUMN": "timestamp",
+        "AWS_ENDPOINT_URL": "http://minio.example.com:9000", "AWS_ACCESS_KEY_ID": "minioadmin",
+        "AWS_SECRET_ACCESS_KEY": "minioadmin", "AWS_REGION": "us-east-1",
+        "KAFKA_BOOTSTRAP_SERVERS": "broker:9092", "CONSUMER_GROUP": "s3_direct_sink_v1.0",
+        "AUTO_OFFSET_RESET": "earliest", "COMMIT_INTERVAL": "30", "BATCH_SIZE": "1000",
+        "MAX_WRITE_WORKERS": "10", "KAFKA_KEY_DESERIALIZER": "str",
+        "KAFKA_VALUE_DESERIALIZER": "json", "LOGLEVEL": "INFO"}
+
+
+def test_the_seed_environment_is_a_config_with_the_quix_layout() -> None:
+    cfg = load_config(env=SEED)  # no file, input set: the Quix surface
+    kafka = cfg.source.kafka
+    assert kafka is not None
+    assert (kafka.topics, kafka.bootstrap_servers, kafka.group_id, kafka.starting_offsets,
+            kafka.max_offsets_per_trigger) == (["sensor-data"], "broker:9092",
+                                               "s3_direct_sink_v1.0", "earliest", 1000)
+    t = cfg.table
+    assert (t.name, t.base_path, t.partition_by, t.timestamp_column) == (
+        "sensor-data", "s3a://lake/data", ["location", "sensor_type", "year", "month"],
+        "timestamp")
+    assert (t.null_partition_value, t.key_column, t.key_format, t.timestamp_fallback) == (
+        "__None__", "__key", "bytes", "kafka")
+    assert cfg.storage.s3.endpoint == "http://minio.example.com:9000"
+    assert cfg.storage.s3.secret_access_key.get_secret_value() == "minioadmin"
+    assert cfg.trigger.interval == "30 seconds"
+    assert cfg.decode.format == "json"
+
+
+def test_the_platforms_blob_storage_and_workspace_give_the_lakehouse_path() -> None:
+    blob = {"Provider": "Minio", "S3Compatible": {
+        "BucketName": "quixlake", "AccessKeyId": "AK", "SecretAccessKey": "SK",
+        "Region": "eu-west-1", "ServiceUrl": "http://minio:9000"}}
+    cfg = load_config(env={"input": "t", "Quix__Broker__Address": "kafka:9092",
+                           "Quix__Workspace__Id": "ws-1", "TABLE_NAME": "Sensors.v2",
+                           "Quix__BlobStorage__Connection__Json": json.dumps(blob)})
+    assert cfg.table.base_path == "s3a://quixlake/ws-1/data-lake/time-series"
+    assert cfg.table.name == "Sensors.v2"
+    assert cfg.source.kafka.bootstrap_servers == "kafka:9092"
+    assert cfg.source.kafka.starting_offsets == "latest"  # the sink's code default
+    s3 = cfg.storage.s3
+    assert (s3.endpoint, s3.region, s3.access_key_id.get_secret_value(),
+            s3.secret_access_key.get_secret_value()) == ("http://minio:9000", "eu-west-1",
+                                                          "AK", "SK")
+
+
+@pytest.mark.parametrize(("env", "key"), [
+    ({"TABLE_NAME": "-bad"}, "TABLE_NAME"),
+    ({"TABLE_NAME": "a/b"}, "TABLE_NAME"),
+    ({"KAFKA_VALUE_DESERIALIZER": "avro"}, "KAFKA_VALUE_DESERIALIZER"),
+    ({"AUTO_OFFSET_RESET": "smallest"}, "AUTO_OFFSET_RESET"),
+    ({"COMMIT_INTERVAL": "0"}, "COMMIT_INTERVAL"),
+    ({"S3_BUCKET": ""}, "S3_BUCKET"),
+    ({"Quix__BlobStorage__Connection__Json": '{"Provider": "Azure"}', "S3_BUCKET": ""},
+     "Quix__BlobStorage__Connection__Json"),
+])
+def test_a_bad_quix_variable_is_named(env: dict[str, str], key: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config(env={**SEED, **env})
+    assert refused.value.key == key
+
+
+def test_a_config_file_wins_unless_compat_is_asked(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("source: {kafka: {bootstrap_servers: 'b:1', topics: [own]}}\n")
+    assert load_config(path, env=SEED).source.kafka.topics == ["own"]
+    with pytest.raises(ConfigError) as refused:
+        load_config(path, env=SEED, compat="quix")
+    assert refused.value.key == "--compat"
+
+
+def test_run_prints_the_config_the_quix_environment_makes() -> None:
+    result = CliRunner().invoke(app, ["run", "--compat", "quix", "--print-config"], env=SEED)
+    assert result.exit_code == 0, result.output
+    printed = result.stdout
+    assert "minioadmin" not in printed
+    assert "null_partition_value: __None__" in printed and "key_column: __key" in printed
+    assert "storage.s3.secret_access_key: LAKESINK_STORAGE__S3__SECRET_ACCESS_KEY" in printed
