@@ -52,3 +52,43 @@ def test_the_seed_example_environment_runs_as_is(spark, kafka_broker, s3_server,
     assert sorted(r[0] for r in rows) == list(range(N))
     by_id = {r[0]: r for r in rows}
     assert bytes(by_id[8][2]) == b"sensor-1" and by_id[2][1] == "__None__"
+
+
+def test_taking_over_from_the_quix_sink_reads_nothing_twice(spark, kafka_broker, s3_server,
+                                                           topic) -> None:
+    """The Quix sink's consumer group has committed partition 0 up to offset 30 (it wrote
+    those records) and nothing of partition 1: lakesink, started on the same environment,
+    begins at the group's offsets (partition 1 at AUTO_OFFSET_RESET=earliest), then
+    follows its own checkpoint."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from tests.fixtures.services import duckdb_s3
+
+    def send(ids: range, partition: int) -> None:
+        producer = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
+        for i in ids:
+            producer.produce(topic, json.dumps({"id": i, "ts_ms": 1_795_000_000_000}).encode(),
+                             key=b"k", partition=partition)
+        assert producer.flush(30) == 0
+
+    send(range(60), 0)
+    send(range(60, 100), 1)
+    group = f"quix-{topic}"
+    quix = Consumer({"bootstrap.servers": kafka_broker.bootstrap_servers, "group.id": group,
+                     "enable.auto.commit": False})
+    quix.commit(offsets=[TopicPartition(topic, 0, 30)], asynchronous=False)
+    quix.close()
+    prefix = f"takeover-{topic}"
+    env = {"input": topic, "S3_BUCKET": s3_server.bucket, "S3_PREFIX": prefix,
+           "CONSUMER_GROUP": group, "AUTO_OFFSET_RESET": "earliest",
+           "KAFKA_BOOTSTRAP_SERVERS": kafka_broker.bootstrap_servers, **s3_server.env()}
+    Pipeline.build(load_config(env=env), spark).run(until_caught_up=True)
+    send(range(100, 110), 0)
+    Pipeline.build(load_config(env=env), spark).run(until_caught_up=True)
+    duck = duckdb_s3(s3_server)
+    ids = [r[0] for r in duck.sql(
+        f"SELECT id FROM read_parquet('s3://{s3_server.bucket}/{prefix}/{topic}/**/*.parquet')"
+    ).fetchall()]
+    print(f"quix take-over: group committed p0@30, p1 none; read back {len(ids)} rows, "
+          f"{len(ids) - len(set(ids))} twice, smallest of p0 {min(i for i in ids if i < 60)}")
+    assert sorted(ids) == list(range(30, 110))

@@ -113,8 +113,13 @@ class KafkaSource(_Section):
     )
     starting_offsets: str = Field(
         default="earliest",
-        description='earliest | latest | per-partition JSON {"topic":{"0":23}}',
+        description='where a new checkpoint starts: earliest | latest | per-partition '
+        'JSON {"topic":{"0":23}} | group (the committed offsets of group_id: take over '
+        "from another consumer of the group without reading twice)",
     )
+    group_fallback: Literal["earliest", "latest"] = Field(
+        default="earliest", description="starting_offsets group: where a partition the "
+        "group has no committed offset for starts")
     max_offsets_per_trigger: int | None = Field(default=None, gt=0)
     fail_on_data_loss: bool = True
     connect_timeout_s: float = Field(default=30.0, gt=0)
@@ -157,13 +162,13 @@ class KafkaSource(_Section):
     @classmethod
     def _offsets(cls, value: str) -> str:
         v = value.strip()
-        if v in ("earliest", "latest"):
+        if v in ("earliest", "latest", "group"):
             return v
         try:
             parsed = json.loads(v)
         except json.JSONDecodeError:
             raise ValueError(
-                "must be 'earliest', 'latest' or per-partition JSON like "
+                "must be 'earliest', 'latest', 'group' or per-partition JSON like "
                 '{"topic": {"0": 42}}'
             ) from None
         if not isinstance(parsed, dict) or not all(isinstance(p, dict) for p in parsed.values()):
@@ -175,6 +180,12 @@ class KafkaSource(_Section):
         # neither is allowed here: with routes, the subscription comes from them
         if self.topics and self.topic_pattern:
             raise ValueError("set exactly one of 'topics' or 'topic_pattern'")
+        if self.starting_offsets == "group" and not self.group_id:
+            raise ValueError("starting_offsets 'group' needs group_id (the group whose "
+                             "committed offsets to start from)")
+        if self.starting_offsets == "group" and self.topic_pattern:
+            raise ValueError("starting_offsets 'group' needs topics, not topic_pattern "
+                             "(Spark wants every partition's offset named)")
         return self
 
 

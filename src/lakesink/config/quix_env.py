@@ -25,7 +25,11 @@ __Json``                          the prefix ``<workspace>/data-lake/time-series
 ``KAFKA_BOOTSTRAP_SERVERS`` /     ``source.kafka.bootstrap_servers``
 ``Quix__Broker__Address``
 ``CONSUMER_GROUP``                ``source.kafka.group_id`` (``s3_direct_sink_v1.0``)
-``AUTO_OFFSET_RESET`` (latest)    ``source.kafka.starting_offsets`` of a new checkpoint
+(take-over)                       ``starting_offsets: group``: a new checkpoint starts at
+                                  ``CONSUMER_GROUP``'s committed offsets (where the Quix
+                                  sink stopped), so nothing is read twice
+``AUTO_OFFSET_RESET`` (latest)    ``source.kafka.group_fallback``: partitions the group
+                                  never committed
 ``COMMIT_INTERVAL`` (30)          ``trigger.interval`` in seconds
 ``BATCH_SIZE``                    ``source.kafka.max_offsets_per_trigger``
 ``KAFKA_VALUE_DESERIALIZER``      must be ``json`` (the sink's only working one)
@@ -85,7 +89,9 @@ def translate(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
     kafka: dict[str, Any] = {
         "topics": [topic],
         "group_id": env.get("CONSUMER_GROUP") or "s3_direct_sink_v1.0",
-        "starting_offsets": _offset_reset(env.get("AUTO_OFFSET_RESET") or "latest"),
+        # a new checkpoint starts where the Quix sink's group stopped: nothing twice
+        "starting_offsets": "group",
+        "group_fallback": _offset_reset(env.get("AUTO_OFFSET_RESET") or "latest"),
     }
     servers = env.get("KAFKA_BOOTSTRAP_SERVERS") or env.get("Quix__Broker__Address")
     if servers:

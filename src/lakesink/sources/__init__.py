@@ -52,11 +52,11 @@ def check_reachable(cfg: SourceConfig) -> None:
 def check_access(spark: SparkSession, cfg: SourceConfig) -> None:
     """Refuse at start, with one line, a source that answers but will not let us read
     (Kafka: authentication, TLS trust, READ on the topics; see
-    :func:`lakesink.sources.kafka.check_access`)."""
+    :func:`lakesink.sources.kafka_admin.check_access`)."""
     if cfg.kafka is not None:
-        from lakesink.sources import kafka
+        from lakesink.sources import kafka_admin
 
-        kafka.check_access(spark, cfg.kafka)
+        kafka_admin.check_access(spark, cfg.kafka)
 
 
 def read_stream(spark: SparkSession, cfg: SourceConfig, *, headers: bool = False,

@@ -1,0 +1,165 @@
+"""The Kafka cluster as the query's own Java client sees it, from the driver's JVM: the
+access check at start and the consumer group's committed offsets
+(``starting_offsets: group``). Both use Kafka's ``AdminClient`` with exactly the options
+Spark's Kafka source gets (:func:`lakesink.sources.kafka.client_options`)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from lakesink.config.models import KafkaSource
+from lakesink.errors import SourceError
+from lakesink.sources.kafka import client_options
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+logger = logging.getLogger(__name__)
+
+#: Kafka's exception classes -> what the user is told (the first found in the cause chain)
+_REFUSALS = {
+    "SaslAuthenticationException": "authentication failed",
+    "SslAuthenticationException": "the TLS handshake failed",
+    "TopicAuthorizationException": "not authorized to read the topic",
+    "GroupAuthorizationException": "not authorized for the consumer group",
+    "ClusterAuthorizationException": "not authorized on the cluster",
+    "UnsupportedSaslMechanismException": "the SASL mechanism is not enabled on the broker",
+    "IllegalSaslStateException": "the listener does not speak SASL (security.protocol?)",
+    "TimeoutException": "no answer from the broker (is security.protocol the listener's?)",
+}
+
+
+def _refusal(exc: BaseException, servers: str) -> str:
+    """One line for a failed access check: what failed and Kafka's own words (which
+    never hold a secret), with the root cause of a TLS failure."""
+    java = getattr(exc, "java_exception", None)
+    chain = []
+    while java is not None and len(chain) < 10:
+        chain.append((java.getClass().getSimpleName(), str(java.getMessage() or "")))
+        java = java.getCause()
+    what, words = "the broker refused the connection", str(exc).splitlines()[0][:300]
+    if chain and chain[0][1].startswith("Failed to create"):  # the client's own setup
+        what, words = "the Kafka client could not start", chain[-1][1] or chain[0][1]
+    for i, (name, message) in enumerate(chain):
+        if name in _REFUSALS:
+            what, words = _REFUSALS[name], message
+            if name == "SslAuthenticationException" and i + 1 < len(chain):
+                words += f" ({chain[-1][1]})"  # why: the certificate check's own words
+            break
+    return f"Kafka at {servers}: {what}: {words.strip()}"
+
+
+@contextlib.contextmanager
+def admin_client(spark: SparkSession, cfg: KafkaSource) -> Iterator[tuple[Any, Any, int]]:
+    """(Kafka's AdminClient, the JVM, the timeout in ms); a failure of any call inside is
+    a :class:`SourceError` of one line (:func:`_refusal`), unknown topics aside."""
+    from py4j.protocol import Py4JJavaError
+
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    assert jvm is not None
+    timeout_ms = max(1, int(cfg.connect_timeout_s * 1000))
+    props = jvm.java.util.Properties()
+    for key, value in client_options(cfg).items():
+        if key != "group.id":  # a consumer's option, unknown to the admin client
+            props.setProperty(key, value)
+    props.setProperty("default.api.timeout.ms", str(timeout_ms))
+    props.setProperty("request.timeout.ms", str(min(timeout_ms, 30_000)))
+    admin = None
+    try:
+        admin = jvm.org.apache.kafka.clients.admin.AdminClient.create(props)
+        yield admin, jvm, timeout_ms
+    except Py4JJavaError as exc:
+        if "UnknownTopicOrPartitionException" in str(exc.java_exception.toString()):
+            raise _UnknownTopic from None
+        raise SourceError(f"source.kafka: {_refusal(exc, cfg.bootstrap_servers)}") from None
+    finally:
+        if admin is not None:
+            admin.close(jvm.java.time.Duration.ofSeconds(5))
+
+
+class _UnknownTopic(Exception):
+    """A topic still to be created (Spark waits for it)."""
+
+
+def _describe(admin: Any, jvm: Any, timeout_ms: int, topics: list[str], *,  # noqa: ANN401
+              operations: bool = False) -> Any:  # noqa: ANN401
+    names = jvm.java.util.ArrayList()
+    for topic in topics:
+        names.add(topic)
+    options = jvm.org.apache.kafka.clients.admin.DescribeTopicsOptions()
+    if operations:
+        options = options.includeAuthorizedOperations(True)
+    ms = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
+    return admin.describeTopics(names, options).allTopicNames().get(timeout_ms, ms)
+
+
+def check_access(spark: SparkSession, cfg: KafkaSource) -> None:
+    """Connect as the query will (the same Java client and options, in the driver's JVM)
+    and describe the topics: a wrong password, an untrusted certificate or a missing READ
+    ACL is refused here, at start, with one line naming the cause
+    (:class:`~lakesink.errors.SourceError`) instead of a failed query later.
+
+    A topic pattern is checked by listing topics (authentication only).
+    """
+    if not cfg.check_access:
+        return
+    conf = spark.sparkContext.getConf()
+    if any(k.startswith("spark.kafka.clusters.") for k, _ in conf.getAll()):
+        logger.info("Kafka access not checked at start: Spark's delegation tokens "
+                    "(spark.kafka.clusters.*) authenticate the query")
+        return
+    try:
+        with admin_client(spark, cfg) as (admin, jvm, timeout_ms):
+            if not cfg.topics:
+                ms = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
+                admin.listTopics().names().get(timeout_ms, ms)
+                return
+            found = _describe(admin, jvm, timeout_ms, cfg.topics, operations=True)
+            granted_by_topic = {}
+            for topic in cfg.topics:
+                ops = found.get(topic).authorizedOperations()
+                granted_by_topic[topic] = ({op.name() for op in ops} if ops is not None
+                                           else None)
+    except _UnknownTopic:
+        return
+    for topic, granted in granted_by_topic.items():
+        if granted is not None and not granted & {"READ", "ALL"}:
+            raise SourceError(
+                f"source.kafka: Kafka at {cfg.bootstrap_servers}: not authorized to read "
+                f"topic {topic!r} (the principal may {', '.join(sorted(granted)) or 'nothing'}"
+                "; grant it READ)")
+    logger.info("Kafka access checked: %s", ", ".join(cfg.topics))
+
+
+def group_offsets(spark: SparkSession, cfg: KafkaSource) -> str:
+    """``starting_offsets: group``: Spark's per-partition ``startingOffsets`` JSON from
+    the consumer group's committed offsets (what another consumer of the group, e.g. the
+    tool lakesink replaces, has finished); a partition without one starts at
+    ``group_fallback`` (``-2`` earliest, ``-1`` latest). Used only by a new checkpoint:
+    Spark ignores ``startingOffsets`` once the checkpoint has offsets."""
+    assert cfg.group_id and cfg.topics
+    fallback = -2 if cfg.group_fallback == "earliest" else -1
+    try:
+        with admin_client(spark, cfg) as (admin, jvm, timeout_ms):
+            ms = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
+            committed = (admin.listConsumerGroupOffsets(cfg.group_id)
+                         .partitionsToOffsetAndMetadata().get(timeout_ms, ms))
+            found = _describe(admin, jvm, timeout_ms, cfg.topics)
+            out: dict[str, dict[str, int]] = {}
+            for topic in cfg.topics:
+                for info in found.get(topic).partitions():
+                    p = info.partition()
+                    mark = committed.get(jvm.org.apache.kafka.common.TopicPartition(topic, p))
+                    out.setdefault(topic, {})[str(p)] = (int(mark.offset()) if mark is not None
+                                                         else fallback)
+    except _UnknownTopic:
+        raise SourceError(f"source.kafka: starting_offsets group: topic(s) "
+                          f"{', '.join(cfg.topics)} not found, so no group position to "
+                          "start from") from None
+    logger.info("starting at consumer group %r's committed offsets: %s", cfg.group_id,
+                json.dumps(out, sort_keys=True))
+    return json.dumps(out)
