@@ -6,6 +6,8 @@ Exit codes: 0 done (or stopped by SIGINT/SIGTERM), 1 runtime failure, 2 bad conf
 from __future__ import annotations
 
 import json
+import logging
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -162,6 +164,16 @@ def run(
             out.print(config_file_text(cfg), end="", highlight=False, markup=False,
                       soft_wrap=True)
             return
+    except ConfigError as exc:
+        _fail_config(exc)
+        return
+    _run_loaded(cfg, log_level)
+
+
+def _run_loaded(cfg: Any, log_level: str | None) -> None:  # noqa: ANN401
+    """``run`` once the config is resolved: the checks that need no Spark, then the
+    stream until a signal (or caught up); a summary line at the end."""
+    try:
         _setup_logging(log_level, cfg)
         # Everything that can refuse without Spark runs before the JVM starts.
         from lakesink.app import preflight
@@ -193,6 +205,47 @@ def run(
     if pipeline.silence is not None:
         summary["silence"] = pipeline.silence.stats.as_dict()
     err.print(f"[green]stopped[/] {json.dumps(summary)}", highlight=False)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                               "help_option_names": []})
+def kdi(ctx: typer.Context) -> None:
+    """kafka-delta-ingest's command line: `lakesink kdi ingest [TOPIC] [TABLE] [flags]`
+    with its flags and environment variables, into the same Delta table, taking over
+    from its offsets (docs/migrating.md)."""
+    from lakesink.config import kdi_cli, load_config
+
+    _setup_logging(None)
+    try:
+        args, print_config = kdi_cli.parse(list(ctx.args), os.environ)
+        flags, ignored = kdi_cli.translate(args)
+        if ignored:
+            logging.getLogger("lakesink.kdi").info(
+                "kafka-delta-ingest flags with no meaning in lakesink, ignored: %s",
+                "; ".join(ignored))
+        cfg = load_config(flags=flags)
+        if print_config:
+            from lakesink.config.loader import config_file_text
+
+            out.print(config_file_text(cfg), end="", highlight=False, markup=False,
+                      soft_wrap=True)
+            return
+        versions = kdi_cli.table_txn_versions(cfg, args.app_id, args.topic or "")
+        seek = kdi_cli.parse_seek_offsets(args.seek_offsets) if args.seek_offsets else {}
+        start = kdi_cli.takeover_offsets(versions, topic=args.topic or "", seek=seek,
+                                         reset=args.auto_offset_reset)
+        if start is not None:
+            logging.getLogger("lakesink.kdi").info(
+                "taking over from kafka-delta-ingest's offsets (app id %r) in the table: a "
+                "new checkpoint starts at %s", args.app_id, start)
+            cfg = load_config(flags={**flags, "source.kafka.starting_offsets": start})
+    except ConfigError as exc:
+        _fail_config(exc)
+        return
+    except LakesinkError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(1) from None
+    _run_loaded(cfg, None)
 
 
 @app.command()

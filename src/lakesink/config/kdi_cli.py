@@ -1,0 +1,295 @@
+"""kafka-delta-ingest's ``ingest`` command line, read as a lakesink configuration.
+
+``lakesink kdi ingest`` takes the flags (and their environment fallbacks) of both the
+upstream tool (``ingest <topic> <table_location>``) and the fork (``--topic``,
+``--table_base_uri``); ``../shared/reference/peers.md`` §2.5. The table is a Delta
+table; each flag maps as below, and the flags with no meaning here are accepted and
+reported as ignored.
+
+Taking over (:func:`takeover_offsets`): kafka-delta-ingest keeps its position in the
+Delta log, as ``txn`` actions keyed ``<app_id>-<partition>`` whose version is the last
+offset written. A new lakesink checkpoint starts right after them, so nothing it wrote
+is read again; partitions without one start at ``--seek_offsets`` (+1, "seeking rather
+than starting") or ``--auto_offset_reset``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lakesink.errors import ConfigError
+
+#: flags accepted and not used, with why
+IGNORED = {
+    "min_bytes_per_file": "lakesink writes one file per partition folder per batch, split "
+                          "at table.target_file_size; a batch is never held back for size",
+    "dlq_transform": "dead letters keep the raw bytes and the reason, untransformed",
+    "statsd_endpoint": "lakesink exports Prometheus (--prometheus_port) and OTLP",
+    "housekeeping_loop_iteration": "Spark schedules the work",
+    "deserialization_workers": "Spark's tasks decode",
+    "num_arrow_writer_threads": "Spark's tasks write",
+    "num_converting_workers": "Spark's tasks convert",
+    "worker_to_messages_multiplier": "Spark's tasks decode",
+    "seconds_idle_kafka_read_before_flush": "a batch is written every allowed_latency",
+    "max_version_lookback": "lakesink reads its offsets from its checkpoint",
+}
+
+
+@dataclass
+class KdiArgs:
+    topic: str | None = None
+    table_uri: str | None = None
+    kafka: str = "localhost:9092"
+    consumer_group: str = "kafka_delta_ingest"
+    app_id: str = "kafka_delta_ingest"
+    seek_offsets: str | None = None
+    auto_offset_reset: str = "earliest"
+    allowed_latency: int = 300
+    max_messages_per_batch: int | None = None
+    partition_columns: str | None = None
+    transforms: list[str] = field(default_factory=list)
+    dlq_table_location: str | None = None
+    checkpoints: bool = False
+    kafka_settings: list[str] = field(default_factory=list)
+    prometheus_port: int | None = None
+    message_type_whitelist: str | None = None
+    ends_at_latest_offsets: bool = False
+    json_registry: str | None = None
+    avro_registry: str | None = None
+    protobuf_registry: str | None = None
+    decompress_gzip: bool = False
+    #: the flags of :data:`IGNORED` that were given
+    given_ignored: dict[str, Any] = field(default_factory=dict)
+
+
+def split_table_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/path/table`` -> (``s3://bucket/path``, ``table``)."""
+    trimmed = uri.rstrip("/")
+    base, sep, name = trimmed.rpartition("/")
+    if not sep or not name or base.endswith(":/") or base.endswith(":"):
+        raise ConfigError("table_location", f"{uri!r}: give the table's folder, e.g. "
+                          "s3://bucket/path/table or /data/table")
+    return base or "/", name
+
+
+def translate(a: KdiArgs) -> tuple[dict[str, Any], list[str]]:
+    """(lakesink config as dotted flags, the ignored flags with why)."""
+    if not a.topic:
+        raise ConfigError("topic", "the Kafka topic is required (ingest <topic> <table>, "
+                          "--topic or KAFKA_TOPIC)")
+    if not a.table_uri:
+        raise ConfigError("table_location", "the Delta table is required (ingest <topic> "
+                          "<table>, --table_base_uri or TABLE_BASE_URI)")
+    if a.message_type_whitelist:
+        raise ConfigError("--message_type_whitelist", "not supported by `lakesink kdi`: use "
+                          "routes with message_type in a config file (docs/routing.md)")
+    if a.decompress_gzip:
+        raise ConfigError("--decompress_gzip", "gzip-compressed values are not supported")
+    base, name = split_table_uri(a.table_uri)
+    flags: dict[str, Any] = {
+        "source.kafka.bootstrap_servers": a.kafka,
+        "source.kafka.topics": [a.topic],
+        "source.kafka.group_id": a.consumer_group,
+        "source.kafka.starting_offsets": _reset(a.auto_offset_reset),
+        "table.format": "delta",
+        "table.base_path": base,
+        "table.name": name,
+        "trigger.interval": f"{a.allowed_latency} seconds",
+    }
+    if a.seek_offsets:
+        flags["source.kafka.starting_offsets"] = json.dumps(
+            {a.topic: {p: o + 1 for p, o in parse_seek_offsets(a.seek_offsets).items()}})
+    if a.max_messages_per_batch:
+        flags["source.kafka.max_offsets_per_trigger"] = a.max_messages_per_batch
+    if a.partition_columns:
+        flags["table.partition_by"] = [c.strip() for c in a.partition_columns.split(",")
+                                       if c.strip()]
+    if a.transforms:
+        flags["table.transforms"] = list(a.transforms)
+    if a.checkpoints:
+        flags["table.delta_checkpoint_interval"] = 10
+    if a.prometheus_port:
+        flags["metrics.port"] = a.prometheus_port
+    if a.ends_at_latest_offsets:
+        flags["trigger.until_caught_up"] = True
+    options: dict[str, str] = {}
+    for setting in a.kafka_settings:
+        key, sep, value = setting.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError("-K", f"{setting!r} is not key=value")
+        if key.strip() == "auto.offset.reset":
+            flags["source.kafka.starting_offsets"] = _reset(value)
+            continue
+        options[key.strip()] = value.strip()
+    if options:
+        flags["source.kafka.options"] = options
+    registry = [(f, u) for f, u in (("avro", a.avro_registry), ("protobuf", a.protobuf_registry))
+                if u is not None]
+    if a.json_registry:
+        raise ConfigError("--json", "a JSON schema registry is not supported: give --json "
+                          "with no value (plain JSON) or --avro <registry URL>")
+    if len(registry) > 1:
+        raise ConfigError("--avro", "give one of --avro and --protobuf")
+    if registry:
+        fmt, url = registry[0]
+        if not url:
+            raise ConfigError(f"--{fmt}", "needs the schema registry's URL")
+        flags["decode.format"] = fmt
+        flags[f"decode.{fmt}.registry.url"] = url
+    notes = [f"--{k} ({IGNORED[k]})" for k in a.given_ignored if k in IGNORED]
+    if a.dlq_table_location:
+        notes.append(f"--dlq_table_location (dead letters go to <base>/_rejected/{name}, a "
+                     "Delta table with dlq.format delta)")
+        flags["dlq.format"] = "delta"
+    return flags, notes
+
+
+def parse_seek_offsets(text: str) -> dict[str, int]:
+    """``{"0": 123, "1": 321}`` -> partition -> offset."""
+    try:
+        data = json.loads(text)
+        out = {str(int(p)): int(o) for p, o in data.items()}
+    except (ValueError, TypeError, AttributeError):
+        raise ConfigError("--seek_offsets", f"{text!r}: JSON like {{\"0\": 123}}") from None
+    return out
+
+
+def takeover_offsets(txn_versions: Mapping[int, int | None], *, topic: str,
+                     seek: Mapping[str, int], reset: str) -> str | None:
+    """Spark's ``startingOffsets`` JSON for a new checkpoint on a table kafka-delta-ingest
+    wrote: per partition, after its ``txn`` version (the last offset it wrote), else
+    after ``seek``, else ``reset`` (-2 earliest, -1 latest). None when no partition has
+    a ``txn`` (the flags' own starting offsets stand)."""
+    if not any(v is not None for v in txn_versions.values()):
+        return None
+    fallback = -2 if _reset(reset) == "earliest" else -1
+    offsets = {}
+    for partition, version in sorted(txn_versions.items()):
+        if version is not None:
+            offsets[str(partition)] = version + 1
+        elif str(partition) in seek:
+            offsets[str(partition)] = seek[str(partition)] + 1
+        else:
+            offsets[str(partition)] = fallback
+    return json.dumps({topic: offsets})
+
+
+def _reset(value: str) -> str:
+    v = value.strip().lower()
+    if v in ("earliest", "smallest", "beginning"):
+        return "earliest"
+    if v in ("latest", "largest", "end"):
+        return "latest"
+    raise ConfigError("--auto_offset_reset", f"{value!r}: earliest or latest")
+
+
+def parse(argv: list[str], env: Mapping[str, str]) -> tuple[KdiArgs, bool]:
+    """``ingest …`` as kafka-delta-ingest parses it (clap: ``-t`` and ``-K`` take several
+    values; every flag falls back to its environment variable). Returns the arguments
+    and whether ``--print-config`` was given."""
+    import argparse
+
+    if not argv or argv[0] != "ingest":
+        raise ConfigError("kdi", "usage: lakesink kdi ingest [TOPIC] [TABLE_LOCATION] "
+                          "[flags] (the kafka-delta-ingest `ingest` command line)")
+    p = argparse.ArgumentParser(prog="lakesink kdi ingest", exit_on_error=False,
+                                add_help=False, allow_abbrev=False)
+    e = env.get
+    p.add_argument("positional", nargs="*")
+    p.add_argument("--topic", default=e("KAFKA_TOPIC"))
+    p.add_argument("--table_base_uri", default=e("TABLE_BASE_URI") or e("TABLE_LOCATION"))
+    p.add_argument("-k", "--kafka", default=e("KAFKA_BROKERS", "localhost:9092"))
+    p.add_argument("-g", "--consumer_group",
+                   default=e("KAFKA_CONSUMER_GROUP", "kafka_delta_ingest"))
+    p.add_argument("-a", "--app_id", default=e("APP_ID", "kafka_delta_ingest"))
+    p.add_argument("--seek_offsets", default=e("KAFKA_SEEK_OFFSETS"))
+    p.add_argument("-o", "--auto_offset_reset", default=e("KAFKA_AUTO_OFFSET_RESET", "earliest"))
+    p.add_argument("-l", "--allowed_latency", type=int, default=int(e("ALLOWED_LATENCY", "300")))
+    p.add_argument("-m", "--max_messages_per_batch", type=int,
+                   default=int(e("MAX_MESSAGES_PER_BATCH", "0")) or None)
+    p.add_argument("--partition_columns", default=e("PARTITION_COLUMNS"))
+    p.add_argument("-t", "--transform", nargs="+", action="extend", default=[])
+    p.add_argument("--dlq_table_location", default=e("DLQ_TABLE_LOCATION"))
+    p.add_argument("-c", "--checkpoints", action="store_true",
+                   default=bool(e("WRITE_CHECKPOINTS")))
+    p.add_argument("-K", "--kafka_setting", nargs="+", action="extend", default=[])
+    p.add_argument("--prometheus_port", type=int,
+                   default=int(e("PROMETHEUS_PORT", "0")) or None)
+    p.add_argument("--message_type_whitelist", default=e("MESSAGE_TYPE_WHITELIST"))
+    p.add_argument("-e", "--ends_at_latest_offsets", action="store_true",
+                   default=bool(e("TURN_OFF_AT_KAFKA_TOPIC_END") or e("ENDS_AT_LATEST_OFFSETS")))
+    p.add_argument("--json", nargs="?", const="", default=e("JSON_REGISTRY"))
+    p.add_argument("--avro", nargs="?", const="", default=e("AVRO_REGISTRY"))
+    p.add_argument("--protobuf", nargs="?", const="", default=e("PROTOBUF_REGISTRY"))
+    p.add_argument("--decompress_gzip", action="store_true", default=bool(e("DECOMPRESS_GZIP")))
+    p.add_argument("--print-config", action="store_true")
+    ignored_flags = {"min_bytes_per_file": ("-b", "MIN_BYTES_PER_FILE"),
+                     "dlq_transform": (None, "DLQ_TRANSFORMS"),
+                     "statsd_endpoint": ("-s", "STATSD_ENDPOINT"),
+                     "housekeeping_loop_iteration": (None, "HOUSEKEEPING_LOOP_ITERATION"),
+                     "deserialization_workers": (None, "DESERIALIZATION_WORKERS"),
+                     "num_arrow_writer_threads": (None, "NUM_ARROW_WRITER_THREADS"),
+                     "num_converting_workers": (None, "NUM_CONVERTING_WORKERS"),
+                     "worker_to_messages_multiplier": (None, "WORKER_TO_MESSAGES_MULTIPLIER"),
+                     "seconds_idle_kafka_read_before_flush":
+                         (None, "SECONDS_IDLE_KAFKA_READ_BEFORE_FLUSH"),
+                     "max_version_lookback": (None, "MAX_VERSION_LOOKBACK")}
+    for name, (short, var) in ignored_flags.items():
+        names = [n for n in (short, f"--{name}") if n]
+        p.add_argument(*names, dest=name, nargs="+" if name == "dlq_transform" else None,
+                       default=e(var))
+    try:
+        ns, unknown = p.parse_known_args(argv[1:])
+    except (argparse.ArgumentError, ValueError) as exc:
+        raise ConfigError("kdi ingest", str(exc)) from None
+    if unknown:
+        raise ConfigError("kdi ingest", f"unknown argument(s): {' '.join(unknown)}")
+    if len(ns.positional) > 2:
+        raise ConfigError("kdi ingest", f"at most TOPIC and TABLE_LOCATION before the flags "
+                          f"(got {' '.join(ns.positional)})")
+    topic = ns.topic or (ns.positional[0] if ns.positional else None)
+    table = ns.table_base_uri or (ns.positional[1] if len(ns.positional) > 1 else None)
+    transforms = list(ns.transform) or [t for t in (e("TRANSFORMS") or "").split("\n") if t]
+    args = KdiArgs(
+        topic=topic, table_uri=table, kafka=ns.kafka, consumer_group=ns.consumer_group,
+        app_id=ns.app_id, seek_offsets=ns.seek_offsets, auto_offset_reset=ns.auto_offset_reset,
+        allowed_latency=ns.allowed_latency, max_messages_per_batch=ns.max_messages_per_batch,
+        partition_columns=ns.partition_columns, transforms=transforms,
+        dlq_table_location=ns.dlq_table_location, checkpoints=ns.checkpoints,
+        kafka_settings=list(ns.kafka_setting), prometheus_port=ns.prometheus_port,
+        message_type_whitelist=ns.message_type_whitelist,
+        ends_at_latest_offsets=ns.ends_at_latest_offsets, json_registry=ns.json,
+        avro_registry=ns.avro, protobuf_registry=ns.protobuf,
+        decompress_gzip=ns.decompress_gzip,
+        given_ignored={k: getattr(ns, k) for k in ignored_flags if getattr(ns, k)})
+    return args, ns.print_config
+
+
+def table_txn_versions(cfg: Any, app_id: str, topic: str) -> dict[int, int | None]:  # noqa: ANN401
+    """Per partition of ``topic`` (asked of the broker), the ``txn`` version that
+    kafka-delta-ingest's ``<app_id>-<partition>`` holds in the Delta table (None: none,
+    or no table yet)."""
+    from confluent_kafka.admin import AdminClient
+
+    from lakesink.status import _delta_table, kafka_conf
+
+    kafka = cfg.source.kafka
+    conf = {k: v for k, v in kafka_conf(cfg).items()
+            if k not in ("group.id", "enable.auto.commit")}
+    from lakesink.errors import SourceError
+
+    try:
+        meta = AdminClient(conf).list_topics(topic=topic, timeout=kafka.connect_timeout_s)
+    except Exception as exc:  # noqa: BLE001 - librdkafka's KafkaException
+        raise SourceError(f"source.kafka: cannot list the partitions of {topic!r} at "
+                          f"{kafka.bootstrap_servers}: {exc}") from None
+    partitions = sorted(meta.topics[topic].partitions) if topic in meta.topics else []
+    uri = f"{cfg.table.base_path.rstrip('/')}/{cfg.table.name}"
+    try:
+        table = _delta_table(cfg, uri)
+    except Exception:  # noqa: BLE001 - no table yet: nothing to take over
+        return {p: None for p in partitions}
+    return {p: table.transaction_version(f"{app_id}-{p}") for p in partitions}

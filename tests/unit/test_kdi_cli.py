@@ -1,0 +1,88 @@
+"""kafka-delta-ingest's `ingest` command line as lakesink's config (no Spark)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lakesink.config import load_config
+from lakesink.config.kdi_cli import parse, takeover_offsets, translate
+from lakesink.errors import ConfigError
+
+#: the upstream README's command line (the table local here)
+README = ["ingest", "web_requests", "/data/lake/web_requests", "-l", "60",
+          "-K", "auto.offset.reset=earliest",
+          "-t", "date: substr(meta.producer.timestamp, `0`, `10`)",
+          "meta.kafka.offset: kafka.offset", "meta.kafka.partition: kafka.partition",
+          "meta.kafka.topic: kafka.topic"]
+
+
+def config(argv: list[str], env: dict[str, str] | None = None):  # noqa: ANN201
+    args, _ = parse(argv, env or {})
+    flags, notes = translate(args)
+    return load_config(flags=flags, env={}), args, notes
+
+
+def test_the_upstream_readme_command_line() -> None:
+    cfg, args, notes = config(README)
+    assert cfg.source.kafka.topics == ["web_requests"]
+    assert cfg.source.kafka.bootstrap_servers == "localhost:9092"  # -k default
+    assert cfg.source.kafka.group_id == "kafka_delta_ingest"
+    assert cfg.source.kafka.starting_offsets == "earliest"  # from -K auto.offset.reset
+    assert (cfg.table.format, cfg.table.base_path, cfg.table.name) == (
+        "delta", "/data/lake", "web_requests")
+    assert cfg.trigger.interval == "60 seconds"
+    assert len(cfg.table.transforms) == 4 and args.app_id == "kafka_delta_ingest"
+    assert notes == []
+
+
+def test_the_forks_flags_and_environment_fallbacks() -> None:
+    env = {"KAFKA_TOPIC": "t", "TABLE_BASE_URI": "s3://bucket/path/tbl",
+           "KAFKA_BROKERS": "b1:9092,b2:9092", "APP_ID": "ingest-1", "ALLOWED_LATENCY": "5",
+           "MAX_MESSAGES_PER_BATCH": "5000", "PARTITION_COLUMNS": "date, region",
+           "PROMETHEUS_PORT": "9108", "NUM_ARROW_WRITER_THREADS": "8"}
+    cfg, args, notes = config(["ingest", "-e", "-c", "--seek_offsets", '{"0": 9, "1": 4}',
+                               "-K", "security.protocol=SSL", "--dlq_table_location", "x"],
+                              env)
+    k = cfg.source.kafka
+    assert (k.topics, k.bootstrap_servers, k.max_offsets_per_trigger) == (
+        ["t"], "b1:9092,b2:9092", 5000)
+    assert json.loads(k.starting_offsets) == {"t": {"0": 10, "1": 5}}  # seek + 1
+    assert k.options["security.protocol"] == "SSL"
+    assert (cfg.table.base_path, cfg.table.name, cfg.table.partition_by) == (
+        "s3://bucket/path", "tbl", ["date", "region"])
+    assert cfg.trigger.until_caught_up and cfg.metrics.port == 9108
+    assert cfg.table.delta_checkpoint_interval == 10 and cfg.dlq.format == "delta"
+    assert args.app_id == "ingest-1"
+    assert any(n.startswith("--num_arrow_writer_threads") for n in notes)
+    assert any(n.startswith("--dlq_table_location") for n in notes)
+
+
+def test_avro_with_a_registry() -> None:
+    cfg, _, _ = config(["ingest", "t", "/x/t", "--avro", "http://registry:8081"])
+    assert cfg.decode.format == "avro"
+    assert cfg.decode.avro.registry.url == "http://registry:8081"
+
+
+@pytest.mark.parametrize(("argv", "key"), [
+    (["ingest"], "topic"),
+    (["ingest", "t"], "table_location"),
+    (["ingest", "t", "/x/t", "--message_type_whitelist", "a"], "--message_type_whitelist"),
+    (["ingest", "t", "/x/t", "--json", "http://r"], "--json"),
+    (["ingest", "t", "/x/t", "--seek_offsets", "nope"], "--seek_offsets"),
+    (["ingest", "t", "/x/t", "-o", "middle"], "--auto_offset_reset"),
+    (["ingest", "t", "/x/t", "--bogus"], "kdi ingest"),
+    (["serve"], "kdi"),
+])
+def test_a_bad_command_line_is_named(argv: list[str], key: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        config(argv)
+    assert refused.value.key == key
+
+
+def test_takeover_starts_after_each_partitions_txn_version() -> None:
+    start = takeover_offsets({0: 29, 1: None, 2: None}, topic="t", seek={"2": 7},
+                             reset="latest")
+    assert json.loads(start) == {"t": {"0": 30, "1": -1, "2": 8}}
+    assert takeover_offsets({0: None, 1: None}, topic="t", seek={}, reset="earliest") is None
