@@ -125,7 +125,10 @@ def test_no_planted_secret_in_any_output(kafka_broker, topic, redis_server, s3_s
             **env, "LAKESINK_SOURCE__KAFKA__SECRET_OPTIONS": "{}",
             "LAKESINK_SOURCE__KAFKA__SASL__PASSWORD": m["SASLPW"]})
         outputs["failed run"] = failed.stdout + failed.stderr
-        assert failed.returncode == 1 and "authentication failed" in failed.stderr
+        errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
+        print(f"planted secrets: the failing run exited {failed.returncode}: {errors}")
+        assert failed.returncode == 1 and "Traceback" not in outputs["failed run"]
+        assert len(errors) == 1 and "authentication failed" in errors[0], failed.stderr[-2000:]
 
         status = run_cli("status", "-c", str(cfg), env=env)
         outputs["status"] = status.stdout + status.stderr

@@ -1,6 +1,7 @@
 """The Quix TS Datalake Sink's own example environment, run as-is against the real
-broker and S3 (SeaweedFS in MinIO's place): the output tree is the one its README
-describes, ``__key`` and ``__None__`` as the Quix sink writes them."""
+broker and S3 (SeaweedFS in MinIO's place), taking over from the Quix sink's consumer
+group: the output tree is the one its README describes (``__key`` and ``__None__`` as
+the Quix sink writes them), and nothing the Quix sink had consumed is read again."""
 
 from __future__ import annotations
 
@@ -10,34 +11,50 @@ import pytest
 
 from lakesink.app import Pipeline
 from lakesink.config import load_config
-from lakesink.runtime.services import produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark, pytest.mark.s3]
 
-N = 200
 
+def test_the_seed_example_environment_runs_as_is_and_takes_over(spark, kafka_broker,
+                                                                s3_server, topic) -> None:
+    """The Quix sink's group (CONSUMER_GROUP) has committed partition 0 up to offset 30
+    and nothing of partition 1: lakesink starts at the group's offsets (partition 1 at
+    AUTO_OFFSET_RESET=earliest), then follows its own checkpoint."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
 
-def test_the_seed_example_environment_runs_as_is(spark, kafka_broker, s3_server, topic
-                                                 ) -> None:
     from tests.fixtures.services import duckdb_s3
 
-    records = []
-    for i in range(N):
-        value = {"location": ["NYC", "LDN", None][i % 3], "sensor_type": ["temp", "hum"][i % 2],
-                 "timestamp": 1_704_067_200_000 + i * 86_400_000 // 10, "value": i / 2, "id": i}
-        records.append((f"sensor-{i % 7}".encode(), json.dumps(value).encode()))
-    produce(kafka_broker.bootstrap_servers, topic, records)
+    def send(ids: range, partition: int) -> None:
+        producer = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
+        for i in ids:
+            value = {"location": ["NYC", "LDN", None][i % 3],
+                     "sensor_type": ["temp", "hum"][i % 2],
+                     "timestamp": 1_704_067_200_000 + i * 8_640_000, "value": i / 2, "id": i}
+            producer.produce(topic, json.dumps(value).encode(), key=f"sensor-{i % 7}".encode(),
+                             partition=partition)
+        assert producer.flush(30) == 0
+
+    send(range(60), 0)
+    send(range(60, 100), 1)
+    group = f"quix-{topic}"
+    quix = Consumer({"bootstrap.servers": kafka_broker.bootstrap_servers, "group.id": group,
+                     "enable.auto.commit": False})
+    quix.commit(offsets=[TopicPartition(topic, 0, 30)], asynchronous=False)
+    quix.close()
     prefix = f"quix-{topic}"
     env = {  # the README's example 2 and its MinIO example, SeaweedFS standing in for MinIO
         "input": topic, "S3_BUCKET": s3_server.bucket, "S3_PREFIX": prefix,
         "HIVE_COLUMNS": "location,sensor_type,year,month", "TIMESTAMP_COLUMN": "timestamp",
         "AWS_ENDPOINT_URL": s3_server.endpoint, "AWS_ACCESS_KEY_ID": s3_server.access_key,
         "AWS_SECRET_ACCESS_KEY": s3_server.secret_key, "AWS_REGION": "us-east-1",
-        "KAFKA_BOOTSTRAP_SERVERS": kafka_broker.bootstrap_servers,
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_broker.bootstrap_servers, "CONSUMER_GROUP": group,
         "AUTO_OFFSET_RESET": "earliest", "MAX_WRITE_WORKERS": "10",
     }
-    stats = Pipeline.build(load_config(env=env), spark).run(until_caught_up=True)
-    assert stats.written == N
+    first = Pipeline.build(load_config(env=env), spark).run(until_caught_up=True)
+    send(range(100, 110), 0)
+    Pipeline.build(load_config(env=env), spark).run(until_caught_up=True)
+    assert first.written == 70
+
     duck = duckdb_s3(s3_server)
     root = f"s3://{s3_server.bucket}/{prefix}/{topic}"
     files = [r[0][len(root) + 1:] for r in duck.sql(
@@ -49,46 +66,9 @@ def test_the_seed_example_environment_runs_as_is(spark, kafka_broker, s3_server,
     assert all(len(f.split("/")) == 4 for f in folders)
     rows = duck.sql(f"SELECT id, location, __key FROM read_parquet('{root}/**/*.parquet', "
                     "hive_partitioning = true, hive_types_autocast = false)").fetchall()
-    assert sorted(r[0] for r in rows) == list(range(N))
-    by_id = {r[0]: r for r in rows}
-    assert bytes(by_id[8][2]) == b"sensor-1" and by_id[2][1] == "__None__"
-
-
-def test_taking_over_from_the_quix_sink_reads_nothing_twice(spark, kafka_broker, s3_server,
-                                                           topic) -> None:
-    """The Quix sink's consumer group has committed partition 0 up to offset 30 (it wrote
-    those records) and nothing of partition 1: lakesink, started on the same environment,
-    begins at the group's offsets (partition 1 at AUTO_OFFSET_RESET=earliest), then
-    follows its own checkpoint."""
-    from confluent_kafka import Consumer, Producer, TopicPartition
-
-    from tests.fixtures.services import duckdb_s3
-
-    def send(ids: range, partition: int) -> None:
-        producer = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
-        for i in ids:
-            producer.produce(topic, json.dumps({"id": i, "ts_ms": 1_795_000_000_000}).encode(),
-                             key=b"k", partition=partition)
-        assert producer.flush(30) == 0
-
-    send(range(60), 0)
-    send(range(60, 100), 1)
-    group = f"quix-{topic}"
-    quix = Consumer({"bootstrap.servers": kafka_broker.bootstrap_servers, "group.id": group,
-                     "enable.auto.commit": False})
-    quix.commit(offsets=[TopicPartition(topic, 0, 30)], asynchronous=False)
-    quix.close()
-    prefix = f"takeover-{topic}"
-    env = {"input": topic, "S3_BUCKET": s3_server.bucket, "S3_PREFIX": prefix,
-           "CONSUMER_GROUP": group, "AUTO_OFFSET_RESET": "earliest",
-           "KAFKA_BOOTSTRAP_SERVERS": kafka_broker.bootstrap_servers, **s3_server.env()}
-    Pipeline.build(load_config(env=env), spark).run(until_caught_up=True)
-    send(range(100, 110), 0)
-    Pipeline.build(load_config(env=env), spark).run(until_caught_up=True)
-    duck = duckdb_s3(s3_server)
-    ids = [r[0] for r in duck.sql(
-        f"SELECT id FROM read_parquet('s3://{s3_server.bucket}/{prefix}/{topic}/**/*.parquet')"
-    ).fetchall()]
+    ids = [r[0] for r in rows]
     print(f"quix take-over: group committed p0@30, p1 none; read back {len(ids)} rows, "
           f"{len(ids) - len(set(ids))} twice, smallest of p0 {min(i for i in ids if i < 60)}")
     assert sorted(ids) == list(range(30, 110))
+    by_id = {r[0]: r for r in rows}
+    assert bytes(by_id[36][2]) == b"sensor-1" and by_id[32][1] == "__None__"
