@@ -223,7 +223,7 @@ def kdi(ctx: typer.Context) -> None:
             logging.getLogger("lakesink.kdi").info(
                 "kafka-delta-ingest flags with no meaning in lakesink, ignored: %s",
                 "; ".join(ignored))
-        cfg = load_config(flags=flags)
+        cfg = load_config(flags=flags, compat="off")  # the command line is the config
         if print_config:
             from lakesink.config.loader import config_file_text
 
@@ -233,12 +233,13 @@ def kdi(ctx: typer.Context) -> None:
         versions = kdi_cli.table_txn_versions(cfg, args.app_id, args.topic or "")
         seek = kdi_cli.parse_seek_offsets(args.seek_offsets) if args.seek_offsets else {}
         start = kdi_cli.takeover_offsets(versions, topic=args.topic or "", seek=seek,
-                                         reset=args.auto_offset_reset)
+                                         reset=kdi_cli.start_reset(args))
         if start is not None:
             logging.getLogger("lakesink.kdi").info(
                 "taking over from kafka-delta-ingest's offsets (app id %r) in the table: a "
                 "new checkpoint starts at %s", args.app_id, start)
-            cfg = load_config(flags={**flags, "source.kafka.starting_offsets": start})
+            cfg = load_config(flags={**flags, "source.kafka.starting_offsets": start},
+                              compat="off")
     except ConfigError as exc:
         _fail_config(exc)
         return

@@ -58,11 +58,11 @@ def test_taking_over_a_table_kafka_delta_ingest_wrote(kafka_broker, tmp_path) ->
     for i in range(100):
         producer.produce(topic, json.dumps({"id": i}).encode(), partition=0 if i < 60 else 1)
     assert producer.flush(30) == 0
-    table = tmp_path / "lake" / "events"
+    table = tmp_path / "lake" / topic  # the fork's <table_base_uri>/<type>: the topic
     write_deltalake(str(table), pa.table({"id": pa.array(range(30), pa.int64())}),
                     commit_properties=CommitProperties(
                         app_transactions=[Transaction(app_id="kdi-0", version=29)]))
-    result = run_cli("kdi", "ingest", "--topic", topic, "--table_base_uri", str(table),
+    result = run_cli("kdi", "ingest", "--topic", topic, "--table_base_uri", str(table.parent),
                      "-a", "kdi", "-k", kafka_broker.bootstrap_servers, "-e", "-l", "1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "taking over from kafka-delta-ingest's offsets" in result.stderr

@@ -47,16 +47,40 @@ def test_the_forks_flags_and_environment_fallbacks() -> None:
                               env)
     k = cfg.source.kafka
     assert (k.topics, k.bootstrap_servers, k.max_offsets_per_trigger) == (
-        ["t"], "b1:9092,b2:9092", 5000)
-    assert json.loads(k.starting_offsets) == {"t": {"0": 10, "1": 5}}  # seek + 1
+        ["t"], "b1:9092,b2:9092", None)  # -m sizes kdi's buffers: no per-trigger cap
+    assert k.starting_offsets == "earliest"  # the seek applies with the partitions at start
     assert k.options["security.protocol"] == "SSL"
+    # the fork's base: a folder of tables, one per message type (JSON: the topic)
     assert (cfg.table.base_path, cfg.table.name, cfg.table.partition_by) == (
-        "s3://bucket/path", "tbl", ["date", "region"])
+        "s3://bucket/path/tbl", "t", ["date", "region"])
     assert cfg.trigger.until_caught_up and cfg.metrics.port == 9108
     assert cfg.table.delta_checkpoint_interval == 10 and cfg.dlq.format == "delta"
     assert args.app_id == "ingest-1"
     assert any(n.startswith("--num_arrow_writer_threads") for n in notes)
+    assert any(n.startswith("--max_messages_per_batch") for n in notes)
     assert any(n.startswith("--dlq_table_location") for n in notes)
+
+
+def test_boolean_variables_read_as_clap_reads_them() -> None:
+    off = {"TURN_OFF_AT_KAFKA_TOPIC_END": "false", "WRITE_CHECKPOINTS": "0"}
+    cfg, _, _ = config(["ingest", "t", "/x/t"], off)
+    assert not cfg.trigger.until_caught_up
+    assert cfg.table.delta_checkpoint_interval != 10
+    cfg, _, _ = config(["ingest", "t", "/x/t"], {"TURN_OFF_AT_KAFKA_TOPIC_END": "true"})
+    assert cfg.trigger.until_caught_up
+
+
+def test_flags_between_the_positionals_and_o_over_k() -> None:
+    cfg, _, _ = config(["ingest", "t", "-l", "7", "/x/t", "-o", "latest",
+                        "-K", "auto.offset.reset=earliest"])
+    assert (cfg.table.name, cfg.trigger.interval) == ("t", "7 seconds")
+    assert cfg.source.kafka.starting_offsets == "latest"  # -o decides, as in kdi
+
+
+def test_a_bad_number_in_the_environment_is_named() -> None:
+    with pytest.raises(ConfigError) as refused:
+        config(["ingest", "t", "/x/t"], {"ALLOWED_LATENCY": "soon"})
+    assert refused.value.key == "ALLOWED_LATENCY"
 
 
 def test_avro_with_a_registry() -> None:
@@ -86,3 +110,6 @@ def test_takeover_starts_after_each_partitions_txn_version() -> None:
                              reset="latest")
     assert json.loads(start) == {"t": {"0": 30, "1": -1, "2": 8}}
     assert takeover_offsets({0: None, 1: None}, topic="t", seek={}, reset="earliest") is None
+    # a seek for some partitions only: every partition named (Spark wants them all)
+    start = takeover_offsets({0: None, 1: None}, topic="t", seek={"1": 4}, reset="earliest")
+    assert json.loads(start) == {"t": {"0": -2, "1": 5}}

@@ -29,7 +29,7 @@ def test_the_seed_environment_is_a_config_with_the_quix_layout() -> None:
     assert kafka is not None
     assert (kafka.topics, kafka.bootstrap_servers, kafka.group_id, kafka.starting_offsets,
             kafka.group_fallback, kafka.max_offsets_per_trigger) == (
-        ["sensor-data"], "broker:9092", "s3_direct_sink_v1.0", "group", "earliest", 1000)
+        ["sensor-data"], "broker:9092", "s3_direct_sink_v1.0", "group", "earliest", None)
     t = cfg.table
     assert (t.name, t.base_path, t.partition_by, t.timestamp_column) == (
         "sensor-data", "s3a://lake/data", ["location", "sensor_type", "year", "month"],
@@ -53,6 +53,8 @@ def test_the_platforms_blob_storage_and_workspace_give_the_lakehouse_path() -> N
     assert cfg.table.name == "Sensors.v2"
     assert cfg.source.kafka.bootstrap_servers == "kafka:9092"
     assert cfg.source.kafka.group_fallback == "latest"  # the sink's code default
+    assert cfg.source.kafka.group_id == "ws-1-s3_direct_sink_v1.0"  # quixstreams' prefix
+    assert cfg.trigger.interval == "30 seconds"  # COMMIT_INTERVAL unset: the sink's 30
     s3 = cfg.storage.s3
     assert (s3.endpoint, s3.region, s3.access_key_id.get_secret_value(),
             s3.secret_access_key.get_secret_value()) == ("http://minio:9000", "eu-west-1",

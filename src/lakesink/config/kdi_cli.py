@@ -24,6 +24,8 @@ from lakesink.errors import ConfigError
 
 #: flags accepted and not used, with why
 IGNORED = {
+    "max_messages_per_batch": "it sizes kafka-delta-ingest's in-memory batches; as a "
+                              "per-trigger cap it would throttle the stream",
     "min_bytes_per_file": "lakesink writes one file per partition folder per batch, split "
                           "at table.target_file_size; a batch is never held back for size",
     "dlq_transform": "dead letters keep the raw bytes and the reason, untransformed",
@@ -42,11 +44,14 @@ IGNORED = {
 class KdiArgs:
     topic: str | None = None
     table_uri: str | None = None
+    #: the fork's ``--table_base_uri``: a folder of tables, one per message type (the
+    #: topic's name for JSON); upstream's ``table_location`` is the table itself
+    table_is_base: bool = False
     kafka: str = "localhost:9092"
     consumer_group: str = "kafka_delta_ingest"
     app_id: str = "kafka_delta_ingest"
     seek_offsets: str | None = None
-    auto_offset_reset: str = "earliest"
+    auto_offset_reset: str | None = None
     allowed_latency: int = 300
     max_messages_per_batch: int | None = None
     partition_columns: str | None = None
@@ -88,22 +93,27 @@ def translate(a: KdiArgs) -> tuple[dict[str, Any], list[str]]:
                           "routes with message_type in a config file (docs/routing.md)")
     if a.decompress_gzip:
         raise ConfigError("--decompress_gzip", "gzip-compressed values are not supported")
-    base, name = split_table_uri(a.table_uri)
+    if a.table_is_base:
+        if a.avro_registry is not None or a.protobuf_registry is not None:
+            raise ConfigError("--table_base_uri", "with a registry the fork names each table "
+                              "by the record's type: use routes with message_type in a "
+                              "config file (docs/routing.md)")
+        base, name = a.table_uri.rstrip("/"), a.topic  # <base>/<type>; JSON: the topic
+    else:
+        base, name = split_table_uri(a.table_uri)
     flags: dict[str, Any] = {
         "source.kafka.bootstrap_servers": a.kafka,
         "source.kafka.topics": [a.topic],
         "source.kafka.group_id": a.consumer_group,
-        "source.kafka.starting_offsets": _reset(a.auto_offset_reset),
+        "source.kafka.starting_offsets": _reset(start_reset(a)),
         "table.format": "delta",
         "table.base_path": base,
         "table.name": name,
         "trigger.interval": f"{a.allowed_latency} seconds",
     }
     if a.seek_offsets:
-        flags["source.kafka.starting_offsets"] = json.dumps(
-            {a.topic: {p: o + 1 for p, o in parse_seek_offsets(a.seek_offsets).items()}})
-    if a.max_messages_per_batch:
-        flags["source.kafka.max_offsets_per_trigger"] = a.max_messages_per_batch
+        parse_seek_offsets(a.seek_offsets)  # refused here when malformed; applied with the
+        # partitions at start (takeover_offsets: Spark wants every partition named)
     if a.partition_columns:
         flags["table.partition_by"] = [c.strip() for c in a.partition_columns.split(",")
                                        if c.strip()]
@@ -121,8 +131,7 @@ def translate(a: KdiArgs) -> tuple[dict[str, Any], list[str]]:
         if not sep or not key.strip():
             raise ConfigError("-K", f"{setting!r} is not key=value")
         if key.strip() == "auto.offset.reset":
-            flags["source.kafka.starting_offsets"] = _reset(value)
-            continue
+            continue  # librdkafka's reset: start_reset() uses it when -o is not given
         options[key.strip()] = value.strip()
     if options:
         flags["source.kafka.options"] = options
@@ -140,6 +149,8 @@ def translate(a: KdiArgs) -> tuple[dict[str, Any], list[str]]:
         flags["decode.format"] = fmt
         flags[f"decode.{fmt}.registry.url"] = url
     notes = [f"--{k} ({IGNORED[k]})" for k in a.given_ignored if k in IGNORED]
+    if a.max_messages_per_batch:
+        notes.append(f"--max_messages_per_batch ({IGNORED['max_messages_per_batch']})")
     if a.dlq_table_location:
         notes.append(f"--dlq_table_location (dead letters go to <base>/_rejected/{name}, a "
                      "Delta table with dlq.format delta)")
@@ -162,8 +173,8 @@ def takeover_offsets(txn_versions: Mapping[int, int | None], *, topic: str,
     """Spark's ``startingOffsets`` JSON for a new checkpoint on a table kafka-delta-ingest
     wrote: per partition, after its ``txn`` version (the last offset it wrote), else
     after ``seek``, else ``reset`` (-2 earliest, -1 latest). None when no partition has
-    a ``txn`` (the flags' own starting offsets stand)."""
-    if not any(v is not None for v in txn_versions.values()):
+    a ``txn`` and no ``seek`` is given (the flags' own starting offsets stand)."""
+    if not any(v is not None for v in txn_versions.values()) and not seek:
         return None
     fallback = -2 if _reset(reset) == "earliest" else -1
     offsets = {}
@@ -175,6 +186,33 @@ def takeover_offsets(txn_versions: Mapping[int, int | None], *, topic: str,
         else:
             offsets[str(partition)] = fallback
     return json.dumps({topic: offsets})
+
+
+def start_reset(a: KdiArgs) -> str:
+    """Where a partition without a stored offset starts: ``-o``, else a ``-K
+    auto.offset.reset``, else earliest (kafka-delta-ingest's default)."""
+    if a.auto_offset_reset:
+        return a.auto_offset_reset
+    for setting in a.kafka_settings:
+        key, _, value = setting.partition("=")
+        if key.strip() == "auto.offset.reset":
+            return value.strip()
+    return "earliest"
+
+
+def _env_bool(value: str | None) -> bool:
+    """clap's reading of a boolean variable: ``true``/``1``/``yes``/``on``."""
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int | None) -> int | None:
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(name, f"{raw!r} is not a whole number") from None
 
 
 def _reset(value: str) -> str:
@@ -200,31 +238,34 @@ def parse(argv: list[str], env: Mapping[str, str]) -> tuple[KdiArgs, bool]:
     e = env.get
     p.add_argument("positional", nargs="*")
     p.add_argument("--topic", default=e("KAFKA_TOPIC"))
-    p.add_argument("--table_base_uri", default=e("TABLE_BASE_URI") or e("TABLE_LOCATION"))
+    p.add_argument("--table_base_uri", default=e("TABLE_BASE_URI"))
     p.add_argument("-k", "--kafka", default=e("KAFKA_BROKERS", "localhost:9092"))
     p.add_argument("-g", "--consumer_group",
                    default=e("KAFKA_CONSUMER_GROUP", "kafka_delta_ingest"))
     p.add_argument("-a", "--app_id", default=e("APP_ID", "kafka_delta_ingest"))
     p.add_argument("--seek_offsets", default=e("KAFKA_SEEK_OFFSETS"))
-    p.add_argument("-o", "--auto_offset_reset", default=e("KAFKA_AUTO_OFFSET_RESET", "earliest"))
-    p.add_argument("-l", "--allowed_latency", type=int, default=int(e("ALLOWED_LATENCY", "300")))
+    p.add_argument("-o", "--auto_offset_reset", default=e("KAFKA_AUTO_OFFSET_RESET") or None)
+    p.add_argument("-l", "--allowed_latency", type=int,
+                   default=_env_int(env, "ALLOWED_LATENCY", 300))
     p.add_argument("-m", "--max_messages_per_batch", type=int,
-                   default=int(e("MAX_MESSAGES_PER_BATCH", "0")) or None)
+                   default=_env_int(env, "MAX_MESSAGES_PER_BATCH", None))
     p.add_argument("--partition_columns", default=e("PARTITION_COLUMNS"))
     p.add_argument("-t", "--transform", nargs="+", action="extend", default=[])
     p.add_argument("--dlq_table_location", default=e("DLQ_TABLE_LOCATION"))
     p.add_argument("-c", "--checkpoints", action="store_true",
-                   default=bool(e("WRITE_CHECKPOINTS")))
+                   default=_env_bool(e("WRITE_CHECKPOINTS")))
     p.add_argument("-K", "--kafka_setting", nargs="+", action="extend", default=[])
     p.add_argument("--prometheus_port", type=int,
-                   default=int(e("PROMETHEUS_PORT", "0")) or None)
+                   default=_env_int(env, "PROMETHEUS_PORT", None))
     p.add_argument("--message_type_whitelist", default=e("MESSAGE_TYPE_WHITELIST"))
     p.add_argument("-e", "--ends_at_latest_offsets", action="store_true",
-                   default=bool(e("TURN_OFF_AT_KAFKA_TOPIC_END") or e("ENDS_AT_LATEST_OFFSETS")))
+                   default=_env_bool(e("TURN_OFF_AT_KAFKA_TOPIC_END"))
+                   or _env_bool(e("ENDS_AT_LATEST_OFFSETS")))
     p.add_argument("--json", nargs="?", const="", default=e("JSON_REGISTRY"))
     p.add_argument("--avro", nargs="?", const="", default=e("AVRO_REGISTRY"))
     p.add_argument("--protobuf", nargs="?", const="", default=e("PROTOBUF_REGISTRY"))
-    p.add_argument("--decompress_gzip", action="store_true", default=bool(e("DECOMPRESS_GZIP")))
+    p.add_argument("--decompress_gzip", action="store_true",
+                   default=_env_bool(e("DECOMPRESS_GZIP")))
     p.add_argument("--print-config", action="store_true")
     ignored_flags = {"min_bytes_per_file": ("-b", "MIN_BYTES_PER_FILE"),
                      "dlq_transform": (None, "DLQ_TRANSFORMS"),
@@ -242,7 +283,7 @@ def parse(argv: list[str], env: Mapping[str, str]) -> tuple[KdiArgs, bool]:
         p.add_argument(*names, dest=name, nargs="+" if name == "dlq_transform" else None,
                        default=e(var))
     try:
-        ns, unknown = p.parse_known_args(argv[1:])
+        ns, unknown = p.parse_known_intermixed_args(argv[1:])
     except (argparse.ArgumentError, ValueError) as exc:
         raise ConfigError("kdi ingest", str(exc)) from None
     if unknown:
@@ -251,10 +292,12 @@ def parse(argv: list[str], env: Mapping[str, str]) -> tuple[KdiArgs, bool]:
         raise ConfigError("kdi ingest", f"at most TOPIC and TABLE_LOCATION before the flags "
                           f"(got {' '.join(ns.positional)})")
     topic = ns.topic or (ns.positional[0] if ns.positional else None)
-    table = ns.table_base_uri or (ns.positional[1] if len(ns.positional) > 1 else None)
+    table = ns.table_base_uri or (ns.positional[1] if len(ns.positional) > 1
+                                  else e("TABLE_LOCATION"))
+    table_is_base = bool(ns.table_base_uri)
     transforms = list(ns.transform) or [t for t in (e("TRANSFORMS") or "").split("\n") if t]
     args = KdiArgs(
-        topic=topic, table_uri=table, kafka=ns.kafka, consumer_group=ns.consumer_group,
+        topic=topic, table_uri=table, table_is_base=table_is_base, kafka=ns.kafka, consumer_group=ns.consumer_group,
         app_id=ns.app_id, seek_offsets=ns.seek_offsets, auto_offset_reset=ns.auto_offset_reset,
         allowed_latency=ns.allowed_latency, max_messages_per_batch=ns.max_messages_per_batch,
         partition_columns=ns.partition_columns, transforms=transforms,
@@ -287,9 +330,16 @@ def table_txn_versions(cfg: Any, app_id: str, topic: str) -> dict[int, int | Non
         raise SourceError(f"source.kafka: cannot list the partitions of {topic!r} at "
                           f"{kafka.bootstrap_servers}: {exc}") from None
     partitions = sorted(meta.topics[topic].partitions) if topic in meta.topics else []
+    from deltalake.exceptions import TableNotFoundError
+
     uri = f"{cfg.table.base_path.rstrip('/')}/{cfg.table.name}"
+    scheme = uri.split("://", 1)[0] if "://" in uri else "file"
+    if scheme not in ("file", "s3", "s3a"):
+        raise SourceError(f"table.base_path: reading kafka-delta-ingest's offsets from "
+                          f"{scheme}:// is not supported (local and S3 are); give "
+                          "--seek_offsets to say where to start")
     try:
         table = _delta_table(cfg, uri)
-    except Exception:  # noqa: BLE001 - no table yet: nothing to take over
+    except TableNotFoundError:  # no table yet: nothing to take over
         return {p: None for p in partitions}
     return {p: table.transaction_version(f"{app_id}-{p}") for p in partitions}

@@ -24,14 +24,16 @@ __Json``                          the prefix ``<workspace>/data-lake/time-series
 ``Quix__Lakehouse__Catalog__*``
 ``KAFKA_BOOTSTRAP_SERVERS`` /     ``source.kafka.bootstrap_servers``
 ``Quix__Broker__Address``
-``CONSUMER_GROUP``                ``source.kafka.group_id`` (``s3_direct_sink_v1.0``)
+``CONSUMER_GROUP``                ``source.kafka.group_id`` (``s3_direct_sink_v1.0``;
+                                  ``<Quix__Workspace__Id>-`` in front on the platform,
+                                  as quixstreams does)
 (take-over)                       ``starting_offsets: group``: a new checkpoint starts at
                                   ``CONSUMER_GROUP``'s committed offsets (where the Quix
                                   sink stopped), so nothing is read twice
 ``AUTO_OFFSET_RESET`` (latest)    ``source.kafka.group_fallback``: partitions the group
                                   never committed
-``COMMIT_INTERVAL`` (30)          ``trigger.interval`` in seconds
-``BATCH_SIZE``                    ``source.kafka.max_offsets_per_trigger``
+``COMMIT_INTERVAL`` (30)          ``trigger.interval`` in seconds (30 when unset)
+``BATCH_SIZE``                    accepted and ignored (a cap per trigger would throttle)
 ``KAFKA_VALUE_DESERIALIZER``      must be ``json`` (the sink's only working one)
 ``KAFKA_KEY_DESERIALIZER``,       accepted and ignored, logged once with why
 ``MAX_WRITE_WORKERS``
@@ -55,6 +57,8 @@ TABLE_NAME_RULE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]*$")
 
 #: variables accepted and not used, with why
 IGNORED = {
+    "BATCH_SIZE": "the Quix sink commits early after this many messages; as a per-trigger "
+                  "cap it would throttle the stream (1000 per 30 s)",
     "MAX_WRITE_WORKERS": "Spark's tasks write the files; their number follows "
                          "table.files_per_partition",
     "KAFKA_KEY_DESERIALIZER": "the Quix sink stores the key's bytes whatever it says; "
@@ -65,6 +69,8 @@ IGNORED = {
 def applies(env: Mapping[str, str], *, has_file: bool, compat: str | None) -> bool:
     """Whether the Quix environment is the configuration: asked for, or ``input`` set
     and no config file given."""
+    if compat == "off":  # another surface (lakesink kdi) is the config
+        return False
     if compat is not None:
         if compat != "quix":
             raise ConfigError("--compat", f"unknown surface {compat!r} (quix)")
@@ -88,7 +94,7 @@ def translate(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
                           "writes JSON values only, and so does this surface (json)")
     kafka: dict[str, Any] = {
         "topics": [topic],
-        "group_id": env.get("CONSUMER_GROUP") or "s3_direct_sink_v1.0",
+        "group_id": _group(env),
         # a new checkpoint starts where the Quix sink's group stopped: nothing twice
         "starting_offsets": "group",
         "group_fallback": _offset_reset(env.get("AUTO_OFFSET_RESET") or "latest"),
@@ -96,8 +102,6 @@ def translate(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
     servers = env.get("KAFKA_BOOTSTRAP_SERVERS") or env.get("Quix__Broker__Address")
     if servers:
         kafka["bootstrap_servers"] = servers
-    if env.get("BATCH_SIZE"):
-        kafka["max_offsets_per_trigger"] = _positive_int(env, "BATCH_SIZE")
     table: dict[str, Any] = {
         "name": name,
         "partition_by": [c.strip() for c in (env.get("HIVE_COLUMNS") or "").split(",")
@@ -125,9 +129,19 @@ def translate(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
     data: dict[str, Any] = {"source": {"kafka": kafka}, "table": table}
     if storage:
         data["storage"] = {"s3": storage}
-    if env.get("COMMIT_INTERVAL"):
-        data["trigger"] = {"interval": f"{_positive_int(env, 'COMMIT_INTERVAL')} seconds"}
+    interval = _positive_int(env, "COMMIT_INTERVAL") if env.get("COMMIT_INTERVAL") else 30
+    data["trigger"] = {"interval": f"{interval} seconds"}  # the sink's default: 30 s
     return data, extra_env
+
+
+def _group(env: Mapping[str, str]) -> str:
+    """The Quix sink's consumer group as the broker knows it: on the Quix platform
+    (``Quix__Workspace__Id`` set) quixstreams prefixes it with ``<workspace>-``."""
+    group = (env.get("CONSUMER_GROUP") or "s3_direct_sink_v1.0").strip()
+    workspace = (env.get("Quix__Workspace__Id") or "").strip()
+    if workspace and not group.startswith(f"{workspace}-"):
+        group = f"{workspace}-{group}"
+    return group
 
 
 def ignored(env: Mapping[str, str]) -> list[str]:

@@ -160,6 +160,10 @@ def group_offsets(spark: SparkSession, cfg: KafkaSource) -> str:
         raise SourceError(f"source.kafka: starting_offsets group: topic(s) "
                           f"{', '.join(cfg.topics)} not found, so no group position to "
                           "start from") from None
+    if all(o < 0 for parts in out.values() for o in parts.values()):
+        logger.warning("consumer group %r has no committed offset for %s: every partition "
+                       "starts at %s (is the group's name right?)", cfg.group_id,
+                       ", ".join(cfg.topics), cfg.group_fallback)
     logger.info("starting at consumer group %r's committed offsets: %s", cfg.group_id,
                 json.dumps(out, sort_keys=True))
     return json.dumps(out)
