@@ -63,6 +63,19 @@ def _load(config: Path | None, sets: list[str] | None, flags: dict[str, Any],  #
     return load_config(config, overrides=sets or [], flags=flags, compat=compat)
 
 
+def _print_config_file(cfg: Any) -> None:  # noqa: ANN401
+    """``--print-config``: the resolved config as a config file (secrets named, not written)."""
+    from lakesink.config.loader import config_file_text
+
+    out.print(config_file_text(cfg), end="", highlight=False, markup=False, soft_wrap=True)
+
+
+def _fail_error(exc: LakesinkError) -> None:
+    """A refusal that is not the config's: one ``error:`` line, exit 1."""
+    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+    raise typer.Exit(1) from None
+
+
 def _fail_config(exc: ConfigError) -> None:
     err.print(f"[bold red]config error:[/] {escape(str(exc))}", highlight=False)
     raise typer.Exit(2)
@@ -159,10 +172,7 @@ def run(
     try:
         cfg = _load(config, set_, flags, compat)
         if print_config:
-            from lakesink.config.loader import config_file_text
-
-            out.print(config_file_text(cfg), end="", highlight=False, markup=False,
-                      soft_wrap=True)
+            _print_config_file(cfg)
             return
     except ConfigError as exc:
         _fail_config(exc)
@@ -195,8 +205,7 @@ def _run_loaded(cfg: Any, log_level: str | None) -> None:  # noqa: ANN401
         _fail_config(exc)
         return
     except LakesinkError as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(1) from None
+        _fail_error(exc)
     except Exception as exc:  # noqa: BLE001 - a failed query: say what, exit 1
         err.print(f"[bold red]query failed:[/] {type(exc).__name__}: {escape(str(exc)[:2000])}",
                   highlight=False)
@@ -225,10 +234,7 @@ def kdi(ctx: typer.Context) -> None:
                 "; ".join(ignored))
         cfg = load_config(flags=flags, compat="off")  # the command line is the config
         if print_config:
-            from lakesink.config.loader import config_file_text
-
-            out.print(config_file_text(cfg), end="", highlight=False, markup=False,
-                      soft_wrap=True)
+            _print_config_file(cfg)
             return
         versions = kdi_cli.table_txn_versions(cfg, args.app_id, args.topic or "")
         seek = kdi_cli.parse_seek_offsets(args.seek_offsets) if args.seek_offsets else {}
@@ -244,8 +250,7 @@ def kdi(ctx: typer.Context) -> None:
         _fail_config(exc)
         return
     except LakesinkError as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(1) from None
+        _fail_error(exc)
     _run_loaded(cfg, None)
 
 
@@ -429,8 +434,7 @@ def dlq_replay(
         _fail_config(exc)
         return
     except LakesinkError as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(1) from None
+        _fail_error(exc)
     out.print(json.dumps(result), highlight=False, markup=False, soft_wrap=True)
 
 
@@ -452,8 +456,7 @@ def _maintain(what: str, config: Path | None, set_: list[str] | None, as_json: b
         _fail_config(exc)
         return
     except LakesinkError as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(1) from None
+        _fail_error(exc)
     if as_json:
         out.print(json.dumps(reports, indent=1), highlight=False, markup=False,
                   soft_wrap=True)

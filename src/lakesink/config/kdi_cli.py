@@ -22,21 +22,33 @@ from typing import Any
 
 from lakesink.errors import ConfigError
 
+#: flags parsed and not used: name -> (short flag, environment variable, why)
+_UNUSED_FLAGS: dict[str, tuple[str | None, str, str]] = {
+    "min_bytes_per_file": ("-b", "MIN_BYTES_PER_FILE",
+                           "lakesink writes one file per partition folder per batch, split "
+                           "at table.target_file_size; a batch is never held back for size"),
+    "dlq_transform": (None, "DLQ_TRANSFORMS",
+                      "dead letters keep the raw bytes and the reason, untransformed"),
+    "statsd_endpoint": ("-s", "STATSD_ENDPOINT",
+                        "lakesink exports Prometheus (--prometheus_port) and OTLP"),
+    "housekeeping_loop_iteration": (None, "HOUSEKEEPING_LOOP_ITERATION",
+                                    "Spark schedules the work"),
+    "deserialization_workers": (None, "DESERIALIZATION_WORKERS", "Spark's tasks decode"),
+    "num_arrow_writer_threads": (None, "NUM_ARROW_WRITER_THREADS", "Spark's tasks write"),
+    "num_converting_workers": (None, "NUM_CONVERTING_WORKERS", "Spark's tasks convert"),
+    "worker_to_messages_multiplier": (None, "WORKER_TO_MESSAGES_MULTIPLIER",
+                                      "Spark's tasks decode"),
+    "seconds_idle_kafka_read_before_flush": (None, "SECONDS_IDLE_KAFKA_READ_BEFORE_FLUSH",
+                                             "a batch is written every allowed_latency"),
+    "max_version_lookback": (None, "MAX_VERSION_LOOKBACK",
+                             "lakesink reads its offsets from its checkpoint"),
+}
+
 #: flags accepted and not used, with why
 IGNORED = {
     "max_messages_per_batch": "it sizes kafka-delta-ingest's in-memory batches; as a "
                               "per-trigger cap it would throttle the stream",
-    "min_bytes_per_file": "lakesink writes one file per partition folder per batch, split "
-                          "at table.target_file_size; a batch is never held back for size",
-    "dlq_transform": "dead letters keep the raw bytes and the reason, untransformed",
-    "statsd_endpoint": "lakesink exports Prometheus (--prometheus_port) and OTLP",
-    "housekeeping_loop_iteration": "Spark schedules the work",
-    "deserialization_workers": "Spark's tasks decode",
-    "num_arrow_writer_threads": "Spark's tasks write",
-    "num_converting_workers": "Spark's tasks convert",
-    "worker_to_messages_multiplier": "Spark's tasks decode",
-    "seconds_idle_kafka_read_before_flush": "a batch is written every allowed_latency",
-    "max_version_lookback": "lakesink reads its offsets from its checkpoint",
+    **{name: why for name, (_, _, why) in _UNUSED_FLAGS.items()},
 }
 
 
@@ -267,18 +279,7 @@ def parse(argv: list[str], env: Mapping[str, str]) -> tuple[KdiArgs, bool]:
     p.add_argument("--decompress_gzip", action="store_true",
                    default=_env_bool(e("DECOMPRESS_GZIP")))
     p.add_argument("--print-config", action="store_true")
-    ignored_flags = {"min_bytes_per_file": ("-b", "MIN_BYTES_PER_FILE"),
-                     "dlq_transform": (None, "DLQ_TRANSFORMS"),
-                     "statsd_endpoint": ("-s", "STATSD_ENDPOINT"),
-                     "housekeeping_loop_iteration": (None, "HOUSEKEEPING_LOOP_ITERATION"),
-                     "deserialization_workers": (None, "DESERIALIZATION_WORKERS"),
-                     "num_arrow_writer_threads": (None, "NUM_ARROW_WRITER_THREADS"),
-                     "num_converting_workers": (None, "NUM_CONVERTING_WORKERS"),
-                     "worker_to_messages_multiplier": (None, "WORKER_TO_MESSAGES_MULTIPLIER"),
-                     "seconds_idle_kafka_read_before_flush":
-                         (None, "SECONDS_IDLE_KAFKA_READ_BEFORE_FLUSH"),
-                     "max_version_lookback": (None, "MAX_VERSION_LOOKBACK")}
-    for name, (short, var) in ignored_flags.items():
+    for name, (short, var, _) in _UNUSED_FLAGS.items():
         names = [n for n in (short, f"--{name}") if n]
         p.add_argument(*names, dest=name, nargs="+" if name == "dlq_transform" else None,
                        default=e(var))
@@ -297,7 +298,8 @@ def parse(argv: list[str], env: Mapping[str, str]) -> tuple[KdiArgs, bool]:
     table_is_base = bool(ns.table_base_uri)
     transforms = list(ns.transform) or [t for t in (e("TRANSFORMS") or "").split("\n") if t]
     args = KdiArgs(
-        topic=topic, table_uri=table, table_is_base=table_is_base, kafka=ns.kafka, consumer_group=ns.consumer_group,
+        topic=topic, table_uri=table, table_is_base=table_is_base, kafka=ns.kafka,
+        consumer_group=ns.consumer_group,
         app_id=ns.app_id, seek_offsets=ns.seek_offsets, auto_offset_reset=ns.auto_offset_reset,
         allowed_latency=ns.allowed_latency, max_messages_per_batch=ns.max_messages_per_batch,
         partition_columns=ns.partition_columns, transforms=transforms,
@@ -307,7 +309,7 @@ def parse(argv: list[str], env: Mapping[str, str]) -> tuple[KdiArgs, bool]:
         ends_at_latest_offsets=ns.ends_at_latest_offsets, json_registry=ns.json,
         avro_registry=ns.avro, protobuf_registry=ns.protobuf,
         decompress_gzip=ns.decompress_gzip,
-        given_ignored={k: getattr(ns, k) for k in ignored_flags if getattr(ns, k)})
+        given_ignored={k: getattr(ns, k) for k in _UNUSED_FLAGS if getattr(ns, k)})
     return args, ns.print_config
 
 
