@@ -256,6 +256,9 @@ def kafka_conf(cfg: LakesinkConfig) -> dict[str, Any]:
     if opts.get("ssl.truststore.type", "").upper() == "PEM" and opts.get(
             "ssl.truststore.location"):
         conf["ssl.ca.location"] = opts["ssl.truststore.location"]
+    if opts.get("ssl.truststore.type", "").upper() == "PEM" and opts.get(
+            "ssl.truststore.certificates"):
+        conf["ssl.ca.pem"] = opts["ssl.truststore.certificates"]
     if opts.get("ssl.keystore.type", "").upper() == "PKCS12" and opts.get(
             "ssl.keystore.location"):
         conf["ssl.keystore.location"] = opts["ssl.keystore.location"]

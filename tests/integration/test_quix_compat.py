@@ -72,3 +72,52 @@ def test_the_seed_example_environment_runs_as_is_and_takes_over(spark, kafka_bro
     assert sorted(ids) == list(range(30, 110))
     by_id = {r[0]: r for r in rows}
     assert bytes(by_id[36][2]) == b"sensor-1" and by_id[32][1] == "__None__"
+
+
+def test_on_the_platform_the_broker_settings_come_from_the_portal_api(spark, kafka_broker,
+                                                                     s3_server, topic) -> None:
+    """Quix Cloud gives a deployment a token, not a broker: the Portal API (a protocol
+    double here) answers the workspace's librdkafka settings, SASL_SSL with SCRAM and a
+    base64 CA, for the broker's SASL_SSL listener; the topic has ACLs (alice may read).
+    A wrong token stops the start naming Quix__Sdk__Token."""
+    import base64
+
+    from lakesink.errors import ConfigError
+    from tests.fixtures.quix_portal import QuixPortalDouble
+    from tests.fixtures.services import duckdb_s3, produce_events
+
+    sec = kafka_broker.security
+    kafka_broker.grant(topic, "User:alice", "READ", "DESCRIBE")
+    produce_events(kafka_broker, topic, range(40))
+    workspace = f"ws{topic[-6:]}"
+    librdkafka = {"bootstrap.servers": kafka_broker.sasl_bootstrap_servers,
+                  "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                  "sasl.username": "alice", "sasl.password": sec.users["alice"],
+                  "ssl.ca.cert": base64.b64encode(sec.ca_pem.read_bytes()).decode()}
+    blob = {"Provider": "Minio", "S3Compatible": {
+        "BucketName": s3_server.bucket, "AccessKeyId": s3_server.access_key,
+        "SecretAccessKey": s3_server.secret_key, "Region": "us-east-1",
+        "ServiceUrl": s3_server.endpoint}}
+    with QuixPortalDouble(token="sdk-token-1", workspace=workspace,
+                          librdkafka=librdkafka) as portal:
+        env = {"input": topic, "Quix__Sdk__Token": "sdk-token-1",
+               "Quix__Portal__Api": portal.url, "Quix__Workspace__Id": workspace,
+               "Quix__BlobStorage__Connection__Json": json.dumps(blob),
+               "AUTO_OFFSET_RESET": "earliest"}
+        with pytest.raises(ConfigError) as refused:
+            load_config(env={**env, "Quix__Sdk__Token": "expired"})
+        cfg = load_config(env=env)
+        stats = Pipeline.build(cfg, spark).run(until_caught_up=True)
+        path, headers = portal.requests[-1]
+    print(f"quix portal: refused {refused.value}; asked {path} (X-Version "
+          f"{headers.get('X-Version')}); written {stats.written}")
+    assert refused.value.key == "Quix__Sdk__Token"
+    kafka = cfg.source.kafka
+    assert kafka.bootstrap_servers == kafka_broker.sasl_bootstrap_servers
+    assert kafka.options["security.protocol"] == "SASL_SSL"
+    assert "sasl.password" not in str(cfg.model_dump())  # the password is a secret env
+    root = f"s3://{s3_server.bucket}/{workspace}/data-lake/time-series/{topic}"
+    duck = duckdb_s3(s3_server)
+    ids = [r[0] for r in duck.sql(
+        f"SELECT id FROM read_parquet('{root}/**/*.parquet')").fetchall()]
+    assert sorted(ids) == list(range(40)) and stats.written == 40

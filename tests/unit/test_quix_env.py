@@ -93,3 +93,37 @@ def test_run_prints_the_config_the_quix_environment_makes() -> None:
     assert "minioadmin" not in printed
     assert "null_partition_value: __None__" in printed and "key_column: __key" in printed
     assert "storage.s3.secret_access_key: LAKESINK_STORAGE__S3__SECRET_ACCESS_KEY" in printed
+
+
+def test_the_portal_api_librdkafka_settings_map_to_the_java_client() -> None:
+    import base64
+
+    from lakesink.config.quix_portal import PASSWORD_ENV, java_settings
+
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    kafka, env, unused = java_settings({
+        "bootstrap.servers": "k1:9093,k2:9093", "security.protocol": "sasl_ssl",
+        "sasl.mechanisms": "SCRAM-SHA-256", "sasl.username": "ws-user",
+        "sasl.password": "pw-1", "ssl.ca.cert": base64.b64encode(pem.encode()).decode(),
+        "ssl.endpoint.identification.algorithm": "none", "socket.keepalive.enable": True})
+    assert kafka == {"bootstrap_servers": "k1:9093,k2:9093",
+                     "sasl": {"mechanism": "SCRAM-SHA-256", "username": "ws-user"},
+                     "options": {"security.protocol": "SASL_SSL",
+                                 "ssl.truststore.type": "PEM",
+                                 "ssl.truststore.certificates": pem,
+                                 "ssl.endpoint.identification.algorithm": ""}}
+    assert env == {PASSWORD_ENV: "pw-1"} and unused == ["socket.keepalive.enable"]
+    plain, env, _ = java_settings({"bootstrap.servers": "k:9092"})
+    assert plain == {"bootstrap_servers": "k:9092"} and env == {}
+
+
+def test_a_broker_address_wins_over_the_portal_token() -> None:
+    cfg = load_config(env={**SEED, "KAFKA_BOOTSTRAP_SERVERS": "", "Quix__Broker__Address":
+                           "b:9092", "Quix__Sdk__Token": "t", "Quix__Workspace__Id": "ws"})
+    assert cfg.source.kafka.bootstrap_servers == "b:9092"  # no Portal asked (none runs)
+
+
+def test_the_portal_token_needs_the_workspace() -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config(env={**SEED, "KAFKA_BOOTSTRAP_SERVERS": "", "Quix__Sdk__Token": "t"})
+    assert refused.value.key == "Quix__Workspace__Id"

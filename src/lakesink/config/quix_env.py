@@ -24,6 +24,9 @@ __Json``                          the prefix ``<workspace>/data-lake/time-series
 ``Quix__Lakehouse__Catalog__*``
 ``KAFKA_BOOTSTRAP_SERVERS`` /     ``source.kafka.bootstrap_servers``
 ``Quix__Broker__Address``
+``Quix__Sdk__Token``,             (no address given) the workspace's broker settings from
+``Quix__Portal__Api``             the Portal API, as quixstreams asks for them: servers,
+                                  SASL, the CA (:mod:`lakesink.config.quix_portal`)
 ``CONSUMER_GROUP``                ``source.kafka.group_id`` (``s3_direct_sink_v1.0``;
                                   ``<Quix__Workspace__Id>-`` in front on the platform,
                                   as quixstreams does)
@@ -46,11 +49,14 @@ __Json``                          the prefix ``<workspace>/data-lake/time-series
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from lakesink.errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 #: the Quix sink's table name rule
 TABLE_NAME_RULE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]*$")
@@ -99,9 +105,12 @@ def translate(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
         "starting_offsets": "group",
         "group_fallback": _offset_reset(env.get("AUTO_OFFSET_RESET") or "latest"),
     }
+    extra_env: dict[str, str] = {}
     servers = env.get("KAFKA_BOOTSTRAP_SERVERS") or env.get("Quix__Broker__Address")
     if servers:
         kafka["bootstrap_servers"] = servers
+    elif (env.get("Quix__Sdk__Token") or "").strip():  # on the platform: ask its Portal
+        kafka.update(_portal_broker(env, extra_env))
     table: dict[str, Any] = {
         "name": name,
         "partition_by": [c.strip() for c in (env.get("HIVE_COLUMNS") or "").split(",")
@@ -112,10 +121,10 @@ def translate(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
         "key_column": "__key",
         "key_format": "bytes",
     }
-    extra_env: dict[str, str] = {}
     blob = env.get("Quix__BlobStorage__Connection__Json")
     if blob:
-        bucket, storage, extra_env = _blob_storage(blob, env)
+        bucket, storage, keys = _blob_storage(blob, env)
+        extra_env.update(keys)
         workspace = (env.get("Quix__Workspace__Id") or "").strip("/")
         prefix = "/".join(p for p in (workspace, "data-lake/time-series") if p)
         table["base_path"] = f"s3a://{bucket}/{prefix}"
@@ -132,6 +141,22 @@ def translate(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
     interval = _positive_int(env, "COMMIT_INTERVAL") if env.get("COMMIT_INTERVAL") else 30
     data["trigger"] = {"interval": f"{interval} seconds"}  # the sink's default: 30 s
     return data, extra_env
+
+
+def _portal_broker(env: Mapping[str, str], extra_env: dict[str, str]) -> dict[str, Any]:
+    """``source.kafka`` settings from the Portal API's broker settings; the password
+    goes to ``extra_env`` (:mod:`lakesink.config.quix_portal`)."""
+    from lakesink.config import quix_portal
+
+    kafka, secrets, unused = quix_portal.java_settings(quix_portal.fetch(env))
+    for name, value in secrets.items():
+        if not env.get(name):
+            extra_env[name] = value
+    logger.info("Kafka connection from the Quix Portal API (workspace %s): %s%s",
+                env.get("Quix__Workspace__Id"), kafka["bootstrap_servers"],
+                f"; librdkafka settings not carried over: {', '.join(unused)}"
+                if unused else "")
+    return kafka
 
 
 def _group(env: Mapping[str, str]) -> str:
