@@ -219,12 +219,16 @@ def _run_loaded(cfg: Any, log_level: str | None) -> None:  # noqa: ANN401
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
                                "help_option_names": []})
 def kdi(ctx: typer.Context) -> None:
-    """kafka-delta-ingest's command line: `lakesink kdi ingest [TOPIC] [TABLE] [flags]`
+    """kafka-delta-ingest's command lines: `lakesink kdi ingest [TOPIC] [TABLE] [flags]`
     with its flags and environment variables, into the same Delta table, taking over
-    from its offsets (docs/migrating.md)."""
+    from its offsets; `lakesink kdi repair --table_url URL` (the fork's repair: drop
+    missing files from the log, then OPTIMIZE). See docs/migrating.md."""
     from lakesink.config import kdi_cli, load_config
 
     _setup_logging(None)
+    if ctx.args[:1] == ["repair"]:
+        _kdi_repair(list(ctx.args))
+        return
     try:
         args, print_config = kdi_cli.parse(list(ctx.args), os.environ)
         flags, ignored = kdi_cli.translate(args)
@@ -236,15 +240,11 @@ def kdi(ctx: typer.Context) -> None:
         if print_config:
             _print_config_file(cfg)
             return
-        versions = kdi_cli.table_txn_versions(cfg, args.app_id, args.topic or "")
-        seek = kdi_cli.parse_seek_offsets(args.seek_offsets) if args.seek_offsets else {}
-        start = kdi_cli.takeover_offsets(versions, topic=args.topic or "", seek=seek,
-                                         reset=kdi_cli.start_reset(args))
+        start = _kdi_takeover(cfg, args) if kdi_cli.checkpoint_is_new(cfg) else None
         if start is not None:
-            logging.getLogger("lakesink.kdi").info(
-                "taking over from kafka-delta-ingest's offsets (app id %r) in the table: a "
-                "new checkpoint starts at %s", args.app_id, start)
-            cfg = load_config(flags={**flags, "source.kafka.starting_offsets": start},
+            # and the old tool must have stopped: its group may have no active member
+            cfg = load_config(flags={**flags, "source.kafka.starting_offsets": start,
+                                     "source.kafka.require_idle_group": True},
                               compat="off")
     except ConfigError as exc:
         _fail_config(exc)
@@ -252,6 +252,58 @@ def kdi(ctx: typer.Context) -> None:
     except LakesinkError as exc:
         _fail_error(exc)
     _run_loaded(cfg, None)
+
+
+def _kdi_takeover(cfg: Any, args: Any) -> str | None:  # noqa: ANN401
+    """Spark's ``startingOffsets`` for a new checkpoint on a table kafka-delta-ingest
+    wrote (its ``txn`` offsets, ``--seek_offsets``), or None (the flags' own start)."""
+    from lakesink.config import kdi_cli
+
+    topic = args.topic or ""
+    versions, files = kdi_cli.table_txn_versions(cfg, args.app_id, topic)
+    seek = kdi_cli.parse_seek_offsets(args.seek_offsets) if args.seek_offsets else {}
+    if args.no_takeover:
+        versions = dict.fromkeys(versions)
+    else:
+        kdi_cli.refuse_unknown_app_id(versions, files, app_id=args.app_id, seek=seek)
+    start = kdi_cli.takeover_offsets(versions, topic=topic, seek=seek,
+                                     reset=kdi_cli.start_reset(args))
+    if start is not None:
+        logging.getLogger("lakesink.kdi").info(
+            "taking over from kafka-delta-ingest's offsets (app id %r) in the table: a new "
+            "checkpoint starts at %s", args.app_id, start)
+    return start
+
+
+def _kdi_repair(argv: list[str]) -> None:
+    """The fork's ``repair``: lakesink's ``repair --apply`` (files the log references
+    that are gone leave the table in one commit), then ``compact`` (OPTIMIZE) with the
+    fork's target size and partition filter. Both reports are printed; exit 0 when both
+    ran, as the fork."""
+    from lakesink import maintenance
+    from lakesink.config import kdi_cli, load_config
+
+    log = logging.getLogger("lakesink.kdi")
+    try:
+        args = kdi_cli.parse_repair(argv, os.environ)
+        if args.partial_filter:
+            log.warning("%s without its pair: the whole table is optimized, as "
+                        "kafka-delta-ingest does", args.partial_filter)
+        cfg = load_config(flags=kdi_cli.repair_flags(args), compat="off")
+        spark = _spark(cfg, suffix="-repair")
+        reports = [("repair", maintenance.repair(cfg, spark, apply=True)),
+                   ("compact", maintenance.compact(
+                       cfg, spark, partition=args.partition,
+                       target_file_size=args.optimize_target_size))]
+    except ConfigError as exc:
+        if exc.key == "partition":  # the flag that named it
+            exc = ConfigError("--optimize_partition", exc.message)
+        _fail_config(exc)
+        return
+    except LakesinkError as exc:
+        _fail_error(exc)
+    for what, report in reports:
+        _print_report(what, report)
 
 
 @app.command()

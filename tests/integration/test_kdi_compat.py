@@ -47,9 +47,11 @@ def test_the_readme_command_line_runs_as_is(kafka_broker, topic, tmp_path) -> No
 def test_taking_over_a_table_kafka_delta_ingest_wrote(kafka_broker, tmp_path) -> None:
     """kafka-delta-ingest (app id ``kdi``) wrote offsets 0-29 of partition 0 and nothing
     of partition 1, its position in ``txn`` ``kdi-0`` = 29: lakesink starts after it, so
-    the table ends with every record once."""
+    the table ends with every record once. Refused first: without the old ``-a`` (the
+    table has files and no ``txn`` of the default app id), and while a consumer is still
+    in kafka-delta-ingest's group (it still runs)."""
     import pyarrow as pa
-    from confluent_kafka import Producer
+    from confluent_kafka import Consumer, Producer
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
     topic = f"kdi-takeover-{tmp_path.name}"[:80]
@@ -62,11 +64,60 @@ def test_taking_over_a_table_kafka_delta_ingest_wrote(kafka_broker, tmp_path) ->
     write_deltalake(str(table), pa.table({"id": pa.array(range(30), pa.int64())}),
                     commit_properties=CommitProperties(
                         app_transactions=[Transaction(app_id="kdi-0", version=29)]))
-    result = run_cli("kdi", "ingest", "--topic", topic, "--table_base_uri", str(table.parent),
-                     "-a", "kdi", "-k", kafka_broker.bootstrap_servers, "-e", "-l", "1")
+    flags = ["kdi", "ingest", "--topic", topic, "--table_base_uri", str(table.parent),
+             "-k", kafka_broker.bootstrap_servers, "-g", f"g-{topic}", "-e", "-l", "1"]
+    no_app_id = run_cli(*flags)  # the old deployment's -a forgotten: txn kafka_delta_ingest-*
+    assert no_app_id.returncode == 2, no_app_id.stderr[-3000:]
+    assert "-a: the table has 1 file(s) but no kafka-delta-ingest offsets" in no_app_id.stderr
+    still_running = Consumer({"bootstrap.servers": kafka_broker.bootstrap_servers,
+                              "group.id": f"g-{topic}", "client.id": "old-kdi",
+                              "enable.auto.commit": False})
+    still_running.subscribe([topic])
+    while not still_running.assignment():  # a member of the group, as kdi is while it runs
+        still_running.poll(0.5)
+    refused = run_cli(*flags, "-a", "kdi")
+    still_running.close()  # leaves the group
+    print(f"kdi take-over refusals: {no_app_id.stderr.strip().splitlines()[-1]!r}; "
+          f"{refused.stderr.strip().splitlines()[-1]!r}")
+    assert refused.returncode == 1, refused.stderr[-3000:]
+    assert "has 1 active member(s) (old-kdi on" in refused.stderr
+    result = run_cli(*flags, "-a", "kdi")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "taking over from kafka-delta-ingest's offsets" in result.stderr
     ids = DeltaTable(str(table)).to_pyarrow_table(columns=["id"]).column("id").to_pylist()
     print(f"kdi take-over: txn kdi-0=29; table {len(ids)} rows, "
           f"{len(ids) - len(set(ids))} twice")
     assert sorted(ids) == list(range(100))
+
+
+def test_the_forks_repair_command_runs_as_is(tmp_path) -> None:
+    """The fork's ``repair`` (``TABLE_URL`` from the environment, as its Helm charts set
+    it): a file an S3 lifecycle rule purged leaves the log, then only the partition
+    named is compacted. delta-rs reads every remaining row once."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable, write_deltalake
+
+    table = tmp_path / "lake" / "events"
+    for i in range(6):  # six small commits, two partitions
+        write_deltalake(str(table), pa.table({"id": list(range(i * 10, i * 10 + 10)),
+                                              "p": ["a" if i % 2 == 0 else "b"] * 10}),
+                        mode="append", partition_by=["p"])
+    before = DeltaTable(str(table))
+    purged = next(u for u in before.file_uris() if "/p=b/" in u)
+    lost = set(pq.read_table(purged.removeprefix("file://")).column("id").to_pylist())
+    (table / purged.split("/events/", 1)[1]).unlink()
+    result = run_cli("kdi", "repair", "--optimize_partition", "p",
+                     "--optimize_partition_predicate", "a", env={"TABLE_URL": str(table)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    after = DeltaTable(str(table))
+    files = after.file_uris()
+    ids = after.to_pyarrow_table().column("id").to_pylist()
+    print(f"kdi repair: {len(before.file_uris())} files before, one purged; after: "
+          f"{sum('/p=a/' in f for f in files)} in p=a, {sum('/p=b/' in f for f in files)} "
+          f"in p=b; rows {len(ids)} (lost with the purged file: {len(lost)})")
+    assert purged not in files
+    assert sum("/p=a/" in f for f in files) == 1  # compacted
+    assert sum("/p=b/" in f for f in files) == 2  # not named: left as is
+    assert sorted(ids) == sorted(set(range(60)) - lost)
+    assert "FSCK" in result.stdout and "OPTIMIZE WHERE `p` = 'a'" in result.stdout

@@ -11,6 +11,7 @@ import pytest
 
 from lakesink.app import Pipeline
 from lakesink.config import load_config
+from lakesink.errors import SecondWriterError
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark, pytest.mark.s3]
 
@@ -50,6 +51,17 @@ def test_the_seed_example_environment_runs_as_is_and_takes_over(spark, kafka_bro
         "KAFKA_BOOTSTRAP_SERVERS": kafka_broker.bootstrap_servers, "CONSUMER_GROUP": group,
         "AUTO_OFFSET_RESET": "earliest", "MAX_WRITE_WORKERS": "10",
     }
+    still_running = Consumer({"bootstrap.servers": kafka_broker.bootstrap_servers,
+                              "group.id": group, "client.id": "quix-sink",
+                              "enable.auto.commit": False})
+    still_running.subscribe([topic])
+    while not still_running.assignment():  # the Quix sink, still consuming
+        still_running.poll(0.5)
+    with pytest.raises(SecondWriterError) as refused:
+        Pipeline.build(load_config(env=env), spark).run(until_caught_up=True)
+    still_running.close()
+    print(f"quix take-over while the sink runs: {refused.value}")
+    assert "has 1 active member(s) (quix-sink on" in str(refused.value)
     first = Pipeline.build(load_config(env=env), spark).run(until_caught_up=True)
     send(range(100, 110), 0)
     Pipeline.build(load_config(env=env), spark).run(until_caught_up=True)

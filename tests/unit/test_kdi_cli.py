@@ -113,3 +113,34 @@ def test_takeover_starts_after_each_partitions_txn_version() -> None:
     # a seek for some partitions only: every partition named (Spark wants them all)
     start = takeover_offsets({0: None, 1: None}, topic="t", seek={"1": 4}, reset="earliest")
     assert json.loads(start) == {"t": {"0": -2, "1": 5}}
+
+
+def test_the_forks_repair_flags_and_variables() -> None:
+    from lakesink.config.kdi_cli import parse_repair, repair_flags
+
+    a = parse_repair(["repair", "--table_url", "s3://b/lake/web", "--optimize_target_size",
+                      "5000000", "--optimize_partition", "date",
+                      "--optimize_partition_predicate", "2026-11-01"], {})
+    assert (a.table_url, a.optimize_target_size, a.partition, a.partial_filter) == (
+        "s3://b/lake/web", 5_000_000, ("date", "2026-11-01"), None)
+    assert repair_flags(a)["table.base_path"] == "s3://b/lake"
+    env = parse_repair(["repair"], {"TABLE_URL": "/data/t", "OPTIMIZE_PARTITION": "date"})
+    assert (env.optimize_target_size, env.partition, env.partial_filter) == (
+        100_000_000, None, "--optimize_partition")  # the fork optimizes the whole table
+    with pytest.raises(ConfigError) as missing:
+        parse_repair(["repair"], {})
+    assert missing.value.key == "--table_url"
+    with pytest.raises(ConfigError) as bad:
+        parse_repair(["repair", "--table_url", "/t"], {"OPTIMIZE_TARGET_SIZE": "big"})
+    assert bad.value.key == "OPTIMIZE_TARGET_SIZE"
+
+
+def test_a_table_with_files_and_no_txn_of_the_app_id_is_refused() -> None:
+    from lakesink.config.kdi_cli import refuse_unknown_app_id
+
+    with pytest.raises(ConfigError) as refused:
+        refuse_unknown_app_id({0: None, 1: None}, 3, app_id="kafka_delta_ingest", seek={})
+    assert refused.value.key == "-a" and "--no_takeover" in str(refused.value)
+    refuse_unknown_app_id({0: None}, 0, app_id="a", seek={})  # no table yet: nothing to skip
+    refuse_unknown_app_id({0: None}, 3, app_id="a", seek={"0": 5})  # told where to start
+    refuse_unknown_app_id({0: 29, 1: None}, 3, app_id="a", seek={})  # its offsets found

@@ -1,10 +1,16 @@
-"""kafka-delta-ingest's ``ingest`` command line, read as a lakesink configuration.
+"""kafka-delta-ingest's command lines, read as a lakesink configuration.
 
 ``lakesink kdi ingest`` takes the flags (and their environment fallbacks) of both the
 upstream tool (``ingest <topic> <table_location>``) and the fork (``--topic``,
 ``--table_base_uri``); ``../shared/reference/peers.md`` §2.5. The table is a Delta
 table; each flag maps as below, and the flags with no meaning here are accepted and
 reported as ignored.
+
+``lakesink kdi repair`` takes the fork's ``repair`` flags (:func:`parse_repair`): the
+table's missing files are dropped from its log (lakesink's ``repair --apply``, delta-rs'
+file system check as in the fork), then it is compacted (``OPTIMIZE``, files up to
+``--optimize_target_size``, only the partition ``--optimize_partition`` =
+``--optimize_partition_predicate`` when both are given).
 
 Taking over (:func:`takeover_offsets`): kafka-delta-ingest keeps its position in the
 Delta log, as ``txn`` actions keyed ``<app_id>-<partition>`` whose version is the last
@@ -78,6 +84,8 @@ class KdiArgs:
     avro_registry: str | None = None
     protobuf_registry: str | None = None
     decompress_gzip: bool = False
+    #: lakesink's own ``--no_takeover``: ignore the table's ``txn`` offsets
+    no_takeover: bool = False
     #: the flags of :data:`IGNORED` that were given
     given_ignored: dict[str, Any] = field(default_factory=dict)
 
@@ -279,6 +287,7 @@ def parse(argv: list[str], env: Mapping[str, str]) -> tuple[KdiArgs, bool]:
     p.add_argument("--decompress_gzip", action="store_true",
                    default=_env_bool(e("DECOMPRESS_GZIP")))
     p.add_argument("--print-config", action="store_true")
+    p.add_argument("--no_takeover", action="store_true")
     for name, (short, var, _) in _UNUSED_FLAGS.items():
         names = [n for n in (short, f"--{name}") if n]
         p.add_argument(*names, dest=name, nargs="+" if name == "dlq_transform" else None,
@@ -308,15 +317,45 @@ def parse(argv: list[str], env: Mapping[str, str]) -> tuple[KdiArgs, bool]:
         message_type_whitelist=ns.message_type_whitelist,
         ends_at_latest_offsets=ns.ends_at_latest_offsets, json_registry=ns.json,
         avro_registry=ns.avro, protobuf_registry=ns.protobuf,
-        decompress_gzip=ns.decompress_gzip,
+        decompress_gzip=ns.decompress_gzip, no_takeover=ns.no_takeover,
         given_ignored={k: getattr(ns, k) for k in _UNUSED_FLAGS if getattr(ns, k)})
     return args, ns.print_config
 
 
-def table_txn_versions(cfg: Any, app_id: str, topic: str) -> dict[int, int | None]:  # noqa: ANN401
+def checkpoint_is_new(cfg: Any) -> bool:  # noqa: ANN401
+    """Whether the run's checkpoint has no offset log yet: only then does a take-over
+    happen (afterwards Spark starts from the checkpoint, whatever the table says)."""
+    import pyarrow.fs as pafs
+
+    from lakesink.status import _filesystem
+    from lakesink.tables.fs import to_uri
+    from lakesink.tables.layout import TableLayout
+
+    checkpoint = to_uri(cfg.checkpoint) if cfg.checkpoint else TableLayout.of(
+        cfg.table.base_path, cfg.table_name).default_checkpoint
+    fs, root = _filesystem(cfg, checkpoint)
+    found = fs.get_file_info(pafs.FileSelector(f"{root}/offsets", allow_not_found=True))
+    return not any(f.type == pafs.FileType.File for f in found)
+
+
+def refuse_unknown_app_id(versions: Mapping[int, int | None], table_files: int, *,
+                          app_id: str, seek: Mapping[str, int]) -> None:
+    """A table with files and no ``txn`` for ``app_id``: most likely the old deployment
+    ran with another ``-a``, and starting at ``-o`` would write its records again."""
+    if table_files and not seek and all(v is None for v in versions.values()):
+        raise ConfigError(
+            "-a", f"the table has {table_files} file(s) but no kafka-delta-ingest offsets "
+            f"for app id {app_id!r} (txn {app_id}-<partition>): starting at "
+            "--auto_offset_reset would write again what is there",
+            fix="give the -a (APP_ID) the kafka-delta-ingest deployment ran with; or "
+            "--seek_offsets; or --no_takeover to start at --auto_offset_reset anyway")
+
+
+def table_txn_versions(cfg: Any, app_id: str, topic: str  # noqa: ANN401
+                       ) -> tuple[dict[int, int | None], int]:
     """Per partition of ``topic`` (asked of the broker), the ``txn`` version that
     kafka-delta-ingest's ``<app_id>-<partition>`` holds in the Delta table (None: none,
-    or no table yet)."""
+    or no table yet); and the number of files in the table."""
     from confluent_kafka.admin import AdminClient
 
     from lakesink.status import _delta_table, kafka_conf
@@ -343,5 +382,60 @@ def table_txn_versions(cfg: Any, app_id: str, topic: str) -> dict[int, int | Non
     try:
         table = _delta_table(cfg, uri)
     except TableNotFoundError:  # no table yet: nothing to take over
-        return {p: None for p in partitions}
-    return {p: table.transaction_version(f"{app_id}-{p}") for p in partitions}
+        return {p: None for p in partitions}, 0
+    return ({p: table.transaction_version(f"{app_id}-{p}") for p in partitions},
+            len(table.file_uris()))
+
+
+@dataclass
+class RepairArgs:
+    table_url: str
+    optimize_target_size: int = 100_000_000
+    #: (column, value): OPTIMIZE only this partition
+    partition: tuple[str, str] | None = None
+    #: a partition column without a value (or the reverse): the fork optimizes it all
+    partial_filter: str | None = None
+
+
+def parse_repair(argv: list[str], env: Mapping[str, str]) -> RepairArgs:
+    """The fork's ``repair --table_url <url> [--optimize_target_size N]
+    [--optimize_partition COL --optimize_partition_predicate VALUE]`` and their
+    variables."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="lakesink kdi repair", exit_on_error=False,
+                                add_help=False, allow_abbrev=False)
+    e = env.get
+    p.add_argument("--table_url", default=e("TABLE_URL"))
+    p.add_argument("--optimize_target_size", type=int,
+                   default=_env_int(env, "OPTIMIZE_TARGET_SIZE", 100_000_000))
+    p.add_argument("--optimize_partition", default=e("OPTIMIZE_PARTITION") or None)
+    p.add_argument("--optimize_partition_predicate",
+                   default=e("OPTIMIZE_PARTITION_PREDICATE") or None)
+    try:
+        ns, unknown = p.parse_known_args(argv[1:])
+    except (argparse.ArgumentError, ValueError) as exc:
+        raise ConfigError("kdi repair", str(exc)) from None
+    if unknown:
+        raise ConfigError("kdi repair", f"unknown argument(s): {' '.join(unknown)}")
+    if not ns.table_url:
+        raise ConfigError("--table_url", "the Delta table to repair is required "
+                          "(--table_url or TABLE_URL)")
+    if ns.optimize_target_size <= 0:
+        raise ConfigError("--optimize_target_size", "must be a positive number of bytes")
+    column, value = ns.optimize_partition, ns.optimize_partition_predicate
+    partial = None
+    if (column is None) != (value is None):
+        partial = ("--optimize_partition" if column else "--optimize_partition_predicate")
+    return RepairArgs(ns.table_url, ns.optimize_target_size,
+                      (column, value) if column is not None and value is not None else None,
+                      partial)
+
+
+def repair_flags(a: RepairArgs) -> dict[str, Any]:
+    """The configuration of the one Delta table ``--table_url`` names. Maintenance reads
+    no topic: the source is a placeholder the command never opens."""
+    base, name = split_table_uri(a.table_url)
+    return {"source.kafka.bootstrap_servers": "unused:9092",
+            "source.kafka.topics": ["kdi-repair"], "table.format": "delta",
+            "table.base_path": base, "table.name": name}

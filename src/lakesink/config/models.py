@@ -120,6 +120,10 @@ class KafkaSource(_Section):
     group_fallback: Literal["earliest", "latest"] = Field(
         default="earliest", description="starting_offsets group: where a partition the "
         "group has no committed offset for starts")
+    require_idle_group: bool | None = Field(
+        default=None, description="a new checkpoint refuses to start while group_id has "
+        "active members (the tool lakesink takes over from still runs: both would write "
+        "the same records); default: on with starting_offsets group")
     max_offsets_per_trigger: int | None = Field(default=None, gt=0)
     fail_on_data_loss: bool = True
     connect_timeout_s: float = Field(default=30.0, gt=0)
@@ -175,6 +179,13 @@ class KafkaSource(_Section):
             raise ValueError('per-partition JSON must look like {"topic": {"0": 42}}')
         return json.dumps(parsed)
 
+    @property
+    def checks_idle_group(self) -> bool:
+        """Whether a new checkpoint first checks that ``group_id`` has no active member."""
+        if self.require_idle_group is not None:
+            return self.require_idle_group
+        return self.starting_offsets == "group"
+
     @model_validator(mode="after")
     def _one_subscription(self) -> KafkaSource:
         # neither is allowed here: with routes, the subscription comes from them
@@ -183,6 +194,8 @@ class KafkaSource(_Section):
         if self.starting_offsets == "group" and not self.group_id:
             raise ValueError("starting_offsets 'group' needs group_id (the group whose "
                              "committed offsets to start from)")
+        if self.require_idle_group and not self.group_id:
+            raise ValueError("require_idle_group needs group_id (the group to check)")
         if self.starting_offsets == "group" and self.topic_pattern:
             raise ValueError("starting_offsets 'group' needs topics, not topic_pattern "
                              "(Spark wants every partition's offset named)")

@@ -55,8 +55,12 @@ def delta_commits(cfg: LakesinkConfig, spark: SparkSession, fmt: str | None = No
         lease.release()
 
 
-def compact(cfg: LakesinkConfig, spark: SparkSession) -> dict[str, Any]:
-    """Merge the small files of the table ``cfg`` names (a route's: its route config)."""
+def compact(cfg: LakesinkConfig, spark: SparkSession, *,
+            partition: tuple[str, str] | None = None,
+            target_file_size: int | None = None) -> dict[str, Any]:
+    """Merge the small files of the table ``cfg`` names (a route's: its route config).
+    Delta only: ``partition`` (column, value) limits it to one partition;
+    ``target_file_size`` overrides ``table.target_file_size``."""
     m = cfg.maintenance
     fs, layout = _parts(cfg, spark)
     if cfg.table.format == "delta":
@@ -64,7 +68,11 @@ def compact(cfg: LakesinkConfig, spark: SparkSession) -> dict[str, Any]:
 
         with delta_commits(cfg, spark):
             return delta.optimize(spark, layout.table, layout.name, zorder_by=m.zorder_by,
-                                  target_file_size=cfg.table.target_file_size).as_dict()
+                                  target_file_size=target_file_size
+                                  or cfg.table.target_file_size,
+                                  partition=partition).as_dict()
+    if partition is not None:
+        raise ConfigError("partition", "compacting one partition is for Delta tables")
     if cfg.catalog.type in ("iceberg", "quix"):
         raise ConfigError("catalog.type", f"compacting a Parquet table registered in a "
                           f"{cfg.catalog.type} catalog is not supported yet: the catalog "

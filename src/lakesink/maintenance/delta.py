@@ -65,11 +65,25 @@ def _detail(spark: SparkSession, uri: str) -> tuple[int, int, int]:
 
 
 def optimize(spark: SparkSession, uri: str, name: str, *, zorder_by: list[str],
-             target_file_size: int | None) -> DeltaReport:
+             target_file_size: int | None, partition: tuple[str, str] | None = None
+             ) -> DeltaReport:
+    """``partition``: (column, value): only that partition's files (Delta allows
+    partition columns only in OPTIMIZE's WHERE; another column is refused by Delta)."""
     started = time.monotonic()
-    report = DeltaReport(name, operation="OPTIMIZE" + (" ZORDER BY " + ", ".join(zorder_by)
-                                                        if zorder_by else ""))
+    where = ""
+    if partition is not None:
+        column, value = partition
+        where = (" WHERE `" + column.replace("`", "``") + "` = '"
+                 + value.replace("\\", "\\\\").replace("'", "\\'") + "'")
+    report = DeltaReport(name, operation="OPTIMIZE" + where + (
+        " ZORDER BY " + ", ".join(zorder_by) if zorder_by else ""))
     report.files_before, report.bytes_before, report.version_before = _detail(spark, uri)
+    if partition is not None:
+        columns = spark.sql(f"DESCRIBE DETAIL {_ident(uri)}").first()["partitionColumns"]
+        if partition[0] not in (columns or []):
+            raise ConfigError("partition", f"{partition[0]!r} is not a partition column of "
+                              f"{name} (its partition columns: "
+                              f"{', '.join(columns or []) or 'none'})")
     key = "spark.databricks.delta.optimize.maxFileSize"
     previous = spark.conf.get(key, None)
     if target_file_size:
@@ -77,7 +91,8 @@ def optimize(spark: SparkSession, uri: str, name: str, *, zorder_by: list[str],
     try:
         zorder = (" ZORDER BY (" + ", ".join("`" + c.replace("`", "``") + "`"
                                               for c in zorder_by) + ")") if zorder_by else ""
-        metrics = spark.sql(f"OPTIMIZE {_ident(uri)}{zorder}").select("metrics.*").first()
+        metrics = spark.sql(f"OPTIMIZE {_ident(uri)}{where}{zorder}"
+                            ).select("metrics.*").first()
     finally:
         if previous is None:
             spark.conf.unset(key)

@@ -70,7 +70,7 @@ def read_stream(spark: SparkSession, cfg: SourceConfig, *, headers: bool = False
     from lakesink.sources import kafka
 
     assert cfg.kafka is not None
-    return kafka.read_stream(spark, cfg.kafka, headers=headers)
+    return kafka.read_stream(spark, cfg.kafka, headers=headers, checkpoint=checkpoint)
 
 
 def second_reader(cfg: SourceConfig, key: str) -> SourceConfig:

@@ -76,17 +76,33 @@ def check_reachable(cfg: KafkaSource) -> None:
                  key="source.kafka.bootstrap_servers")
 
 
-def read_stream(spark: SparkSession, cfg: KafkaSource, *, headers: bool = False
-                ) -> DataFrame:
-    """The streaming source; ``headers`` adds the records' headers column."""
+def read_stream(spark: SparkSession, cfg: KafkaSource, *, headers: bool = False,
+                checkpoint: str | None = None) -> DataFrame:
+    """The streaming source; ``headers`` adds the records' headers column.
+
+    A new ``checkpoint`` (no offset log yet) is where a take-over happens:
+    ``starting_offsets: group`` is read from the group, and ``require_idle_group``
+    refuses while the group has active members. Once the checkpoint has offsets, Spark
+    starts from them and ignores ``startingOffsets``: the group is not asked again."""
     reader = spark.readStream.format("kafka")
     if headers:
         reader = reader.option("includeHeaders", "true")
     opts = source_options(cfg)
+    fresh = cfg.starting_offsets == "group" or cfg.checks_idle_group
+    if fresh and checkpoint is not None:
+        from lakesink.tables.fs import HadoopFS
+        from lakesink.tables.identity import has_offsets
+
+        fresh = not has_offsets(HadoopFS(spark, checkpoint), checkpoint)
     if cfg.starting_offsets == "group":
         from lakesink.sources.kafka_admin import group_offsets
 
-        opts["startingOffsets"] = group_offsets(spark, cfg)
+        # with offsets in the checkpoint, Spark ignores this (it wants a valid value)
+        opts["startingOffsets"] = group_offsets(spark, cfg) if fresh else "earliest"
+    elif fresh:
+        from lakesink.sources.kafka_admin import check_idle_group
+
+        check_idle_group(spark, cfg)
     for key, value in opts.items():
         reader = reader.option(key, value)
     return reader.load()

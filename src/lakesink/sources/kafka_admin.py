@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from lakesink.config.models import KafkaSource
-from lakesink.errors import SourceError
+from lakesink.errors import SecondWriterError, SourceError
 from lakesink.sources.kafka import client_options
 
 if TYPE_CHECKING:
@@ -135,6 +135,41 @@ def check_access(spark: SparkSession, cfg: KafkaSource) -> None:
     logger.info("Kafka access checked: %s", ", ".join(cfg.topics))
 
 
+def _require_idle(admin: Any, jvm: Any, timeout_ms: int, cfg: KafkaSource) -> None:  # noqa: ANN401
+    """Refuse while ``cfg.group_id`` has active members: the consumer lakesink takes
+    over from (the Quix sink, kafka-delta-ingest) still runs, and both would write the
+    same records (a :class:`SecondWriterError`: the query is not restarted). Spark's
+    own consumers assign partitions and never join a group."""
+    from py4j.protocol import Py4JJavaError
+
+    ms = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
+    names = jvm.java.util.ArrayList()
+    names.add(cfg.group_id)
+    try:
+        described = (admin.describeConsumerGroups(names).describedGroups()
+                     .get(cfg.group_id).get(timeout_ms, ms))
+    except Py4JJavaError as exc:
+        if "GroupIdNotFoundException" in str(exc.java_exception.toString()):
+            return  # no such group: nobody in it
+        raise
+    members = list(described.members())
+    if members:
+        who = sorted({f"{m.clientId()} on {m.host().lstrip('/')}" for m in members})
+        raise SecondWriterError(
+            f"source.kafka: consumer group {cfg.group_id!r} has {len(members)} active "
+            f"member(s) ({'; '.join(who[:5])}): the consumer lakesink takes over from "
+            "still runs, and both would write the same records. Stop it first (a killed "
+            "consumer leaves the group after its session timeout)")
+
+
+def check_idle_group(spark: SparkSession, cfg: KafkaSource) -> None:
+    """``require_idle_group`` without ``starting_offsets: group`` (kafka-delta-ingest's
+    take-over): the check alone."""
+    assert cfg.group_id
+    with admin_client(spark, cfg) as (admin, jvm, timeout_ms):
+        _require_idle(admin, jvm, timeout_ms, cfg)
+
+
 def group_offsets(spark: SparkSession, cfg: KafkaSource) -> str:
     """``starting_offsets: group``: Spark's per-partition ``startingOffsets`` JSON from
     the consumer group's committed offsets (what another consumer of the group, e.g. the
@@ -145,6 +180,8 @@ def group_offsets(spark: SparkSession, cfg: KafkaSource) -> str:
     fallback = -2 if cfg.group_fallback == "earliest" else -1
     try:
         with admin_client(spark, cfg) as (admin, jvm, timeout_ms):
+            if cfg.checks_idle_group:
+                _require_idle(admin, jvm, timeout_ms, cfg)
             ms = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
             committed = (admin.listConsumerGroupOffsets(cfg.group_id)
                          .partitionsToOffsetAndMetadata().get(timeout_ms, ms))

@@ -25,13 +25,19 @@ logger = logging.getLogger(__name__)
 IDENTITY_FILE = "lakesink.json"
 
 
+def has_offsets(fs: HadoopFS, checkpoint: str) -> bool:
+    """Whether Spark has planned a batch in ``checkpoint`` (its offset log): from then
+    on it starts from there, whatever ``startingOffsets`` says."""
+    return bool(fs.list_files(join(checkpoint, "offsets")))
+
+
 def checkpoint_app_id(fs: HadoopFS, checkpoint: str) -> str:
     """Return the checkpoint's app id, creating one for a new checkpoint."""
     path = join(checkpoint, IDENTITY_FILE)
     data = fs.read_json(path)
-    has_offsets = bool(fs.list_files(join(checkpoint, "offsets")))
+    offsets = has_offsets(fs, checkpoint)
     if data and data.get("app_id"):
-        if has_offsets:
+        if offsets:
             return str(data["app_id"])
         if data.get("batches_started"):
             raise ConfigError(
@@ -46,7 +52,7 @@ def checkpoint_app_id(fs: HadoopFS, checkpoint: str) -> str:
         # a new id costs nothing
         logger.info("checkpoint %s has no offset log: new app id (was %s)", checkpoint,
                     data["app_id"])
-    elif has_offsets or fs.exists(join(checkpoint, "commits")):
+    elif offsets or fs.exists(join(checkpoint, "commits")):
         raise ConfigError(
             "checkpoint",
             f"{checkpoint} holds a Spark checkpoint that lakesink did not create "
