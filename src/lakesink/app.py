@@ -386,7 +386,8 @@ class Pipeline:
                     registry = cfg.route_config(i, "_").decode.registry
                     typer = (RecordNameType(SchemaRegistry(registry), fs,
                                             f"{checkpoint.rstrip('/')}/routes/"
-                                            f"record_names_{i}")
+                                            f"record_names_{i}",
+                                            short=not mt.namespace)
                              if mt.record_name and registry is not None
                              else JsonFieldType(mt.field or ""))
                     route.types = TypeTables(

@@ -121,3 +121,42 @@ def test_the_forks_repair_command_runs_as_is(tmp_path) -> None:
     assert sum("/p=b/" in f for f in files) == 2  # not named: left as is
     assert sorted(ids) == sorted(set(range(60)) - lost)
     assert "FSCK" in result.stdout and "OPTIMIZE WHERE `p` = 'a'" in result.stdout
+
+
+def test_the_forks_message_type_tables_by_avro_record_name(kafka_broker, topic,
+                                                           schema_registry, tmp_path) -> None:
+    """The fork's ``--table_base_uri`` with ``--avro <registry>``: a Delta table per
+    record name (without its namespace, as the fork names them), the whitelist a regex
+    search. A type it leaves out is kept as an unrouted dead letter (the fork drops it
+    silently)."""
+    from confluent_kafka.schema_registry import (
+        SchemaRegistryClient,
+        record_subject_name_strategy,
+    )
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from deltalake import DeltaTable
+
+    from tests.integration.test_routing import _unrouted
+    from tests.integration.test_schema_registry import ALERT, V1, _v1, _value
+
+    client = SchemaRegistryClient({"url": schema_registry.url, "timeout": 60})
+    conf = {"auto.register.schemas": True,
+            "subject.name.strategy": record_subject_name_strategy}
+    readings = AvroSerializer(client, json.dumps(V1), conf=conf)
+    alerts = AvroSerializer(client, json.dumps(ALERT), conf=conf)
+    produce(kafka_broker.bootstrap_servers, topic,
+            [(b"k", _value(readings, topic, _v1(i)) if i % 3 else
+              _value(alerts, topic, {"id": i, "level": f"l{i}"})) for i in range(30)])
+    base = tmp_path / "lake"
+    result = run_cli("kdi", "ingest", "--topic", topic, "--table_base_uri", str(base),
+                     "--avro", schema_registry.url, "--message_type_whitelist", "ead",
+                     "-k", kafka_broker.bootstrap_servers, "-e", "-l", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    ids = DeltaTable(str(base / "Reading")).to_pyarrow_table(columns=["id"]).column(
+        "id").to_pylist()
+    unrouted = _unrouted(base)
+    print(f"kdi message types: tables {sorted(p.name for p in base.iterdir())}; Reading "
+          f"{len(ids)} rows; unrouted {len(unrouted)}, e.g. {unrouted[0][3]!r}")
+    assert sorted(ids) == [i for i in range(30) if i % 3]
+    assert not (base / "Alert").exists() and len(unrouted) == 10
+    assert "not allowed" in unrouted[0][3]

@@ -108,19 +108,19 @@ def translate(a: KdiArgs) -> tuple[dict[str, Any], list[str]]:
     if not a.table_uri:
         raise ConfigError("table_location", "the Delta table is required (ingest <topic> "
                           "<table>, --table_base_uri or TABLE_BASE_URI)")
-    if a.message_type_whitelist:
-        raise ConfigError("--message_type_whitelist", "not supported by `lakesink kdi`: use "
-                          "routes with message_type in a config file (docs/routing.md)")
     if a.decompress_gzip:
         raise ConfigError("--decompress_gzip", "gzip-compressed values are not supported")
+    by_type = a.table_is_base and bool(a.avro_registry)
     if a.table_is_base:
-        if a.avro_registry is not None or a.protobuf_registry is not None:
-            raise ConfigError("--table_base_uri", "with a registry the fork names each table "
-                              "by the record's type: use routes with message_type in a "
-                              "config file (docs/routing.md)")
-        base, name = a.table_uri.rstrip("/"), a.topic  # <base>/<type>; JSON: the topic
+        if a.protobuf_registry is not None:
+            raise ConfigError("--protobuf", "tables by Protobuf message name are not "
+                              "supported (by Avro record name they are: --avro <registry>)")
+        # <base>/<type>: an Avro record's name through the registry, else the topic
+        base, name = a.table_uri.rstrip("/"), (None if by_type else a.topic)
     else:
         base, name = split_table_uri(a.table_uri)
+    if a.message_type_whitelist and not by_type:
+        _check_whitelist(a.message_type_whitelist, a.topic)
     flags: dict[str, Any] = {
         "source.kafka.bootstrap_servers": a.kafka,
         "source.kafka.topics": [a.topic],
@@ -128,9 +128,15 @@ def translate(a: KdiArgs) -> tuple[dict[str, Any], list[str]]:
         "source.kafka.starting_offsets": _reset(start_reset(a)),
         "table.format": "delta",
         "table.base_path": base,
-        "table.name": name,
         "trigger.interval": f"{a.allowed_latency} seconds",
     }
+    if by_type:  # the fork's message-type routing: a table per Avro record name
+        message_type: dict[str, Any] = {"record_name": True, "namespace": False}
+        if a.message_type_whitelist:  # its regex searches; allow matches whole names
+            message_type["allow"] = f".*(?:{a.message_type_whitelist}).*"
+        flags["routes"] = [{"topics": [a.topic], "message_type": message_type}]
+    else:
+        flags["table.name"] = name
     if a.seek_offsets:
         parse_seek_offsets(a.seek_offsets)  # refused here when malformed; applied with the
         # partitions at start (takeover_offsets: Spark wants every partition named)
@@ -172,10 +178,25 @@ def translate(a: KdiArgs) -> tuple[dict[str, Any], list[str]]:
     if a.max_messages_per_batch:
         notes.append(f"--max_messages_per_batch ({IGNORED['max_messages_per_batch']})")
     if a.dlq_table_location:
-        notes.append(f"--dlq_table_location (dead letters go to <base>/_rejected/{name}, a "
+        notes.append(f"--dlq_table_location (dead letters go to <base>/_rejected/"
+                     f"{name or '<table>'}, a "
                      "Delta table with dlq.format delta)")
         flags["dlq.format"] = "delta"
     return flags, notes
+
+
+def _check_whitelist(pattern: str, topic: str) -> None:
+    """Without a registry every message's type is the topic: the whitelist either keeps
+    them all or none (refused: the fork would write nothing, silently)."""
+    import re
+
+    try:
+        kept = re.search(pattern, topic) is not None
+    except re.error as exc:
+        raise ConfigError("--message_type_whitelist", f"{pattern!r}: {exc}") from None
+    if not kept:
+        raise ConfigError("--message_type_whitelist", f"{pattern!r} leaves out the only "
+                          f"message type, the topic {topic!r}: nothing would be written")
 
 
 def parse_seek_offsets(text: str) -> dict[str, int]:
@@ -322,6 +343,14 @@ def parse(argv: list[str], env: Mapping[str, str]) -> tuple[KdiArgs, bool]:
     return args, ns.print_config
 
 
+def offsets_readable(cfg: Any) -> bool:  # noqa: ANN401
+    """Whether the take-over can read the table and the checkpoint before Spark starts
+    (local disk and S3; other stores need --seek_offsets or --no_takeover)."""
+    paths = [cfg.table.base_path] + ([cfg.checkpoint] if cfg.checkpoint else [])
+    return all((p.split("://", 1)[0] if "://" in p else "file") in ("file", "s3", "s3a")
+               for p in paths)
+
+
 def checkpoint_is_new(cfg: Any) -> bool:  # noqa: ANN401
     """Whether the run's checkpoint has no offset log yet: only then does a take-over
     happen (afterwards Spark starts from the checkpoint, whatever the table says)."""
@@ -331,8 +360,10 @@ def checkpoint_is_new(cfg: Any) -> bool:  # noqa: ANN401
     from lakesink.tables.fs import to_uri
     from lakesink.tables.layout import TableLayout
 
-    checkpoint = to_uri(cfg.checkpoint) if cfg.checkpoint else TableLayout.of(
-        cfg.table.base_path, cfg.table_name).default_checkpoint
+    if cfg.checkpoint or cfg.routes:
+        checkpoint = to_uri(cfg.checkpoint or cfg.routed_checkpoint)
+    else:
+        checkpoint = TableLayout.of(cfg.table.base_path, cfg.table_name).default_checkpoint
     fs, root = _filesystem(cfg, checkpoint)
     found = fs.get_file_info(pafs.FileSelector(f"{root}/offsets", allow_not_found=True))
     return not any(f.type == pafs.FileType.File for f in found)
@@ -351,38 +382,62 @@ def refuse_unknown_app_id(versions: Mapping[int, int | None], table_files: int, 
             "--seek_offsets; or --no_takeover to start at --auto_offset_reset anyway")
 
 
-def table_txn_versions(cfg: Any, app_id: str, topic: str  # noqa: ANN401
-                       ) -> tuple[dict[int, int | None], int]:
-    """Per partition of ``topic`` (asked of the broker), the ``txn`` version that
-    kafka-delta-ingest's ``<app_id>-<partition>`` holds in the Delta table (None: none,
-    or no table yet); and the number of files in the table."""
+def refuse_type_tables(cfg: Any) -> None:  # noqa: ANN401
+    """Message-type routing (a table per record name): taking over tables the fork wrote
+    is not supported (each table holds its own position; one start for all would write
+    again what the tables ahead hold). Refused when ``<base>`` holds a Delta table."""
+    import pyarrow.fs as pafs
+
+    from lakesink.status import _filesystem
+    from lakesink.tables.fs import to_uri
+
+    fs, root = _filesystem(cfg, to_uri(cfg.table.base_path))
+    found = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+    tables = sorted(f.base_name for f in found if f.type == pafs.FileType.Directory
+                    and fs.get_file_info(f"{f.path}/_delta_log").type
+                    == pafs.FileType.Directory)
+    if tables:
+        raise ConfigError(
+            "--table_base_uri", f"holds Delta tables ({', '.join(tables[:5])}): taking over "
+            "tables kafka-delta-ingest wrote per message type is not supported",
+            fix="give --seek_offsets (where to start each partition), or --no_takeover to "
+            "start at --auto_offset_reset")
+
+
+def topic_partitions(cfg: Any, topic: str) -> dict[int, None]:  # noqa: ANN401
+    """``topic``'s partitions, asked of the broker (librdkafka), each mapped to None."""
     from confluent_kafka.admin import AdminClient
 
-    from lakesink.status import _delta_table, kafka_conf
+    from lakesink.errors import SourceError
+    from lakesink.status import kafka_conf
 
     kafka = cfg.source.kafka
     conf = {k: v for k, v in kafka_conf(cfg).items()
             if k not in ("group.id", "enable.auto.commit")}
-    from lakesink.errors import SourceError
-
     try:
         meta = AdminClient(conf).list_topics(topic=topic, timeout=kafka.connect_timeout_s)
     except Exception as exc:  # noqa: BLE001 - librdkafka's KafkaException
         raise SourceError(f"source.kafka: cannot list the partitions of {topic!r} at "
                           f"{kafka.bootstrap_servers}: {exc}") from None
-    partitions = sorted(meta.topics[topic].partitions) if topic in meta.topics else []
+    return dict.fromkeys(sorted(meta.topics[topic].partitions) if topic in meta.topics
+                         else [])
+
+
+def table_txn_versions(cfg: Any, app_id: str, topic: str  # noqa: ANN401
+                       ) -> tuple[dict[int, int | None], int]:
+    """Per partition of ``topic`` (asked of the broker), the ``txn`` version that
+    kafka-delta-ingest's ``<app_id>-<partition>`` holds in the Delta table (None: none,
+    or no table yet); and the number of files in the table."""
     from deltalake.exceptions import TableNotFoundError
 
+    from lakesink.status import _delta_table
+
+    partitions = topic_partitions(cfg, topic)
     uri = f"{cfg.table.base_path.rstrip('/')}/{cfg.table.name}"
-    scheme = uri.split("://", 1)[0] if "://" in uri else "file"
-    if scheme not in ("file", "s3", "s3a"):
-        raise SourceError(f"table.base_path: reading kafka-delta-ingest's offsets from "
-                          f"{scheme}:// is not supported (local and S3 are); give "
-                          "--seek_offsets to say where to start")
     try:
         table = _delta_table(cfg, uri)
     except TableNotFoundError:  # no table yet: nothing to take over
-        return {p: None for p in partitions}, 0
+        return dict(partitions), 0
     return ({p: table.transaction_version(f"{app_id}-{p}") for p in partitions},
             len(table.file_uris()))
 

@@ -722,6 +722,9 @@ class MessageTypeConfig(_Section):
     record_name: bool = Field(default=False, description="the type is the full name "
                               "(namespace.Name) of the record's writer schema, looked up "
                               "by its id in decode.avro.registry")
+    namespace: bool = Field(default=True, description="record_name: the type includes the "
+                            "record's namespace (namespace.Name); false: the Name alone, as "
+                            "kafka-delta-ingest's fork names its tables")
     allow: str | None = Field(default=None, description="regex (whole match) of the types "
                               "written; others are unrouted. Default: every type")
     table_prefix: str = Field(default="", description="table name = prefix + type")

@@ -150,8 +150,12 @@ class RecordNameType:
     missing = ("no Avro record name: the value lacks the Confluent framing, or its "
                "schema id is not an Avro record in the registry")
 
-    def __init__(self, registry: SchemaRegistry, fs: HadoopFS, names_dir: str) -> None:
+    def __init__(self, registry: SchemaRegistry, fs: HadoopFS, names_dir: str, *,
+                 short: bool = False) -> None:
+        """``short``: the type is the record's name without its namespace (the full
+        name is what ``names_dir`` records either way)."""
         self.registry = registry
+        self.short = short
         self.fs = fs
         self.names_dir = names_dir.rstrip("/")
         # the single file of earlier versions (rewritten whole per new id), then the
@@ -169,6 +173,9 @@ class RecordNameType:
             raise SourceError(f"{self.names_dir}/{sid}.json is not a record-name entry "
                               "lakesink wrote; restore it or delete the routed checkpoint")
         return value["name"]
+
+    def _kind(self, name: str) -> str:
+        return name.rsplit(".", 1)[-1] if self.short else name
 
     def _record(self, sid: int, name: str | None) -> str | None:
         """``sid``'s type as recorded: ``name`` if this writer is the first."""
@@ -190,13 +197,14 @@ class RecordNameType:
         kind = F.lit(None).cast("string")
         for i, name in sorted(self.names.items()):
             if name is not None:
-                kind = F.when(sid == F.lit(i), F.lit(name)).otherwise(kind)
+                kind = F.when(sid == F.lit(i), F.lit(self._kind(name))).otherwise(kind)
         return F.when(framed, kind)
 
     def samples(self, rows: DataFrame, kind: str, size: int) -> list[str]:
         """What a new type's table starts from: the writer schemas (Avro JSON) of that
         record name seen so far (merged by the table)."""
-        ids = sorted(i for i, name in self.names.items() if name == kind)
+        ids = sorted(i for i, name in self.names.items()
+                     if name is not None and self._kind(name) == kind)
         self.registry.lookup(ids)
         return [w.text for w in (self.registry.known.get(i) for i in ids)
                 if isinstance(w, WriterSchema)]
