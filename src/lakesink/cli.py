@@ -242,9 +242,7 @@ def kdi(ctx: typer.Context) -> None:
             return
         start = _kdi_takeover(cfg, args)
         if start is not None:
-            # and the old tool must have stopped: its group may have no active member
-            cfg = load_config(flags={**flags, "source.kafka.starting_offsets": start,
-                                     "source.kafka.require_idle_group": True},
+            cfg = load_config(flags={**flags, "source.kafka.starting_offsets": start},
                               compat="off")
     except ConfigError as exc:
         _fail_config(exc)
@@ -265,6 +263,9 @@ def _kdi_takeover(cfg: Any, args: Any) -> str | None:  # noqa: ANN401
     readable = kdi_cli.offsets_readable(cfg)
     if readable and not kdi_cli.checkpoint_is_new(cfg):
         return None  # Spark starts from the checkpoint
+    # kafka-delta-ingest must have stopped before its offsets are read (and the query
+    # checks again at start: require_idle_group)
+    kdi_cli.require_idle_group(cfg, topic)
     if cfg.routes or not readable:  # a table per message type; a store read only by Spark
         if not seek and not args.no_takeover:
             if not readable:
@@ -304,10 +305,9 @@ def _kdi_repair(argv: list[str]) -> None:
                         "kafka-delta-ingest does", args.partial_filter)
         cfg = load_config(flags=kdi_cli.repair_flags(args), compat="off")
         spark = _spark(cfg, suffix="-repair")
-        reports = [("repair", maintenance.repair(cfg, spark, apply=True)),
-                   ("compact", maintenance.compact(
-                       cfg, spark, partition=args.partition,
-                       target_file_size=args.optimize_target_size))]
+        _print_report("repair", maintenance.repair(cfg, spark, apply=True))
+        _print_report("compact", maintenance.compact(
+            cfg, spark, partition=args.partition, target_file_size=args.optimize_target_size))
     except ConfigError as exc:
         if exc.key == "partition":  # the flag that named it
             exc = ConfigError("--optimize_partition", exc.message)
@@ -315,8 +315,11 @@ def _kdi_repair(argv: list[str]) -> None:
         return
     except LakesinkError as exc:
         _fail_error(exc)
-    for what, report in reports:
-        _print_report(what, report)
+    except Exception as exc:  # noqa: BLE001 - Delta's own (no table there…): one line, exit 1
+        err.print(f"[bold red]error:[/] {type(exc).__name__}: "
+                  f"{escape(str(exc).splitlines()[0][:500] if str(exc) else '')}",
+                  highlight=False)
+        raise typer.Exit(1) from None
 
 
 @app.command()

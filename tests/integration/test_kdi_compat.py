@@ -80,7 +80,7 @@ def test_taking_over_a_table_kafka_delta_ingest_wrote(kafka_broker, tmp_path) ->
     print(f"kdi take-over refusals: {no_app_id.stderr.strip().splitlines()[-1]!r}; "
           f"{refused.stderr.strip().splitlines()[-1]!r}")
     assert refused.returncode == 1, refused.stderr[-3000:]
-    assert "has 1 active member(s) (old-kdi on" in refused.stderr
+    assert f"has 1 active member(s) reading {topic} (old-kdi on" in refused.stderr
     result = run_cli(*flags, "-a", "kdi")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "taking over from kafka-delta-ingest's offsets" in result.stderr

@@ -61,7 +61,7 @@ def test_the_seed_example_environment_runs_as_is_and_takes_over(spark, kafka_bro
         Pipeline.build(load_config(env=env), spark).run(until_caught_up=True)
     still_running.close()
     print(f"quix take-over while the sink runs: {refused.value}")
-    assert "has 1 active member(s) (quix-sink on" in str(refused.value)
+    assert f"has 1 active member(s) reading {topic} (quix-sink on" in str(refused.value)
     first = Pipeline.build(load_config(env=env), spark).run(until_caught_up=True)
     send(range(100, 110), 0)
     Pipeline.build(load_config(env=env), spark).run(until_caught_up=True)

@@ -127,3 +127,12 @@ def test_the_portal_token_needs_the_workspace() -> None:
     with pytest.raises(ConfigError) as refused:
         load_config(env={**SEED, "KAFKA_BOOTSTRAP_SERVERS": "", "Quix__Sdk__Token": "t"})
     assert refused.value.key == "Quix__Workspace__Id"
+
+
+def test_the_token_goes_only_over_https() -> None:
+    from lakesink.config.quix_portal import fetch
+
+    with pytest.raises(ConfigError) as refused:
+        fetch({"Quix__Sdk__Token": "t", "Quix__Workspace__Id": "ws",
+               "Quix__Portal__Api": "http://portal.example.com/"})
+    assert refused.value.key == "Quix__Portal__Api"

@@ -22,6 +22,7 @@ than starting") or ``--auto_offset_reset``.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,6 +127,8 @@ def translate(a: KdiArgs) -> tuple[dict[str, Any], list[str]]:
         "source.kafka.topics": [a.topic],
         "source.kafka.group_id": a.consumer_group,
         "source.kafka.starting_offsets": _reset(start_reset(a)),
+        # a new checkpoint refuses while kafka-delta-ingest still runs (its group)
+        "source.kafka.require_idle_group": True,
         "table.format": "delta",
         "table.base_path": base,
         "trigger.interval": f"{a.allowed_latency} seconds",
@@ -352,8 +355,9 @@ def offsets_readable(cfg: Any) -> bool:  # noqa: ANN401
 
 
 def checkpoint_is_new(cfg: Any) -> bool:  # noqa: ANN401
-    """Whether the run's checkpoint has no offset log yet: only then does a take-over
-    happen (afterwards Spark starts from the checkpoint, whatever the table says)."""
+    """Whether no query has started in the run's checkpoint (no offset or source log,
+    :func:`lakesink.tables.identity.has_started`): only then does a take-over happen
+    (afterwards Spark starts from the checkpoint, whatever the table says)."""
     import pyarrow.fs as pafs
 
     from lakesink.status import _filesystem
@@ -364,9 +368,17 @@ def checkpoint_is_new(cfg: Any) -> bool:  # noqa: ANN401
         checkpoint = to_uri(cfg.checkpoint or cfg.routed_checkpoint)
     else:
         checkpoint = TableLayout.of(cfg.table.base_path, cfg.table_name).default_checkpoint
+    from lakesink.tables.identity import STARTED_DIRS
+
     fs, root = _filesystem(cfg, checkpoint)
-    found = fs.get_file_info(pafs.FileSelector(f"{root}/offsets", allow_not_found=True))
-    return not any(f.type == pafs.FileType.File for f in found)
+    for folder in STARTED_DIRS:  # as has_started: hidden and _-prefixed names skipped
+        found = fs.get_file_info(pafs.FileSelector(f"{root}/{folder}", recursive=True,
+                                                   allow_not_found=True))
+        if any(f.type == pafs.FileType.File and not any(
+                part.startswith((".", "_")) for part in
+                f.path[len(root) + len(folder) + 2:].split("/")) for f in found):
+            return False
+    return True
 
 
 def refuse_unknown_app_id(versions: Mapping[int, int | None], table_files: int, *,
@@ -404,18 +416,63 @@ def refuse_type_tables(cfg: Any) -> None:  # noqa: ANN401
             "start at --auto_offset_reset")
 
 
-def topic_partitions(cfg: Any, topic: str) -> dict[int, None]:  # noqa: ANN401
-    """``topic``'s partitions, asked of the broker (librdkafka), each mapped to None."""
+def _admin(cfg: Any) -> Any:  # noqa: ANN401
     from confluent_kafka.admin import AdminClient
 
-    from lakesink.errors import SourceError
     from lakesink.status import kafka_conf
 
+    return AdminClient({k: v for k, v in kafka_conf(cfg).items()
+                        if k not in ("group.id", "enable.auto.commit")})
+
+
+def require_idle_group(cfg: Any, topic: str) -> None:  # noqa: ANN401
+    """Before reading kafka-delta-ingest's offsets from the table: its group (``-g``)
+    must have no member reading ``topic`` (it must have stopped, or what it writes after
+    the read would be written again). librdkafka's view; the query checks again at
+    start (``require_idle_group``)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from lakesink.errors import SourceError
+    from lakesink.sources.kafka_admin import busy_members
+
+    coordinator_moving = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                           KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
+
     kafka = cfg.source.kafka
-    conf = {k: v for k, v in kafka_conf(cfg).items()
-            if k not in ("group.id", "enable.auto.commit")}
+    admin = _admin(cfg)  # referenced until the answer: its futures die with it
+    deadline = time.monotonic() + kafka.connect_timeout_s
+    while True:
+        try:
+            [future] = admin.describe_consumer_groups(
+                [kafka.group_id], request_timeout=kafka.connect_timeout_s).values()
+            described = future.result(timeout=kafka.connect_timeout_s + 5)
+            break
+        except (KafkaException, TimeoutError) as exc:
+            if "GROUP_ID_NOT_FOUND" in str(exc):
+                return
+            error = exc.args[0] if exc.args else None
+            code = error.code() if isinstance(error, KafkaError) else None
+            if ((code in coordinator_moving or (isinstance(error, KafkaError)
+                                                  and error.retriable()))
+                    and time.monotonic() < deadline):  # e.g. the coordinator is loading
+                time.sleep(0.5)
+                continue
+            raise SourceError(f"source.kafka: cannot describe consumer group "
+                              f"{kafka.group_id!r} at {kafka.bootstrap_servers}: "
+                              f"{exc}") from None
+    members = [(m.client_id, m.host, {tp.topic for tp in m.assignment.topic_partitions})
+               for m in described.members]
+    state = getattr(getattr(described, "state", None), "name", "")
+    busy_members(kafka.group_id, [topic], members, stable=state == "STABLE")
+
+
+def topic_partitions(cfg: Any, topic: str) -> dict[int, None]:  # noqa: ANN401
+    """``topic``'s partitions, asked of the broker (librdkafka), each mapped to None."""
+    from lakesink.errors import SourceError
+
+    kafka = cfg.source.kafka
     try:
-        meta = AdminClient(conf).list_topics(topic=topic, timeout=kafka.connect_timeout_s)
+        meta = _admin(cfg).list_topics(topic=topic, timeout=kafka.connect_timeout_s)
     except Exception as exc:  # noqa: BLE001 - librdkafka's KafkaException
         raise SourceError(f"source.kafka: cannot list the partitions of {topic!r} at "
                           f"{kafka.bootstrap_servers}: {exc}") from None

@@ -48,10 +48,16 @@ def fetch(env: Mapping[str, str], *, timeout_s: float = 30) -> dict[str, Any]:
     portal = (env.get("Quix__Portal__Api") or DEFAULT_PORTAL_API).strip()
     url = urllib.parse.urljoin(portal if portal.endswith("/") else portal + "/",
                                f"workspaces/{urllib.parse.quote(workspace)}/broker/librdkafka")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "https" and not (parts.scheme == "http" and parts.hostname in (
+            "127.0.0.1", "localhost", "::1")):
+        raise ConfigError("Quix__Portal__Api", f"{portal}: the token is sent only over "
+                          "https (http only to this machine)")
     request = urllib.request.Request(url, headers={
         "Authorization": f"Bearer {token}", "X-Version": "2.0", "Accept": "application/json"})
+    opener = urllib.request.build_opener(_NoRedirect)  # the token stays with this host
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as answer:  # noqa: S310
+        with opener.open(request, timeout=timeout_s) as answer:
             data = json.loads(answer.read())
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):
@@ -66,6 +72,13 @@ def fetch(env: Mapping[str, str], *, timeout_s: float = 30) -> dict[str, Any]:
     if not isinstance(data, dict) or not data.get("bootstrap.servers"):
         raise SourceError(f"Quix__Portal__Api: {url} gave no bootstrap.servers")
     return data
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an error (urllib would send the bearer token to its target)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:  # noqa: ANN401, ARG002
+        return None
 
 
 def java_settings(rdkafka: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str],

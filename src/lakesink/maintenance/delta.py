@@ -73,6 +73,8 @@ def optimize(spark: SparkSession, uri: str, name: str, *, zorder_by: list[str],
     where = ""
     if partition is not None:
         column, value = partition
+        if "${" in value:  # spark.sql would substitute it (spark.sql.variable.substitute)
+            raise ConfigError("partition", f"{value!r}: a value with '${{' is not supported")
         where = (" WHERE `" + column.replace("`", "``") + "` = '"
                  + value.replace("\\", "\\\\").replace("'", "\\'") + "'")
     report = DeltaReport(name, operation="OPTIMIZE" + where + (
@@ -80,7 +82,7 @@ def optimize(spark: SparkSession, uri: str, name: str, *, zorder_by: list[str],
     report.files_before, report.bytes_before, report.version_before = _detail(spark, uri)
     if partition is not None:
         columns = spark.sql(f"DESCRIBE DETAIL {_ident(uri)}").first()["partitionColumns"]
-        if partition[0] not in (columns or []):
+        if partition[0].lower() not in {c.lower() for c in columns or []}:
             raise ConfigError("partition", f"{partition[0]!r} is not a partition column of "
                               f"{name} (its partition columns: "
                               f"{', '.join(columns or []) or 'none'})")

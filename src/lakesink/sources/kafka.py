@@ -80,10 +80,11 @@ def read_stream(spark: SparkSession, cfg: KafkaSource, *, headers: bool = False,
                 checkpoint: str | None = None) -> DataFrame:
     """The streaming source; ``headers`` adds the records' headers column.
 
-    A new ``checkpoint`` (no offset log yet) is where a take-over happens:
-    ``starting_offsets: group`` is read from the group, and ``require_idle_group``
-    refuses while the group has active members. Once the checkpoint has offsets, Spark
-    starts from them and ignores ``startingOffsets``: the group is not asked again."""
+    A new ``checkpoint`` (no query started there yet: no offset or source log) is where
+    a take-over happens: ``starting_offsets: group`` is read from the group, and
+    ``require_idle_group`` refuses while the group has active members. Once a query has
+    started there, Spark starts from its logs and ignores ``startingOffsets``: the group
+    is not asked again."""
     reader = spark.readStream.format("kafka")
     if headers:
         reader = reader.option("includeHeaders", "true")
@@ -91,9 +92,9 @@ def read_stream(spark: SparkSession, cfg: KafkaSource, *, headers: bool = False,
     fresh = cfg.starting_offsets == "group" or cfg.checks_idle_group
     if fresh and checkpoint is not None:
         from lakesink.tables.fs import HadoopFS
-        from lakesink.tables.identity import has_offsets
+        from lakesink.tables.identity import has_started
 
-        fresh = not has_offsets(HadoopFS(spark, checkpoint), checkpoint)
+        fresh = not has_started(HadoopFS(spark, checkpoint), checkpoint)
     if cfg.starting_offsets == "group":
         from lakesink.sources.kafka_admin import group_offsets
 

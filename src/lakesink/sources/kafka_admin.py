@@ -135,12 +135,31 @@ def check_access(spark: SparkSession, cfg: KafkaSource) -> None:
     logger.info("Kafka access checked: %s", ", ".join(cfg.topics))
 
 
+def busy_members(group: str, topics: list[str], members: list[tuple[str, str, set[str]]],
+                 *, stable: bool) -> None:
+    """Refuse (:class:`SecondWriterError`) while a member of ``group`` reads ``topics``:
+    the consumer lakesink takes over from (the Quix sink, kafka-delta-ingest) still runs,
+    and both would write the same records. ``members``: (client id, host, topics
+    assigned). A member with other topics only (one group shared by deployments of
+    other topics) does not count; one with nothing assigned counts while the group is
+    rebalancing (``stable`` false), when it may be about to get them."""
+    wanted = set(topics)
+    busy = sorted({f"{client} on {host.lstrip('/')}" for client, host, assigned in members
+                   if assigned & wanted or (not assigned and not stable)})
+    if busy:
+        raise SecondWriterError(
+            f"source.kafka: consumer group {group!r} has {len(busy)} active member(s) "
+            f"reading {', '.join(topics)} ({'; '.join(busy[:5])}): the consumer lakesink "
+            "takes over from still runs, and both would write the same records. Stop it "
+            "first (a killed consumer leaves the group after its session timeout)")
+
+
 def _require_idle(admin: Any, jvm: Any, timeout_ms: int, cfg: KafkaSource) -> None:  # noqa: ANN401
-    """Refuse while ``cfg.group_id`` has active members: the consumer lakesink takes
-    over from (the Quix sink, kafka-delta-ingest) still runs, and both would write the
-    same records (a :class:`SecondWriterError`: the query is not restarted). Spark's
-    own consumers assign partitions and never join a group."""
-    from py4j.protocol import Py4JJavaError
+    """:func:`busy_members` of ``cfg.group_id``, described by the Java AdminClient.
+    Spark's own consumers assign partitions and never join the group (unless
+    ``spark.sql.streaming.kafka.useDeprecatedOffsetFetching`` is on: then its driver
+    subscribes with ``kafka.group.id``)."""
+    from py4j.protocol import Py4JError, Py4JJavaError
 
     ms = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
     names = jvm.java.util.ArrayList()
@@ -152,14 +171,15 @@ def _require_idle(admin: Any, jvm: Any, timeout_ms: int, cfg: KafkaSource) -> No
         if "GroupIdNotFoundException" in str(exc.java_exception.toString()):
             return  # no such group: nobody in it
         raise
-    members = list(described.members())
-    if members:
-        who = sorted({f"{m.clientId()} on {m.host().lstrip('/')}" for m in members})
-        raise SecondWriterError(
-            f"source.kafka: consumer group {cfg.group_id!r} has {len(members)} active "
-            f"member(s) ({'; '.join(who[:5])}): the consumer lakesink takes over from "
-            "still runs, and both would write the same records. Stop it first (a killed "
-            "consumer leaves the group after its session timeout)")
+    try:
+        state = str(described.groupState().toString())
+    except Py4JError:  # kafka-clients before 3.9
+        state = str(described.state().toString())
+    members = [(str(m.clientId()), str(m.host()),
+                {str(tp.topic()) for tp in m.assignment().topicPartitions()})
+               for m in described.members()]
+    busy_members(str(cfg.group_id), list(cfg.topics), members,
+                 stable=state.upper() == "STABLE")
 
 
 def check_idle_group(spark: SparkSession, cfg: KafkaSource) -> None:

@@ -26,9 +26,20 @@ IDENTITY_FILE = "lakesink.json"
 
 
 def has_offsets(fs: HadoopFS, checkpoint: str) -> bool:
-    """Whether Spark has planned a batch in ``checkpoint`` (its offset log): from then
-    on it starts from there, whatever ``startingOffsets`` says."""
+    """Whether Spark has planned a batch in ``checkpoint`` (its offset log)."""
     return bool(fs.list_files(join(checkpoint, "offsets")))
+
+
+#: what a Spark checkpoint holds once its query has started: the offset log, and the
+#: sources' logs (the Kafka source writes its start, ``sources/0/0``, at the first
+#: trigger, even with nothing to read; from then on ``startingOffsets`` is ignored)
+STARTED_DIRS = ("offsets", "sources")
+
+
+def has_started(fs: HadoopFS, checkpoint: str) -> bool:
+    """Whether a query has started in ``checkpoint``: a take-over (``starting_offsets``
+    computed from another tool's position) only happens before that."""
+    return any(fs.list_files(join(checkpoint, d)) for d in STARTED_DIRS)
 
 
 def checkpoint_app_id(fs: HadoopFS, checkpoint: str) -> str:
