@@ -236,14 +236,15 @@ def kdi(ctx: typer.Context) -> None:
             logging.getLogger("lakesink.kdi").info(
                 "kafka-delta-ingest flags with no meaning in lakesink, ignored: %s",
                 "; ".join(ignored))
-        cfg = load_config(flags=flags, compat="off")  # the command line is the config
+        env = {**os.environ, **kdi_cli.secret_env(args)}
+        cfg = load_config(flags=flags, env=env, compat="off")  # the command line is the config
         if print_config:
             _print_config_file(cfg)
             return
         start = _kdi_takeover(cfg, args)
         if start is not None:
             cfg = load_config(flags={**flags, "source.kafka.starting_offsets": start},
-                              compat="off")
+                              env=env, compat="off")
     except ConfigError as exc:
         _fail_config(exc)
         return

@@ -259,6 +259,11 @@ def kafka_conf(cfg: LakesinkConfig) -> dict[str, Any]:
     if opts.get("ssl.truststore.type", "").upper() == "PEM" and opts.get(
             "ssl.truststore.certificates"):
         conf["ssl.ca.pem"] = opts["ssl.truststore.certificates"]
+    if opts.get("ssl.keystore.type", "").upper() == "PEM" and opts.get(
+            "ssl.keystore.certificate.chain"):
+        conf["ssl.certificate.pem"] = opts["ssl.keystore.certificate.chain"]
+        if opts.get("ssl.keystore.key"):
+            conf["ssl.key.pem"] = opts["ssl.keystore.key"]
     if opts.get("ssl.keystore.type", "").upper() == "PKCS12" and opts.get(
             "ssl.keystore.location"):
         conf["ssl.keystore.location"] = opts["ssl.keystore.location"]

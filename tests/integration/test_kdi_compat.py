@@ -160,3 +160,40 @@ def test_the_forks_message_type_tables_by_avro_record_name(kafka_broker, topic,
     assert sorted(ids) == [i for i in range(30) if i % 3]
     assert not (base / "Alert").exists() and len(unrouted) == 10
     assert "not allowed" in unrouted[0][3]
+
+
+@pytest.mark.parametrize("listener", ["sasl_ssl", "mtls"])
+def test_its_tls_and_scram_variables_reach_a_secured_broker(kafka_broker, topic, tmp_path,
+                                                            listener) -> None:
+    """kafka-delta-ingest's own secured setup, as its deployments give it: the CA, the
+    client certificate and key as PEM text in KAFKA_DELTA_INGEST_CA / _CERT / _KEY, the
+    SCRAM user in KAFKA_DELTA_INGEST_SCRAM_JSON, librdkafka's names in -K. The topic has
+    ACLs (only alice and the certificate's user may read)."""
+    from deltalake import DeltaTable
+
+    from tests.fixtures.services import produce_events
+
+    sec = kafka_broker.security
+    kafka_broker.grant(topic, "User:alice", "READ", "DESCRIBE")
+    kafka_broker.grant(topic, "User:lakesink-client", "READ", "DESCRIBE")
+    produce_events(kafka_broker, topic, range(50))
+    env = {"KAFKA_DELTA_INGEST_CA": sec.ca_pem.read_text()}
+    if listener == "sasl_ssl":
+        servers, protocol = kafka_broker.sasl_bootstrap_servers, "SASL_SSL"
+        env["KAFKA_DELTA_INGEST_SCRAM_JSON"] = json.dumps(
+            {"username": "alice", "password": sec.users["alice"]})
+        extra = ["-K", "sasl.mechanisms=SCRAM-SHA-512"]
+    else:
+        servers, protocol = kafka_broker.tls_bootstrap_servers, "SSL"
+        env["KAFKA_DELTA_INGEST_CERT"] = (sec.folder / "client.pem").read_text()
+        env["KAFKA_DELTA_INGEST_KEY"] = (sec.folder / "client.key").read_text()
+        extra = []
+    table = tmp_path / "lake" / "events"
+    result = run_cli("kdi", "ingest", topic, str(table), "-k", servers, "-e", "-l", "1",
+                     "-K", f"security.protocol={protocol}", *extra, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ids = DeltaTable(str(table)).to_pyarrow_table(columns=["id"]).column("id").to_pylist()
+    secrets = [v for k, v in env.items() if k != "KAFKA_DELTA_INGEST_CA"]
+    print(f"kdi over {listener}: {len(ids)} rows read back")
+    assert sorted(ids) == list(range(50))
+    assert not any(s in result.stdout + result.stderr for s in secrets)

@@ -144,3 +144,28 @@ def test_a_table_with_files_and_no_txn_of_the_app_id_is_refused() -> None:
     refuse_unknown_app_id({0: None}, 0, app_id="a", seek={})  # no table yet: nothing to skip
     refuse_unknown_app_id({0: None}, 3, app_id="a", seek={"0": 5})  # told where to start
     refuse_unknown_app_id({0: 29, 1: None}, 3, app_id="a", seek={})  # its offsets found
+
+
+def test_its_security_variables_and_librdkafka_names() -> None:
+    from lakesink.config.kdi_cli import secret_env
+
+    env = {"KAFKA_DELTA_INGEST_CA": "CA-PEM", "KAFKA_DELTA_INGEST_CERT": "CERT-PEM",
+           "KAFKA_DELTA_INGEST_KEY": "KEY-PEM",
+           "KAFKA_DELTA_INGEST_SCRAM_JSON": '{"username": "u", "password": "pw-9"}'}
+    a, _ = parse(["ingest", "t", "/data/t", "-K", "security.protocol=SASL_SSL",
+                  "sasl.mechanisms=scram-sha-256", "ssl.endpoint.identification.algorithm=none"],
+                 env)
+    flags, _ = translate(a)
+    assert flags["source.kafka.sasl.username"] == "u"
+    assert flags["source.kafka.sasl.mechanism"] == "SCRAM-SHA-256"
+    assert flags["source.kafka.options"] == {
+        "security.protocol": "SASL_SSL", "ssl.endpoint.identification.algorithm": "",
+        "ssl.truststore.type": "PEM", "ssl.truststore.certificates": "CA-PEM",
+        "ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": "CERT-PEM"}
+    assert "pw-9" not in json.dumps(flags) and "KEY-PEM" not in json.dumps(flags)
+    assert secret_env(a) == {"LAKESINK_SOURCE__KAFKA__SASL__PASSWORD": "pw-9",
+                             "LAKESINK_SOURCE__KAFKA__SECRET_OPTIONS":
+                             '{"ssl.keystore.key": "KEY-PEM"}'}
+    with pytest.raises(ConfigError) as bad:
+        parse(["ingest", "t", "/d/t"], {"KAFKA_DELTA_INGEST_SCRAM_JSON": "{}"})
+    assert bad.value.key == "KAFKA_DELTA_INGEST_SCRAM_JSON"

@@ -87,6 +87,12 @@ class KdiArgs:
     decompress_gzip: bool = False
     #: lakesink's own ``--no_takeover``: ignore the table's ``txn`` offsets
     no_takeover: bool = False
+    #: ``KAFKA_DELTA_INGEST_CA`` / ``_CERT`` / ``_KEY`` (PEM text) and
+    #: ``KAFKA_DELTA_INGEST_SCRAM_JSON`` (``{"username", "password"}``)
+    ca_pem: str | None = None
+    cert_pem: str | None = None
+    key_pem: str | None = None
+    scram: dict[str, str] | None = None
     #: the flags of :data:`IGNORED` that were given
     given_ignored: dict[str, Any] = field(default_factory=dict)
 
@@ -155,13 +161,35 @@ def translate(a: KdiArgs) -> tuple[dict[str, Any], list[str]]:
     if a.ends_at_latest_offsets:
         flags["trigger.until_caught_up"] = True
     options: dict[str, str] = {}
+    mechanism = None
     for setting in a.kafka_settings:
         key, sep, value = setting.partition("=")
-        if not sep or not key.strip():
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
             raise ConfigError("-K", f"{setting!r} is not key=value")
-        if key.strip() == "auto.offset.reset":
+        if key == "auto.offset.reset":
             continue  # librdkafka's reset: start_reset() uses it when -o is not given
-        options[key.strip()] = value.strip()
+        if key in ("sasl.mechanisms", "sasl.mechanism"):  # librdkafka's name, Java's
+            mechanism = value.upper()
+        elif key == "ssl.ca.location":  # a PEM file, in the Java client's words
+            options.update({"ssl.truststore.type": "PEM", "ssl.truststore.location": value})
+        elif key == "ssl.endpoint.identification.algorithm" and value.lower() == "none":
+            options[key] = ""
+        else:
+            options[key] = value
+    if a.ca_pem:  # KAFKA_DELTA_INGEST_CA
+        options.update({"ssl.truststore.type": "PEM", "ssl.truststore.certificates": a.ca_pem})
+    if a.cert_pem and a.key_pem:  # KAFKA_DELTA_INGEST_CERT / _KEY (the key: secret_env)
+        options.update({"ssl.keystore.type": "PEM",
+                        "ssl.keystore.certificate.chain": a.cert_pem})
+    elif a.cert_pem or a.key_pem:
+        raise ConfigError("KAFKA_DELTA_INGEST_CERT", "give the certificate and its key "
+                          "(KAFKA_DELTA_INGEST_KEY) together")
+    if a.scram is not None:  # KAFKA_DELTA_INGEST_SCRAM_JSON (the password: secret_env)
+        flags["source.kafka.sasl.username"] = a.scram["username"]
+        flags["source.kafka.sasl.mechanism"] = mechanism or "SCRAM-SHA-512"
+    elif mechanism:
+        options["sasl.mechanism"] = mechanism
     if options:
         flags["source.kafka.options"] = options
     registry = [(f, u) for f, u in (("avro", a.avro_registry), ("protobuf", a.protobuf_registry))
@@ -186,6 +214,29 @@ def translate(a: KdiArgs) -> tuple[dict[str, Any], list[str]]:
                      "Delta table with dlq.format delta)")
         flags["dlq.format"] = "delta"
     return flags, notes
+
+
+def secret_env(a: KdiArgs) -> dict[str, str]:
+    """The secrets of kafka-delta-ingest's variables as the environment variables
+    lakesink takes secrets from (never a setting, never printed)."""
+    out = {}
+    if a.scram is not None:
+        out["LAKESINK_SOURCE__KAFKA__SASL__PASSWORD"] = a.scram["password"]
+    if a.cert_pem and a.key_pem:
+        out["LAKESINK_SOURCE__KAFKA__SECRET_OPTIONS"] = json.dumps(
+            {"ssl.keystore.key": a.key_pem})
+    return out
+
+
+def _scram(text: str | None) -> dict[str, str] | None:
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+        return {"username": str(data["username"]), "password": str(data["password"])}
+    except (ValueError, TypeError, KeyError):
+        raise ConfigError("KAFKA_DELTA_INGEST_SCRAM_JSON", 'JSON like {"username": "…", '
+                          '"password": "…"}') from None
 
 
 def _check_whitelist(pattern: str, topic: str) -> None:
@@ -342,6 +393,9 @@ def parse(argv: list[str], env: Mapping[str, str]) -> tuple[KdiArgs, bool]:
         ends_at_latest_offsets=ns.ends_at_latest_offsets, json_registry=ns.json,
         avro_registry=ns.avro, protobuf_registry=ns.protobuf,
         decompress_gzip=ns.decompress_gzip, no_takeover=ns.no_takeover,
+        ca_pem=e("KAFKA_DELTA_INGEST_CA") or None, cert_pem=e("KAFKA_DELTA_INGEST_CERT") or None,
+        key_pem=e("KAFKA_DELTA_INGEST_KEY") or None,
+        scram=_scram(e("KAFKA_DELTA_INGEST_SCRAM_JSON")),
         given_ignored={k: getattr(ns, k) for k in _UNUSED_FLAGS if getattr(ns, k)})
     return args, ns.print_config
 
