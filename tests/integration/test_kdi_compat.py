@@ -129,24 +129,12 @@ def test_the_forks_message_type_tables_by_avro_record_name(kafka_broker, topic,
     record name (without its namespace, as the fork names them), the whitelist a regex
     search. A type it leaves out is kept as an unrouted dead letter (the fork drops it
     silently)."""
-    from confluent_kafka.schema_registry import (
-        SchemaRegistryClient,
-        record_subject_name_strategy,
-    )
-    from confluent_kafka.schema_registry.avro import AvroSerializer
     from deltalake import DeltaTable
 
     from tests.integration.test_routing import _unrouted
-    from tests.integration.test_schema_registry import ALERT, V1, _v1, _value
+    from tests.integration.test_schema_registry import produce_two_record_types
 
-    client = SchemaRegistryClient({"url": schema_registry.url, "timeout": 60})
-    conf = {"auto.register.schemas": True,
-            "subject.name.strategy": record_subject_name_strategy}
-    readings = AvroSerializer(client, json.dumps(V1), conf=conf)
-    alerts = AvroSerializer(client, json.dumps(ALERT), conf=conf)
-    produce(kafka_broker.bootstrap_servers, topic,
-            [(b"k", _value(readings, topic, _v1(i)) if i % 3 else
-              _value(alerts, topic, {"id": i, "level": f"l{i}"})) for i in range(30)])
+    produce_two_record_types(kafka_broker, topic, schema_registry.url)
     base = tmp_path / "lake"
     result = run_cli("kdi", "ingest", "--topic", topic, "--table_base_uri", str(base),
                      "--avro", schema_registry.url, "--message_type_whitelist", "ead",

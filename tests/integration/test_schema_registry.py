@@ -190,25 +190,34 @@ ALERT = {"type": "record", "name": "Alert", "namespace": "acme",
          "fields": [{"name": "id", "type": "long"}, {"name": "level", "type": "string"}]}
 
 
+def produce_two_record_types(broker: Any, topic: str, registry_url: str,  # noqa: ANN401
+                             extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    """30 records, ids 0-29: ``acme.Alert`` for every third id, ``acme.Reading`` (V1)
+    for the others, registered by record name (RecordNameStrategy); then ``extra``."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient, record_subject_name_strategy
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+
+    client = SchemaRegistryClient({"url": registry_url, "timeout": 60})
+    conf = {"auto.register.schemas": True,
+            "subject.name.strategy": record_subject_name_strategy}
+    readings = AvroSerializer(client, json.dumps(V1), conf=conf)
+    alerts = AvroSerializer(client, json.dumps(ALERT), conf=conf)
+    produce(broker.bootstrap_servers, topic,
+            [(b"k", _value(readings, topic, _v1(i)) if i % 3 else
+              _value(alerts, topic, {"id": i, "level": f"l{i}"})) for i in range(30)]
+            + list(extra))
+
+
 def test_routing_by_avro_record_name(spark, kafka_broker, topic, schema_registry,
                                      tmp_path) -> None:
     """One topic, two record types (the serializers' RecordNameStrategy): each record
     name gets its table with that record's columns; an unknown id is unrouted."""
     import duckdb
-    from confluent_kafka.schema_registry import SchemaRegistryClient, record_subject_name_strategy
-    from confluent_kafka.schema_registry.avro import AvroSerializer
 
     from tests.integration.test_routing import _unrouted
 
-    client = SchemaRegistryClient({"url": schema_registry.url, "timeout": 60})
-    conf = {"auto.register.schemas": True,
-            "subject.name.strategy": record_subject_name_strategy}
-    readings = AvroSerializer(client, json.dumps(V1), conf=conf)
-    alerts = AvroSerializer(client, json.dumps(ALERT), conf=conf)
-    produce(kafka_broker.bootstrap_servers, topic,
-            [(b"k", _value(readings, topic, _v1(i)) if i % 3 else
-              _value(alerts, topic, {"id": i, "level": f"l{i}"})) for i in range(30)]
-            + [(b"k", b"\x00" + struct.pack(">I", 424242) + b"\x02")])
+    produce_two_record_types(kafka_broker, topic, schema_registry.url,
+                             ((b"k", b"\x00" + struct.pack(">I", 424242) + b"\x02"),))
     lake = tmp_path / "lake"
     data = raw_config(kafka_broker, topic, lake, "avro", partition_by=[])
     data["decode"]["avro"] = {"registry": {"url": schema_registry.url}}

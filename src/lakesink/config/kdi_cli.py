@@ -319,17 +319,35 @@ def _reset(value: str) -> str:
     raise ConfigError("--auto_offset_reset", f"{value!r}: earliest or latest")
 
 
+def _parser(command: str) -> Any:  # noqa: ANN401 - an ArgumentParser
+    import argparse
+
+    return argparse.ArgumentParser(prog=f"lakesink kdi {command}", exit_on_error=False,
+                                   add_help=False, allow_abbrev=False)
+
+
+def _parse_args(p: Any, command: str, argv: list[str], *, intermixed: bool) -> Any:  # noqa: ANN401
+    """``argv`` (after the command) parsed as clap would refuse it: one ConfigError."""
+    import argparse
+
+    try:
+        ns, unknown = (p.parse_known_intermixed_args(argv) if intermixed
+                       else p.parse_known_args(argv))
+    except (argparse.ArgumentError, ValueError) as exc:
+        raise ConfigError(f"kdi {command}", str(exc)) from None
+    if unknown:
+        raise ConfigError(f"kdi {command}", f"unknown argument(s): {' '.join(unknown)}")
+    return ns
+
+
 def parse(argv: list[str], env: Mapping[str, str]) -> tuple[KdiArgs, bool]:
     """``ingest …`` as kafka-delta-ingest parses it (clap: ``-t`` and ``-K`` take several
     values; every flag falls back to its environment variable). Returns the arguments
     and whether ``--print-config`` was given."""
-    import argparse
-
     if not argv or argv[0] != "ingest":
         raise ConfigError("kdi", "usage: lakesink kdi ingest [TOPIC] [TABLE_LOCATION] "
                           "[flags] (the kafka-delta-ingest `ingest` command line)")
-    p = argparse.ArgumentParser(prog="lakesink kdi ingest", exit_on_error=False,
-                                add_help=False, allow_abbrev=False)
+    p = _parser("ingest")
     e = env.get
     p.add_argument("positional", nargs="*")
     p.add_argument("--topic", default=e("KAFKA_TOPIC"))
@@ -367,12 +385,7 @@ def parse(argv: list[str], env: Mapping[str, str]) -> tuple[KdiArgs, bool]:
         names = [n for n in (short, f"--{name}") if n]
         p.add_argument(*names, dest=name, nargs="+" if name == "dlq_transform" else None,
                        default=e(var))
-    try:
-        ns, unknown = p.parse_known_intermixed_args(argv[1:])
-    except (argparse.ArgumentError, ValueError) as exc:
-        raise ConfigError("kdi ingest", str(exc)) from None
-    if unknown:
-        raise ConfigError("kdi ingest", f"unknown argument(s): {' '.join(unknown)}")
+    ns = _parse_args(p, "ingest", argv[1:], intermixed=True)
     if len(ns.positional) > 2:
         raise ConfigError("kdi ingest", f"at most TOPIC and TABLE_LOCATION before the flags "
                           f"(got {' '.join(ns.positional)})")
@@ -567,10 +580,7 @@ def parse_repair(argv: list[str], env: Mapping[str, str]) -> RepairArgs:
     """The fork's ``repair --table_url <url> [--optimize_target_size N]
     [--optimize_partition COL --optimize_partition_predicate VALUE]`` and their
     variables."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="lakesink kdi repair", exit_on_error=False,
-                                add_help=False, allow_abbrev=False)
+    p = _parser("repair")
     e = env.get
     p.add_argument("--table_url", default=e("TABLE_URL"))
     p.add_argument("--optimize_target_size", type=int,
@@ -578,12 +588,7 @@ def parse_repair(argv: list[str], env: Mapping[str, str]) -> RepairArgs:
     p.add_argument("--optimize_partition", default=e("OPTIMIZE_PARTITION") or None)
     p.add_argument("--optimize_partition_predicate",
                    default=e("OPTIMIZE_PARTITION_PREDICATE") or None)
-    try:
-        ns, unknown = p.parse_known_args(argv[1:])
-    except (argparse.ArgumentError, ValueError) as exc:
-        raise ConfigError("kdi repair", str(exc)) from None
-    if unknown:
-        raise ConfigError("kdi repair", f"unknown argument(s): {' '.join(unknown)}")
+    ns = _parse_args(p, "repair", argv[1:], intermixed=False)
     if not ns.table_url:
         raise ConfigError("--table_url", "the Delta table to repair is required "
                           "(--table_url or TABLE_URL)")
