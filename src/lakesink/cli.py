@@ -76,6 +76,13 @@ def _fail_error(exc: LakesinkError) -> None:
     raise typer.Exit(1) from None
 
 
+def _fail_other(exc: Exception) -> None:
+    """An unexpected failure of a command (a store's, a library's): one line, exit 1."""
+    first = str(exc).splitlines()[0][:500] if str(exc) else ""
+    err.print(f"[bold red]error:[/] {type(exc).__name__}: {escape(first)}", highlight=False)
+    raise typer.Exit(1) from None
+
+
 def _fail_config(exc: ConfigError) -> None:
     err.print(f"[bold red]config error:[/] {escape(str(exc))}", highlight=False)
     raise typer.Exit(2)
@@ -236,7 +243,7 @@ def kdi(ctx: typer.Context) -> None:
             logging.getLogger("lakesink.kdi").info(
                 "kafka-delta-ingest flags with no meaning in lakesink, ignored: %s",
                 "; ".join(ignored))
-        env = {**os.environ, **kdi_cli.secret_env(args)}
+        env = {**os.environ, **kdi_cli.secret_env(args, os.environ)}
         cfg = load_config(flags=flags, env=env, compat="off")  # the command line is the config
         if print_config:
             _print_config_file(cfg)
@@ -250,6 +257,8 @@ def kdi(ctx: typer.Context) -> None:
         return
     except LakesinkError as exc:
         _fail_error(exc)
+    except Exception as exc:  # noqa: BLE001 - the table's store refused (S3, delta-rs)
+        _fail_other(exc)
     _run_loaded(cfg, None)
 
 
@@ -268,7 +277,8 @@ def _kdi_takeover(cfg: Any, args: Any) -> str | None:  # noqa: ANN401
     # checks again at start: require_idle_group)
     kdi_cli.require_idle_group(cfg, topic)
     if cfg.routes or not readable:  # a table per message type; a store read only by Spark
-        if not seek and not args.no_takeover:
+        partitions = kdi_cli.topic_partitions(cfg, topic)
+        if not all(str(p) in seek for p in partitions) and not args.no_takeover:
             if not readable:
                 raise ConfigError("table.base_path", "kafka-delta-ingest's offsets are "
                                   "read from local disk and S3 only", fix="give "
@@ -276,7 +286,7 @@ def _kdi_takeover(cfg: Any, args: Any) -> str | None:  # noqa: ANN401
                                   "start at --auto_offset_reset")
             kdi_cli.refuse_type_tables(cfg)
         return None if not seek else kdi_cli.takeover_offsets(
-            kdi_cli.topic_partitions(cfg, topic), topic=topic, seek=seek, reset=reset)
+            partitions, topic=topic, seek=seek, reset=reset)
     versions, files = kdi_cli.table_txn_versions(cfg, args.app_id, topic)
     if args.no_takeover:
         versions = dict.fromkeys(versions)
@@ -316,11 +326,8 @@ def _kdi_repair(argv: list[str]) -> None:
         return
     except LakesinkError as exc:
         _fail_error(exc)
-    except Exception as exc:  # noqa: BLE001 - Delta's own (no table there…): one line, exit 1
-        err.print(f"[bold red]error:[/] {type(exc).__name__}: "
-                  f"{escape(str(exc).splitlines()[0][:500] if str(exc) else '')}",
-                  highlight=False)
-        raise typer.Exit(1) from None
+    except Exception as exc:  # noqa: BLE001 - Delta's own (no table there…)
+        _fail_other(exc)
 
 
 @app.command()

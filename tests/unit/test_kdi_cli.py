@@ -163,9 +163,33 @@ def test_its_security_variables_and_librdkafka_names() -> None:
         "ssl.truststore.type": "PEM", "ssl.truststore.certificates": "CA-PEM",
         "ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": "CERT-PEM"}
     assert "pw-9" not in json.dumps(flags) and "KEY-PEM" not in json.dumps(flags)
-    assert secret_env(a) == {"LAKESINK_SOURCE__KAFKA__SASL__PASSWORD": "pw-9",
+    assert secret_env(a, {"LAKESINK_SOURCE__KAFKA__SECRET_OPTIONS":
+                          '{"ssl.key.password": "kp"}'}) == {"LAKESINK_SOURCE__KAFKA__SASL__PASSWORD": "pw-9",
                              "LAKESINK_SOURCE__KAFKA__SECRET_OPTIONS":
-                             '{"ssl.keystore.key": "KEY-PEM"}'}
+                             '{"ssl.key.password": "kp", "ssl.keystore.key": "KEY-PEM"}'}
     with pytest.raises(ConfigError) as bad:
         parse(["ingest", "t", "/d/t"], {"KAFKA_DELTA_INGEST_SCRAM_JSON": "{}"})
     assert bad.value.key == "KAFKA_DELTA_INGEST_SCRAM_JSON"
+
+
+def test_the_forks_whitelist_searches_as_a_java_whole_match() -> None:
+    from lakesink.config.kdi_cli import search_pattern
+
+    assert search_pattern("ead") == ".*(?:ead).*"
+    assert search_pattern("(?i)^read") == "(?i).*(?:^read).*"
+    assert search_pattern("(?P<t>Alert)|Reading") == ".*(?:(?<t>Alert)|Reading).*"
+    with pytest.raises(ConfigError):
+        search_pattern("[[:upper:]]x")
+
+
+def test_a_seek_behind_the_tables_offset_is_refused_as_kdi_does() -> None:
+    with pytest.raises(ConfigError) as refused:
+        takeover_offsets({0: 29}, topic="t", seek={"0": 40}, reset="earliest")
+    assert refused.value.key == "--seek_offsets"
+
+
+def test_librdkafka_only_settings_are_refused_with_what_to_do() -> None:
+    a, _ = parse(["ingest", "t", "/d/t", "-K", "ssl.key.location=/k.pem"], {})
+    with pytest.raises(ConfigError) as refused:
+        translate(a)
+    assert "KAFKA_DELTA_INGEST_KEY" in str(refused.value)

@@ -51,6 +51,17 @@ _UNUSED_FLAGS: dict[str, tuple[str | None, str, str]] = {
                              "lakesink reads its offsets from its checkpoint"),
 }
 
+#: librdkafka settings with no Java equivalent lakesink maps, with what to do instead
+_LIBRDKAFKA_ONLY = {
+    "ssl.certificate.location": "give the certificate and key as PEM text in "
+                                "KAFKA_DELTA_INGEST_CERT and KAFKA_DELTA_INGEST_KEY",
+    "ssl.key.location": "give the certificate and key as PEM text in "
+                        "KAFKA_DELTA_INGEST_CERT and KAFKA_DELTA_INGEST_KEY",
+    "ssl.certificate.pem": "give it in KAFKA_DELTA_INGEST_CERT (with KAFKA_DELTA_INGEST_KEY)",
+    "enable.ssl.certificate.verification": "the Java client always verifies: give the CA "
+                                           "(KAFKA_DELTA_INGEST_CA or -K ssl.ca.location)",
+}
+
 #: flags accepted and not used, with why
 IGNORED = {
     "max_messages_per_batch": "it sizes kafka-delta-ingest's in-memory batches; as a "
@@ -142,7 +153,7 @@ def translate(a: KdiArgs) -> tuple[dict[str, Any], list[str]]:
     if by_type:  # the fork's message-type routing: a table per Avro record name
         message_type: dict[str, Any] = {"record_name": True, "namespace": False}
         if a.message_type_whitelist:  # its regex searches; allow matches whole names
-            message_type["allow"] = f".*(?:{a.message_type_whitelist}).*"
+            message_type["allow"] = search_pattern(a.message_type_whitelist)
         flags["routes"] = [{"topics": [a.topic], "message_type": message_type}]
     else:
         flags["table.name"] = name
@@ -173,6 +184,14 @@ def translate(a: KdiArgs) -> tuple[dict[str, Any], list[str]]:
             mechanism = value.upper()
         elif key == "ssl.ca.location":  # a PEM file, in the Java client's words
             options.update({"ssl.truststore.type": "PEM", "ssl.truststore.location": value})
+        elif key == "ssl.ca.pem":
+            options.update({"ssl.truststore.type": "PEM", "ssl.truststore.certificates": value})
+        elif key == "sasl.username":
+            flags["source.kafka.sasl.username"] = value
+        elif key == "enable.auto.commit":
+            continue  # lakesink's position is its checkpoint; the group is not committed
+        elif key in _LIBRDKAFKA_ONLY:
+            raise ConfigError("-K", f"{key} is librdkafka's; {_LIBRDKAFKA_ONLY[key]}")
         elif key == "ssl.endpoint.identification.algorithm" and value.lower() == "none":
             options[key] = ""
         else:
@@ -187,6 +206,7 @@ def translate(a: KdiArgs) -> tuple[dict[str, Any], list[str]]:
                           "(KAFKA_DELTA_INGEST_KEY) together")
     if a.scram is not None:  # KAFKA_DELTA_INGEST_SCRAM_JSON (the password: secret_env)
         flags["source.kafka.sasl.username"] = a.scram["username"]
+    if "source.kafka.sasl.username" in flags:
         flags["source.kafka.sasl.mechanism"] = mechanism or "SCRAM-SHA-512"
     elif mechanism:
         options["sasl.mechanism"] = mechanism
@@ -216,15 +236,16 @@ def translate(a: KdiArgs) -> tuple[dict[str, Any], list[str]]:
     return flags, notes
 
 
-def secret_env(a: KdiArgs) -> dict[str, str]:
+def secret_env(a: KdiArgs, env: Mapping[str, str]) -> dict[str, str]:
     """The secrets of kafka-delta-ingest's variables as the environment variables
     lakesink takes secrets from (never a setting, never printed)."""
     out = {}
     if a.scram is not None:
         out["LAKESINK_SOURCE__KAFKA__SASL__PASSWORD"] = a.scram["password"]
-    if a.cert_pem and a.key_pem:
+    if a.cert_pem and a.key_pem:  # beside the secret options the environment gives
+        given = json.loads(env.get("LAKESINK_SOURCE__KAFKA__SECRET_OPTIONS") or "{}")
         out["LAKESINK_SOURCE__KAFKA__SECRET_OPTIONS"] = json.dumps(
-            {"ssl.keystore.key": a.key_pem})
+            {**given, "ssl.keystore.key": a.key_pem})
     return out
 
 
@@ -237,6 +258,22 @@ def _scram(text: str | None) -> dict[str, str] | None:
     except (ValueError, TypeError, KeyError):
         raise ConfigError("KAFKA_DELTA_INGEST_SCRAM_JSON", 'JSON like {"username": "…", '
                           '"password": "…"}') from None
+
+
+def search_pattern(rust: str) -> str:
+    """The fork's whitelist (a Rust regex, searched) as a whole-match Java regex:
+    leading inline flags stay in front, ``(?P<name>`` becomes Java's ``(?<name>``;
+    POSIX classes and Rust's set operators, which Java reads otherwise, are refused."""
+    import re
+
+    for bad in ("[[:", "--", "~~", "&&"):
+        if bad in rust:
+            raise ConfigError("--message_type_whitelist", f"{rust!r}: {bad!r} means another "
+                              "thing in Java's regex, which lakesink uses; write it without")
+    flags = re.match(r"^\(\?[a-zA-Z]+\)", rust)
+    lead = flags.group(0) if flags else ""
+    body = rust[len(lead):].replace("(?P<", "(?<")
+    return f"{lead}.*(?:{body}).*"
 
 
 def _check_whitelist(pattern: str, topic: str) -> None:
@@ -274,6 +311,10 @@ def takeover_offsets(txn_versions: Mapping[int, int | None], *, topic: str,
     fallback = -2 if _reset(reset) == "earliest" else -1
     offsets = {}
     for partition, version in sorted(txn_versions.items()):
+        if version is not None and str(partition) in seek and seek[str(partition)] > version:
+            raise ConfigError("--seek_offsets", f"partition {partition}: the table's offset "
+                              f"{version} is behind the seek offset {seek[str(partition)]} "
+                              "(kafka-delta-ingest refuses this too: InconsistentStoredOffsets)")
         if version is not None:
             offsets[str(partition)] = version + 1
         elif str(partition) in seek:
@@ -452,13 +493,15 @@ def refuse_unknown_app_id(versions: Mapping[int, int | None], table_files: int, 
                           app_id: str, seek: Mapping[str, int]) -> None:
     """A table with files and no ``txn`` for ``app_id``: most likely the old deployment
     ran with another ``-a``, and starting at ``-o`` would write its records again."""
-    if table_files and not seek and all(v is None for v in versions.values()):
+    if table_files and all(v is None for v in versions.values()) and not all(
+            str(p) in seek for p in versions):
         raise ConfigError(
             "-a", f"the table has {table_files} file(s) but no kafka-delta-ingest offsets "
             f"for app id {app_id!r} (txn {app_id}-<partition>): starting at "
             "--auto_offset_reset would write again what is there",
             fix="give the -a (APP_ID) the kafka-delta-ingest deployment ran with; or "
-            "--seek_offsets; or --no_takeover to start at --auto_offset_reset anyway")
+            "--seek_offsets naming every partition; or --no_takeover to start at "
+            "--auto_offset_reset anyway")
 
 
 def refuse_type_tables(cfg: Any) -> None:  # noqa: ANN401
@@ -515,10 +558,10 @@ def require_idle_group(cfg: Any, topic: str) -> None:  # noqa: ANN401
             described = future.result(timeout=kafka.connect_timeout_s + 5)
             break
         except (KafkaException, TimeoutError) as exc:
-            if "GROUP_ID_NOT_FOUND" in str(exc):
-                return
             error = exc.args[0] if exc.args else None
             code = error.code() if isinstance(error, KafkaError) else None
+            if code == KafkaError.GROUP_ID_NOT_FOUND:
+                return
             if ((code in coordinator_moving or (isinstance(error, KafkaError)
                                                   and error.retriable()))
                     and time.monotonic() < deadline):  # e.g. the coordinator is loading

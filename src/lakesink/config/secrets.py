@@ -19,7 +19,7 @@ from collections.abc import Mapping
 # fs.azure.account.key.<account>…) are caught too.
 _SECRET = re.compile(
     r"(password|passwd|jaas\.config|secret|session\.token|account\.key|sas\.fixed\.token"
-    r"|private\.key|encryption\.key|keystore\.key|user\.info|access\.key$)",
+    r"|private\.key|encryption\.key|keystore\.key|key\.pem|user\.info|access\.key$)",
     re.IGNORECASE)
 
 REDACTED = "**********"
