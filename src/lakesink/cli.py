@@ -248,7 +248,7 @@ def kdi(ctx: typer.Context) -> None:
         if print_config:
             _print_config_file(cfg)
             return
-        start = _kdi_takeover(cfg, args)
+        start = kdi_cli.takeover_start(cfg, args)
         if start is not None:
             cfg = load_config(flags={**flags, "source.kafka.starting_offsets": start},
                               env=env, compat="off")
@@ -260,44 +260,6 @@ def kdi(ctx: typer.Context) -> None:
     except Exception as exc:  # noqa: BLE001 - the table's store refused (S3, delta-rs)
         _fail_other(exc)
     _run_loaded(cfg, None)
-
-
-def _kdi_takeover(cfg: Any, args: Any) -> str | None:  # noqa: ANN401
-    """Spark's ``startingOffsets`` for a new checkpoint on a table kafka-delta-ingest
-    wrote (its ``txn`` offsets, ``--seek_offsets``), or None (the flags' own start)."""
-    from lakesink.config import kdi_cli
-
-    topic = args.topic or ""
-    seek = kdi_cli.parse_seek_offsets(args.seek_offsets) if args.seek_offsets else {}
-    reset = kdi_cli.start_reset(args)
-    readable = kdi_cli.offsets_readable(cfg)
-    if readable and not kdi_cli.checkpoint_is_new(cfg):
-        return None  # Spark starts from the checkpoint
-    # kafka-delta-ingest must have stopped before its offsets are read (and the query
-    # checks again at start: require_idle_group)
-    kdi_cli.require_idle_group(cfg, topic)
-    if cfg.routes or not readable:  # a table per message type; a store read only by Spark
-        partitions = kdi_cli.topic_partitions(cfg, topic)
-        if not all(str(p) in seek for p in partitions) and not args.no_takeover:
-            if not readable:
-                raise ConfigError("table.base_path", "kafka-delta-ingest's offsets are "
-                                  "read from local disk and S3 only", fix="give "
-                                  "--seek_offsets (where to start), or --no_takeover to "
-                                  "start at --auto_offset_reset")
-            kdi_cli.refuse_type_tables(cfg)
-        return None if not seek else kdi_cli.takeover_offsets(
-            partitions, topic=topic, seek=seek, reset=reset)
-    versions, files = kdi_cli.table_txn_versions(cfg, args.app_id, topic)
-    if args.no_takeover:
-        versions = dict.fromkeys(versions)
-    else:
-        kdi_cli.refuse_unknown_app_id(versions, files, app_id=args.app_id, seek=seek)
-    start = kdi_cli.takeover_offsets(versions, topic=topic, seek=seek, reset=reset)
-    if start is not None:
-        logging.getLogger("lakesink.kdi").info(
-            "taking over from kafka-delta-ingest's offsets (app id %r) in the table: a new "
-            "checkpoint starts at %s", args.app_id, start)
-    return start
 
 
 def _kdi_repair(argv: list[str]) -> None:

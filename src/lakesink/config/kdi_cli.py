@@ -22,12 +22,15 @@ than starting") or ``--auto_offset_reset``.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from lakesink.errors import ConfigError
+
+logger = logging.getLogger("lakesink.kdi")
 
 #: flags parsed and not used: name -> (short flag, environment variable, why)
 _UNUSED_FLAGS: dict[str, tuple[str | None, str, str]] = {
@@ -298,6 +301,42 @@ def parse_seek_offsets(text: str) -> dict[str, int]:
     except (ValueError, TypeError, AttributeError):
         raise ConfigError("--seek_offsets", f"{text!r}: JSON like {{\"0\": 123}}") from None
     return out
+
+
+def takeover_start(cfg: Any, args: KdiArgs) -> str | None:  # noqa: ANN401
+    """Spark's ``startingOffsets`` for a new checkpoint on a table kafka-delta-ingest
+    wrote (its ``txn`` offsets, ``--seek_offsets``), or None (the flags' own start)."""
+    topic = args.topic or ""
+    seek = parse_seek_offsets(args.seek_offsets) if args.seek_offsets else {}
+    reset = start_reset(args)
+    readable = offsets_readable(cfg)
+    if readable and not checkpoint_is_new(cfg):
+        return None  # Spark starts from the checkpoint
+    # kafka-delta-ingest must have stopped before its offsets are read (and the query
+    # checks again at start: require_idle_group)
+    require_idle_group(cfg, topic)
+    if cfg.routes or not readable:  # a table per message type; a store read only by Spark
+        partitions = topic_partitions(cfg, topic)
+        if not all(str(p) in seek for p in partitions) and not args.no_takeover:
+            if not readable:
+                raise ConfigError("table.base_path", "kafka-delta-ingest's offsets are "
+                                  "read from local disk and S3 only", fix="give "
+                                  "--seek_offsets (where to start), or --no_takeover to "
+                                  "start at --auto_offset_reset")
+            refuse_type_tables(cfg)
+        return None if not seek else takeover_offsets(
+            partitions, topic=topic, seek=seek, reset=reset)
+    versions, files = table_txn_versions(cfg, args.app_id, topic)
+    if args.no_takeover:
+        versions = dict.fromkeys(versions)
+    else:
+        refuse_unknown_app_id(versions, files, app_id=args.app_id, seek=seek)
+    start = takeover_offsets(versions, topic=topic, seek=seek, reset=reset)
+    if start is not None:
+        logger.info(
+            "taking over from kafka-delta-ingest's offsets (app id %r) in the table: a new "
+            "checkpoint starts at %s", args.app_id, start)
+    return start
 
 
 def takeover_offsets(txn_versions: Mapping[int, int | None], *, topic: str,
