@@ -230,28 +230,17 @@ def kdi(ctx: typer.Context) -> None:
     with its flags and environment variables, into the same Delta table, taking over
     from its offsets; `lakesink kdi repair --table_url URL` (the fork's repair: drop
     missing files from the log, then OPTIMIZE). See docs/migrating.md."""
-    from lakesink.config import kdi_cli, load_config
+    from lakesink.config import kdi_cli
 
     _setup_logging(None)
     if ctx.args[:1] == ["repair"]:
         _kdi_repair(list(ctx.args))
         return
     try:
-        args, print_config = kdi_cli.parse(list(ctx.args), os.environ)
-        flags, ignored = kdi_cli.translate(args)
-        if ignored:
-            logging.getLogger("lakesink.kdi").info(
-                "kafka-delta-ingest flags with no meaning in lakesink, ignored: %s",
-                "; ".join(ignored))
-        env = {**os.environ, **kdi_cli.secret_env(args, os.environ)}
-        cfg = load_config(flags=flags, env=env, compat="off")  # the command line is the config
+        cfg, print_config = kdi_cli.ingest_config(list(ctx.args), os.environ)
         if print_config:
             _print_config_file(cfg)
             return
-        start = kdi_cli.takeover_start(cfg, args)
-        if start is not None:
-            cfg = load_config(flags={**flags, "source.kafka.starting_offsets": start},
-                              env=env, compat="off")
     except ConfigError as exc:
         _fail_config(exc)
         return

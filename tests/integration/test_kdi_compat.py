@@ -1,22 +1,34 @@
-"""``lakesink kdi ingest``: kafka-delta-ingest's command line run as users run it (a
-separate process), into a Delta table read back by delta-rs; and taking over a table
-kafka-delta-ingest wrote, from the ``txn`` offsets it left in the log."""
+"""``lakesink kdi``: kafka-delta-ingest's command lines, into Delta tables read back by
+delta-rs. The README's command line and the take-over run as users run them (a separate
+process: exit codes, refusals); the fork's repair, message-type tables and secured
+setups run the same configuration in this process."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from lakesink.runtime.services import produce
 from tests.fixtures.services import run_cli
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 #: the upstream README's transforms, as-is
 README_TRANSFORMS = ["date: substr(meta.producer.timestamp, `0`, `10`)",
                      "meta.kafka.offset: kafka.offset", "meta.kafka.partition: kafka.partition",
                      "meta.kafka.topic: kafka.topic"]
+
+
+def run_in_process(spark: Any, *argv: str, env: dict[str, str] | None = None) -> Any:  # noqa: ANN401
+    """``lakesink kdi <argv>`` in this process (the shared SparkSession): the same
+    config the command runs, where the process boundary is not what is tested."""
+    from lakesink.app import Pipeline
+    from lakesink.config.kdi_cli import ingest_config
+
+    cfg, _ = ingest_config(list(argv), env or {})
+    return Pipeline.build(cfg, spark).run(until_caught_up=True)
 
 
 def test_the_readme_command_line_runs_as_is(kafka_broker, topic, tmp_path) -> None:
@@ -90,10 +102,11 @@ def test_taking_over_a_table_kafka_delta_ingest_wrote(kafka_broker, tmp_path) ->
     assert sorted(ids) == list(range(100))
 
 
-def test_the_forks_repair_command_runs_as_is(tmp_path) -> None:
+def test_the_forks_repair_command_runs_as_is(spark, tmp_path) -> None:
     """The fork's ``repair`` (``TABLE_URL`` from the environment, as its Helm charts set
-    it): a file an S3 lifecycle rule purged leaves the log, then only the partition
-    named is compacted. delta-rs reads every remaining row once."""
+    it), what ``lakesink kdi repair`` runs, in this process: a file an S3 lifecycle rule
+    purged leaves the log, then only the partition named is compacted. delta-rs reads
+    every remaining row once."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from deltalake import DeltaTable, write_deltalake
@@ -107,9 +120,16 @@ def test_the_forks_repair_command_runs_as_is(tmp_path) -> None:
     purged = next(u for u in before.file_uris() if "/p=b/" in u)
     lost = set(pq.read_table(purged.removeprefix("file://")).column("id").to_pylist())
     (table / purged.split("/events/", 1)[1]).unlink()
-    result = run_cli("kdi", "repair", "--optimize_partition", "p",
-                     "--optimize_partition_predicate", "a", env={"TABLE_URL": str(table)})
-    assert result.returncode == 0, result.stderr[-3000:]
+    from lakesink import maintenance
+    from lakesink.config import load_config
+    from lakesink.config.kdi_cli import parse_repair, repair_flags
+
+    args = parse_repair(["repair", "--optimize_partition", "p",
+                         "--optimize_partition_predicate", "a"], {"TABLE_URL": str(table)})
+    cfg = load_config(flags=repair_flags(args), env={}, compat="off")
+    fsck = maintenance.repair(cfg, spark, apply=True)  # what `lakesink kdi repair` runs
+    optimize = maintenance.compact(cfg, spark, partition=args.partition,
+                                   target_file_size=args.optimize_target_size)
     after = DeltaTable(str(table))
     files = after.file_uris()
     ids = after.to_pyarrow_table().column("id").to_pylist()
@@ -120,10 +140,11 @@ def test_the_forks_repair_command_runs_as_is(tmp_path) -> None:
     assert sum("/p=a/" in f for f in files) == 1  # compacted
     assert sum("/p=b/" in f for f in files) == 2  # not named: left as is
     assert sorted(ids) == sorted(set(range(60)) - lost)
-    assert "FSCK" in result.stdout and "OPTIMIZE WHERE `p` = 'a'" in result.stdout
+    assert fsck["operation"] == "FSCK" and fsck["missing"] and fsck["applied"]
+    assert optimize["operation"] == "OPTIMIZE WHERE `p` = 'a'"
 
 
-def test_the_forks_message_type_tables_by_avro_record_name(kafka_broker, topic,
+def test_the_forks_message_type_tables_by_avro_record_name(spark, kafka_broker, topic,
                                                            schema_registry, tmp_path) -> None:
     """The fork's ``--table_base_uri`` with ``--avro <registry>``: a Delta table per
     record name (without its namespace, as the fork names them), the whitelist a regex
@@ -136,10 +157,9 @@ def test_the_forks_message_type_tables_by_avro_record_name(kafka_broker, topic,
 
     produce_two_record_types(kafka_broker, topic, schema_registry.url)
     base = tmp_path / "lake"
-    result = run_cli("kdi", "ingest", "--topic", topic, "--table_base_uri", str(base),
-                     "--avro", schema_registry.url, "--message_type_whitelist", "ead",
-                     "-k", kafka_broker.bootstrap_servers, "-e", "-l", "1")
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_in_process(spark, "ingest", "--topic", topic, "--table_base_uri", str(base),
+                   "--avro", schema_registry.url, "--message_type_whitelist", "ead",
+                   "-k", kafka_broker.bootstrap_servers, "-e", "-l", "1")
     ids = DeltaTable(str(base / "Reading")).to_pyarrow_table(columns=["id"]).column(
         "id").to_pylist()
     unrouted = _unrouted(base)
@@ -151,12 +171,13 @@ def test_the_forks_message_type_tables_by_avro_record_name(kafka_broker, topic,
 
 
 @pytest.mark.parametrize("listener", ["sasl_ssl", "mtls"])
-def test_its_tls_and_scram_variables_reach_a_secured_broker(kafka_broker, topic, tmp_path,
-                                                            listener) -> None:
+def test_its_tls_and_scram_variables_reach_a_secured_broker(spark, kafka_broker, topic,
+                                                            tmp_path, listener) -> None:
     """kafka-delta-ingest's own secured setup, as its deployments give it: the CA, the
     client certificate and key as PEM text in KAFKA_DELTA_INGEST_CA / _CERT / _KEY, the
     SCRAM user in KAFKA_DELTA_INGEST_SCRAM_JSON, librdkafka's names in -K. The topic has
-    ACLs (only alice and the certificate's user may read)."""
+    ACLs (only alice and the certificate's user may read). In this process: the
+    planted-secrets test checks a separate process's output for secrets."""
     from deltalake import DeltaTable
 
     from tests.fixtures.services import produce_events
@@ -177,11 +198,8 @@ def test_its_tls_and_scram_variables_reach_a_secured_broker(kafka_broker, topic,
         env["KAFKA_DELTA_INGEST_KEY"] = (sec.folder / "client.key").read_text()
         extra = []
     table = tmp_path / "lake" / "events"
-    result = run_cli("kdi", "ingest", topic, str(table), "-k", servers, "-e", "-l", "1",
-                     "-K", f"security.protocol={protocol}", *extra, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
+    stats = run_in_process(spark, "ingest", topic, str(table), "-k", servers, "-e", "-l",
+                           "1", "-K", f"security.protocol={protocol}", *extra, env=env)
     ids = DeltaTable(str(table)).to_pyarrow_table(columns=["id"]).column("id").to_pylist()
-    secrets = [v for k, v in env.items() if k != "KAFKA_DELTA_INGEST_CA"]
     print(f"kdi over {listener}: {len(ids)} rows read back")
-    assert sorted(ids) == list(range(50))
-    assert not any(s in result.stdout + result.stderr for s in secrets)
+    assert sorted(ids) == list(range(50)) and stats.written == 50

@@ -303,6 +303,28 @@ def parse_seek_offsets(text: str) -> dict[str, int]:
     return out
 
 
+def ingest_config(argv: list[str], env: Mapping[str, str]) -> tuple[Any, bool]:
+    """The lakesink config ``lakesink kdi ingest <argv>`` runs, its start taken over
+    from kafka-delta-ingest (:func:`takeover_start`); and whether ``--print-config``
+    was given (then the config as the flags make it, before any take-over)."""
+    from lakesink.config import load_config
+
+    args, print_config = parse(argv, env)
+    flags, ignored = translate(args)
+    if ignored:
+        logger.info("kafka-delta-ingest flags with no meaning in lakesink, ignored: %s",
+                    "; ".join(ignored))
+    env = {**env, **secret_env(args, env)}
+    cfg = load_config(flags=flags, env=env, compat="off")  # the command line is the config
+    if print_config:
+        return cfg, True
+    start = takeover_start(cfg, args)
+    if start is not None:
+        cfg = load_config(flags={**flags, "source.kafka.starting_offsets": start}, env=env,
+                          compat="off")
+    return cfg, False
+
+
 def takeover_start(cfg: Any, args: KdiArgs) -> str | None:  # noqa: ANN401
     """Spark's ``startingOffsets`` for a new checkpoint on a table kafka-delta-ingest
     wrote (its ``txn`` offsets, ``--seek_offsets``), or None (the flags' own start)."""
