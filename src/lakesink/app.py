@@ -63,6 +63,7 @@ from lakesink.tables.layout import TableLayout
 from lakesink.tables.lease import WriterLease
 from lakesink.tables.parquet import ParquetTableWriter
 from lakesink.tables.rejected import RejectedWriter
+from lakesink.tables.takeover import start_refusal
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -301,6 +302,7 @@ class TableParts:
             writer = ParquetTableWriter(spark, layout, **common)
         writer.prepare()
         try:
+            _refuse_other_writers(writer, self.cfg)
             registrar = catalog.registrar(self.cfg.catalog, table, self.fs, layout,
                                           run=run_tag(app_id), storage=self.cfg.storage,
                                           spark=spark)
@@ -321,6 +323,21 @@ class TableParts:
             task_filesystem=storage.task_filesystem(self.cfg, layout.base),
             registrar=registrar,
         )
+
+
+def _refuse_other_writers(writer: TableWriter, cfg: LakesinkConfig) -> None:
+    """A new checkpoint on a table with other writers' positions starts only where it
+    writes nothing again (:func:`lakesink.tables.takeover.start_refusal`)."""
+    kafka = cfg.source.kafka
+    if kafka is None or cfg.table.other_writers == "ignore":
+        return
+    why = start_refusal(writer.other_writers(), kafka.starting_offsets)
+    if why is not None:
+        raise ConfigError(
+            "source.kafka.starting_offsets", f"{writer.layout.table}: {why}",
+            fix="give the offsets to start at (JSON, after the table's: lakesink kdi "
+            "ingest computes them from kafka-delta-ingest's), or table.other_writers: "
+            "ignore to start anyway")
 
 
 @dataclass

@@ -2,7 +2,9 @@
 sensor events, one ingest, a DuckDB summary.
 
 Everything it starts it stops. It owns the table ``sensors`` under the lake folder and
-clears it first, so every demo run starts from an empty table. With ``storage="s3"``
+clears it first, so every demo run starts from an empty table — but only what an
+earlier demo wrote there (:func:`claim_lake`): a folder it did not make, or one that
+holds a file it did not write, stops the demo with one line naming it. With ``storage="s3"``
 the lake is in a local S3 server (SeaweedFS) started for the run, configured through
 the standard AWS variables as a user would.
 """
@@ -23,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lakesink.config import load_config
+from lakesink.errors import ConfigError
 from lakesink.runtime.services import KafkaBroker, produce
 
 TOPIC = "sensors"
@@ -81,8 +84,8 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
     from lakesink.runtime.spark import build_spark_session
 
     lake = lake.resolve()
-    for folder in (lake / TOPIC, lake / ".lakesink" / TOPIC, lake / "_rejected" / TOPIC):
-        shutil.rmtree(folder, ignore_errors=True)
+    if storage != "s3":  # with s3 the lake is in a server started (and emptied) for the run
+        claim_lake(lake)
     started = time.monotonic()
     s3 = SeaweedS3(bucket="lake") if storage == "s3" else None
     where = "s3a://lake/demo" if s3 is not None else str(lake)
@@ -116,9 +119,58 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
         if s3 is not None:
             summarize_s3(s3, console, table_format)
     if s3 is None:
+        record_lake(lake)
         summarize(lake, console, table_format)
     server = "redis-server" if source == "redis" else "broker"
     console.print(f"[green]done[/] in {time.monotonic() - started:.1f}s; {server} stopped.")
+
+
+#: what the demo wrote under a lake folder (written after each run): only that is cleared
+DEMO_RECORD = ".lakesink-demo.json"
+
+
+def _demo_folders(lake: Path) -> tuple[Path, ...]:
+    return (lake / TOPIC, lake / ".lakesink" / TOPIC, lake / "_rejected" / TOPIC)
+
+
+def _files(folders: tuple[Path, ...], lake: Path) -> set[str]:
+    return {p.relative_to(lake).as_posix() for f in folders if f.exists()
+            for p in f.rglob("*") if not p.is_dir()}
+
+
+def claim_lake(lake: Path) -> None:
+    """Clear the demo's folders under ``lake`` for a new run, if an earlier demo run
+    wrote everything in them (its :data:`DEMO_RECORD` lists each file); else refuse with
+    a :class:`ConfigError` naming the folder. The demo never deletes what it did not
+    create: the README's own config example writes ``./lake`` + ``sensors`` too."""
+    folders = _demo_folders(lake)
+    try:
+        record = json.loads((lake / DEMO_RECORD).read_text())
+        recorded = set(record["files"])
+        if record.get("incomplete"):  # a run that ended early: its folders are its own
+            recorded |= _files(folders, lake)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        record, recorded = None, set()
+    for folder in folders:
+        if not folder.exists():
+            continue
+        foreign = sorted(_files((folder,), lake) - recorded)
+        if foreign or record is None:
+            what = f"holds {foreign[0]}, which the demo did not write" if foreign else \
+                "was not written by the demo"
+            raise ConfigError("--lake", f"{folder} {what}; the demo never deletes data it "
+                              "did not create", fix="give another --lake folder")
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+    lake.mkdir(parents=True, exist_ok=True)  # the folders made from here on are the demo's
+    (lake / DEMO_RECORD).write_text(json.dumps({"table": TOPIC, "files": [],
+                                                "incomplete": True}))
+
+
+def record_lake(lake: Path) -> None:
+    """List every file the demo's run wrote (what the next run may clear)."""
+    files = sorted(_files(_demo_folders(lake), lake))
+    (lake / DEMO_RECORD).write_text(json.dumps({"table": TOPIC, "files": files}))
 
 
 @contextlib.contextmanager

@@ -17,12 +17,11 @@ data; see ``docs/routing.md``).
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lakesink.errors import ConfigError
+from lakesink.runtime.lake import delta_table, filesystem, list_files, read_json
+from lakesink.sources.kafka_client import librdkafka_conf
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -49,63 +48,16 @@ class TableStatus:
         return asdict(self)
 
 
-def _filesystem(cfg: LakesinkConfig, base: str) -> tuple[pafs.FileSystem, str]:
-    """A pyarrow filesystem for ``base`` (a URI) and the path inside it."""
-    import pyarrow.fs as pafs
-
-    from lakesink.runtime.storage import task_filesystem
-
-    spec = task_filesystem(cfg, base)
-    if isinstance(spec, str):
-        raise ConfigError("table.base_path", f"lakesink status reads local disk and S3 ({spec})")
-    kind, kwargs = spec
-    if kind == "local":
-        return pafs.LocalFileSystem(), base.removeprefix("file://").removeprefix("file:")
-    return pafs.S3FileSystem(**kwargs), base.split("://", 1)[1]
-
-
-def _read_json(fs: pafs.FileSystem, path: str) -> Any:  # noqa: ANN401
-    try:
-        with fs.open_input_stream(path) as f:
-            return json.loads(f.read())
-    except (FileNotFoundError, OSError, ValueError):
-        return None
-
-
-def _files(fs: pafs.FileSystem, folder: str, *, recursive: bool = False) -> list[str]:
-    import pyarrow.fs as pafs
-
-    try:
-        infos = fs.get_file_info(pafs.FileSelector(folder, recursive=recursive,
-                                                   allow_not_found=True))
-    except (FileNotFoundError, OSError):
-        return []
-    return [i.path for i in infos if i.type == pafs.FileType.File]
-
-
-def _delta_table(cfg: LakesinkConfig, uri: str) -> Any:  # noqa: ANN401 - a DeltaTable
-    from deltalake import DeltaTable
-
-    from lakesink.runtime.storage import task_filesystem
-    from lakesink.tables.delta import delta_rs_s3_options
-
-    spec = task_filesystem(cfg, uri)
-    if isinstance(spec, str) or spec[0] == "local":
-        return DeltaTable(uri.removeprefix("file://").removeprefix("file:"))
-    return DeltaTable(f"s3://{uri.split('://', 1)[1]}",
-                      storage_options=delta_rs_s3_options(spec[1]))
-
-
 def table_status(cfg: LakesinkConfig, app_id: str | None = None) -> TableStatus:
     """The status of the single table ``cfg`` describes (a route's: its route config);
     ``app_id``: the checkpoint's (Delta tables key their batches by it)."""
     from lakesink.tables.layout import TableLayout
 
     layout = TableLayout.of(cfg.table.base_path, cfg.table_name)
-    fs, root = _filesystem(cfg, layout.base)
+    fs, root = filesystem(cfg, layout.base)
     meta = f"{root}/.lakesink/{layout.name}"
     status = TableStatus(layout.name, cfg.table.format, layout.table)
-    schema = _read_json(fs, f"{meta}/schema.json")
+    schema = read_json(fs, f"{meta}/schema.json")
     status.schema_version = schema.get("version") if isinstance(schema, dict) else None
     if cfg.table.format == "delta":
         _delta(status, layout.table, cfg, app_id)
@@ -116,16 +68,16 @@ def table_status(cfg: LakesinkConfig, app_id: str | None = None) -> TableStatus:
 
 
 def _parquet(status: TableStatus, fs: pafs.FileSystem, meta: str) -> None:
-    from lakesink.maintenance.parquet import TableFile, apply_compactions
     from lakesink.tables.manifests import PREFIX as ROLLUP_PREFIX
+    from lakesink.tables.manifests import TableFile, apply_compactions
 
     latest: dict[str, Any] | None = None
     files: dict[str, TableFile] = {}
     seen: set[tuple[str, Any]] = set()
-    for path in _files(fs, f"{meta}/manifests", recursive=True):
+    for path in list_files(fs, f"{meta}/manifests", recursive=True):
         if not path.endswith(".json"):
             continue
-        value = _read_json(fs, path)
+        value = read_json(fs, path)
         if not isinstance(value, dict):
             continue
         rolled = path.rsplit("/", 1)[1].startswith(ROLLUP_PREFIX)
@@ -140,11 +92,11 @@ def _parquet(status: TableStatus, fs: pafs.FileSystem, meta: str) -> None:
             if latest is None or (str(manifest.get("committed_at"))
                                   > str(latest.get("committed_at"))):
                 latest = manifest
-    outcomes = sorted(p for p in _files(fs, f"{meta}/compactions")
+    outcomes = sorted(p for p in list_files(fs, f"{meta}/compactions")
                       if p.endswith(".outcome.json"))
-    done = [(p, o) for p in outcomes if isinstance(o := _read_json(fs, p), dict)
+    done = [(p, o) for p in outcomes if isinstance(o := read_json(fs, p), dict)
             and o.get("outcome") == "done"]
-    files = apply_compactions(files, ((_read_json(fs, p.replace(".outcome.json", ".json")), o)
+    files = apply_compactions(files, ((read_json(fs, p.replace(".outcome.json", ".json")), o)
                                       for p, o in done))
     status.files = len(files)
     status.rows = sum(f.rows for f in files.values())
@@ -159,7 +111,7 @@ def _delta(status: TableStatus, uri: str, cfg: LakesinkConfig, app_id: str | Non
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        table = _delta_table(cfg, uri)
+        table = delta_table(cfg, uri)
     except TableNotFoundError:
         return
     actions = table.get_add_actions(flatten=True)
@@ -183,7 +135,7 @@ def _delta(status: TableStatus, uri: str, cfg: LakesinkConfig, app_id: str | Non
 def _rejected(fs: pafs.FileSystem, folder: str) -> dict[str, int]:
     import pyarrow.dataset as ds
 
-    files = [p for p in _files(fs, folder, recursive=True)
+    files = [p for p in list_files(fs, folder, recursive=True)
              if p.endswith(".parquet") and "/_delta_log/" not in p]
     if not files:
         return {}
@@ -198,8 +150,8 @@ def checkpoint_sources(cfg: LakesinkConfig, checkpoint: str) -> list[dict[str, A
     before the first commit or for an offset log in a format lakesink does not read."""
     from lakesink.sources.offsets import log_sources
 
-    fs, root = _filesystem(cfg, checkpoint)
-    commits = [p.rsplit("/", 1)[1] for p in _files(fs, f"{root}/commits")]
+    fs, root = filesystem(cfg, checkpoint)
+    commits = [p.rsplit("/", 1)[1] for p in list_files(fs, f"{root}/commits")]
     done = sorted(int(n) for n in commits if n.isdigit())
     if not done:
         return None
@@ -224,54 +176,6 @@ def checkpoint_offsets(cfg: LakesinkConfig, checkpoint: str) -> dict[str, dict[s
                     {str(p): int(o) for p, o in parts.items()
                      if str(p).isdigit() and isinstance(o, int)})
     return offsets
-
-
-def kafka_conf(cfg: LakesinkConfig) -> dict[str, Any]:
-    """librdkafka settings for reading end offsets, from the Java client's options:
-    plaintext, SASL (the ``sasl`` section or a PLAIN/SCRAM ``sasl.jaas.config``) and TLS
-    with PEM trust stores and PKCS#12 key stores (librdkafka reads no JKS)."""
-    kafka = cfg.source.kafka
-    assert kafka is not None
-    opts = {**kafka.options, **{k: v.get_secret_value() for k, v in
-                                kafka.secret_options.items()}}
-    conf: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers,
-                            "group.id": "lakesink-status", "enable.auto.commit": False,
-                            "log_level": 0}  # a failure is reported in the status instead
-    protocol = opts.get("security.protocol")
-    if kafka.sasl is not None:
-        conf["security.protocol"] = protocol or "SASL_SSL"
-        conf["sasl.mechanism"] = kafka.sasl.mechanism
-        if kafka.sasl.username is not None and kafka.sasl.password is not None:
-            conf["sasl.username"] = kafka.sasl.username
-            conf["sasl.password"] = kafka.sasl.password.get_secret_value()
-    elif protocol:
-        conf["security.protocol"] = protocol
-    jaas = opts.get("sasl.jaas.config", "")
-    for key in ("username", "password"):
-        found = re.search(rf'\b{key}="((?:[^"\\]|\\.)*)"', jaas)
-        if found:
-            conf[f"sasl.{key}"] = re.sub(r"\\(.)", r"\1", found.group(1))
-    if opts.get("sasl.mechanism"):
-        conf["sasl.mechanism"] = opts["sasl.mechanism"]
-    if opts.get("ssl.truststore.type", "").upper() == "PEM" and opts.get(
-            "ssl.truststore.location"):
-        conf["ssl.ca.location"] = opts["ssl.truststore.location"]
-    if opts.get("ssl.truststore.type", "").upper() == "PEM" and opts.get(
-            "ssl.truststore.certificates"):
-        conf["ssl.ca.pem"] = opts["ssl.truststore.certificates"]
-    if opts.get("ssl.keystore.type", "").upper() == "PEM" and opts.get(
-            "ssl.keystore.certificate.chain"):
-        conf["ssl.certificate.pem"] = opts["ssl.keystore.certificate.chain"]
-        if opts.get("ssl.keystore.key"):
-            conf["ssl.key.pem"] = opts["ssl.keystore.key"]
-    if opts.get("ssl.keystore.type", "").upper() == "PKCS12" and opts.get(
-            "ssl.keystore.location"):
-        conf["ssl.keystore.location"] = opts["ssl.keystore.location"]
-        if opts.get("ssl.keystore.password"):
-            conf["ssl.keystore.password"] = opts["ssl.keystore.password"]
-    if opts.get("ssl.endpoint.identification.algorithm") == "":
-        conf["ssl.endpoint.identification.algorithm"] = "none"
-    return conf
 
 
 def lag(cfg: LakesinkConfig, checkpoint: str) -> dict[str, int]:
@@ -321,7 +225,7 @@ def _latest(cfg: LakesinkConfig, checkpoint: str, end: dict[str, Any]) -> dict[s
 def _kafka_latest(cfg: LakesinkConfig, end: dict[str, Any]) -> dict[str, dict[str, int]]:
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer(kafka_conf(cfg))
+    consumer = Consumer(librdkafka_conf(cfg.source.kafka))
     try:
         out: dict[str, dict[str, int]] = {}
         for topic, parts in sorted(end.items()):
@@ -350,8 +254,8 @@ def status(cfg: LakesinkConfig) -> list[TableStatus]:
         configs = [cfg]
         checkpoint = to_uri(cfg.checkpoint) if cfg.checkpoint else TableLayout.of(
             cfg.table.base_path, cfg.table_name).default_checkpoint
-    fs, root = _filesystem(cfg, checkpoint)
-    identity = _read_json(fs, f"{root}/{IDENTITY_FILE}")
+    fs, root = filesystem(cfg, checkpoint)
+    identity = read_json(fs, f"{root}/{IDENTITY_FILE}")
     app_id = identity.get("app_id") if isinstance(identity, dict) else None
     tables = [table_status(c, app_id) for c in configs]
     behind: dict[str, int] | None = None

@@ -56,12 +56,14 @@ def test_the_readme_command_line_runs_as_is(kafka_broker, topic, tmp_path) -> No
                 for r in rows}) == n
 
 
-def test_taking_over_a_table_kafka_delta_ingest_wrote(kafka_broker, tmp_path) -> None:
+def test_taking_over_a_table_kafka_delta_ingest_wrote(spark, kafka_broker, tmp_path) -> None:
     """kafka-delta-ingest (app id ``kdi``) wrote offsets 0-29 of partition 0 and nothing
     of partition 1, its position in ``txn`` ``kdi-0`` = 29: lakesink starts after it, so
     the table ends with every record once. Refused first: without the old ``-a`` (the
     table has files and no ``txn`` of the default app id), and while a consumer is still
-    in kafka-delta-ingest's group (it still runs)."""
+    in kafka-delta-ingest's group (it still runs). ``--print-config`` prints the config
+    the command runs, take-over included; that config with ``earliest`` instead (what
+    the printed file said before) is refused by ``lakesink run``."""
     import pyarrow as pa
     from confluent_kafka import Consumer, Producer
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
@@ -93,6 +95,25 @@ def test_taking_over_a_table_kafka_delta_ingest_wrote(kafka_broker, tmp_path) ->
           f"{refused.stderr.strip().splitlines()[-1]!r}")
     assert refused.returncode == 1, refused.stderr[-3000:]
     assert f"has 1 active member(s) reading {topic} (old-kdi on" in refused.stderr
+    printed = run_cli(*flags, "-a", "kdi", "--print-config")
+    assert printed.returncode == 0, printed.stderr[-3000:]
+    (tmp_path / "kdi.yaml").write_text(printed.stdout)
+    from lakesink.app import Pipeline
+    from lakesink.config import load_config
+    from lakesink.config.kdi_cli import ingest_config
+    from lakesink.errors import ConfigError
+
+    file_cfg = load_config(tmp_path / "kdi.yaml")
+    runs, _ = ingest_config([*flags[1:], "-a", "kdi"], {})
+    assert file_cfg.source.kafka.starting_offsets == json.dumps({topic: {"0": 30, "1": -2}})
+    assert file_cfg.model_dump() == runs.model_dump()  # the file runs the same as kdi
+    plain = load_config(tmp_path / "kdi.yaml",
+                        overrides=["source.kafka.starting_offsets=earliest"])
+    with pytest.raises(ConfigError) as duplicates:  # a new checkpoint from earliest
+        Pipeline.build(plain, spark).processor.close()
+    print(f"kdi printed config with earliest: {duplicates.value}")
+    assert duplicates.value.key == "source.kafka.starting_offsets"
+    assert "other writers' positions (txn kdi-0=29)" in str(duplicates.value)
     result = run_cli(*flags, "-a", "kdi")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "taking over from kafka-delta-ingest's offsets" in result.stderr

@@ -24,13 +24,8 @@ from lakesink.pipeline.arrow_task import (
     well_formed,
     write_folders,
 )
-from lakesink.pipeline.partitioning import (
-    folder_fits,
-    partition_path,
-    time_parts,
-    to_utc,
-    unescape_value,
-)
+from lakesink.pipeline.partitioning import partition_path, time_parts, to_utc
+from lakesink.tables.paths import folder_fits, unescape_value
 
 FIELDS = (("id", "bigint", False), ("location", "string", True), ("ts", "bigint", True),
           ("ratio", "float", True))

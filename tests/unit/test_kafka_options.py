@@ -80,7 +80,7 @@ def test_status_reads_the_java_clients_tls_and_jaas_options_with_librdkafka() ->
     """``lakesink status`` (librdkafka) connects as the Java client would: the PEM trust
     store, the PKCS#12 key store and the JAAS config's user and password (quotes and
     backslashes unescaped as Kafka's JAAS parser does)."""
-    from lakesink.status import kafka_conf
+    from lakesink.sources.kafka_client import librdkafka_conf
 
     jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
             'username="ingest" password="p\\"w\\\\d";')
@@ -95,7 +95,7 @@ def test_status_reads_the_java_clients_tls_and_jaas_options_with_librdkafka() ->
                                  "ssl.endpoint.identification.algorithm": ""}},
         env={"LAKESINK_SOURCE__KAFKA__SECRET_OPTIONS":
              '{"sasl.jaas.config": %s, "ssl.keystore.password": "ks"}' % json.dumps(jaas)})
-    conf = kafka_conf(config)
+    conf = librdkafka_conf(config.source.kafka)
     assert conf["security.protocol"] == "SASL_SSL"
     assert (conf["sasl.mechanism"], conf["sasl.username"], conf["sasl.password"]) == (
         "SCRAM-SHA-512", "ingest", 'p"w\\d')

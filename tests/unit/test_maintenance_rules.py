@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from lakesink.maintenance.parquet import TableFile, _pack, apply_compactions
+from lakesink.maintenance.parquet import _pack
+from lakesink.tables.manifests import TableFile, apply_compactions
 
 
 def f(name: str, size: int, rows: int = 10) -> TableFile:

@@ -6,14 +6,11 @@ import datetime as dt
 
 import pytest
 
-from lakesink.pipeline.partitioning import (
+from lakesink.pipeline.partitioning import detect_unit, partition_path, time_parts, to_utc
+from lakesink.tables.paths import (
     HIVE_DEFAULT_PARTITION,
-    detect_unit,
     escape_value,
     is_safe_relative_dir,
-    partition_path,
-    time_parts,
-    to_utc,
     unescape_value,
 )
 

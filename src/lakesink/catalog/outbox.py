@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from lakesink.catalog.base import Catalog, CatalogFile, CommittedBatch
 from lakesink.errors import CatalogUnavailable
 from lakesink.faults import fault_point
-from lakesink.pipeline.partitioning import unescape_value
+from lakesink.tables.paths import unescape_value
 from lakesink.tables.fs import join
 from lakesink.tables.manifests import read_manifest
 

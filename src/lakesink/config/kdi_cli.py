@@ -306,7 +306,10 @@ def parse_seek_offsets(text: str) -> dict[str, int]:
 def ingest_config(argv: list[str], env: Mapping[str, str]) -> tuple[Any, bool]:
     """The lakesink config ``lakesink kdi ingest <argv>`` runs, its start taken over
     from kafka-delta-ingest (:func:`takeover_start`); and whether ``--print-config``
-    was given (then the config as the flags make it, before any take-over)."""
+    was given. The printed config carries the take-over (the starting offsets after
+    kafka-delta-ingest's, read now: it must stay stopped), so ``lakesink run -c`` on
+    it writes nothing twice; a run of the flags alone would be refused at start
+    (``table.other_writers``)."""
     from lakesink.config import load_config
 
     args, print_config = parse(argv, env)
@@ -315,14 +318,14 @@ def ingest_config(argv: list[str], env: Mapping[str, str]) -> tuple[Any, bool]:
         logger.info("kafka-delta-ingest flags with no meaning in lakesink, ignored: %s",
                     "; ".join(ignored))
     env = {**env, **secret_env(args, env)}
+    if args.no_takeover:  # the table's txn offsets ignored: so by the run too
+        flags["table.other_writers"] = "ignore"
     cfg = load_config(flags=flags, env=env, compat="off")  # the command line is the config
-    if print_config:
-        return cfg, True
     start = takeover_start(cfg, args)
     if start is not None:
         cfg = load_config(flags={**flags, "source.kafka.starting_offsets": start}, env=env,
                           compat="off")
-    return cfg, False
+    return cfg, print_config
 
 
 def takeover_start(cfg: Any, args: KdiArgs) -> str | None:  # noqa: ANN401
@@ -529,7 +532,7 @@ def checkpoint_is_new(cfg: Any) -> bool:  # noqa: ANN401
     (afterwards Spark starts from the checkpoint, whatever the table says)."""
     import pyarrow.fs as pafs
 
-    from lakesink.status import _filesystem
+    from lakesink.runtime.lake import filesystem
     from lakesink.tables.fs import to_uri
     from lakesink.tables.layout import TableLayout
 
@@ -539,7 +542,7 @@ def checkpoint_is_new(cfg: Any) -> bool:  # noqa: ANN401
         checkpoint = TableLayout.of(cfg.table.base_path, cfg.table_name).default_checkpoint
     from lakesink.tables.identity import STARTED_DIRS
 
-    fs, root = _filesystem(cfg, checkpoint)
+    fs, root = filesystem(cfg, checkpoint)
     for folder in STARTED_DIRS:  # as has_started: hidden and _-prefixed names skipped
         found = fs.get_file_info(pafs.FileSelector(f"{root}/{folder}", recursive=True,
                                                    allow_not_found=True))
@@ -571,10 +574,10 @@ def refuse_type_tables(cfg: Any) -> None:  # noqa: ANN401
     again what the tables ahead hold). Refused when ``<base>`` holds a Delta table."""
     import pyarrow.fs as pafs
 
-    from lakesink.status import _filesystem
+    from lakesink.runtime.lake import filesystem
     from lakesink.tables.fs import to_uri
 
-    fs, root = _filesystem(cfg, to_uri(cfg.table.base_path))
+    fs, root = filesystem(cfg, to_uri(cfg.table.base_path))
     found = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
     tables = sorted(f.base_name for f in found if f.type == pafs.FileType.Directory
                     and fs.get_file_info(f"{f.path}/_delta_log").type
@@ -590,9 +593,9 @@ def refuse_type_tables(cfg: Any) -> None:  # noqa: ANN401
 def _admin(cfg: Any) -> Any:  # noqa: ANN401
     from confluent_kafka.admin import AdminClient
 
-    from lakesink.status import kafka_conf
+    from lakesink.sources.kafka_client import librdkafka_conf
 
-    return AdminClient({k: v for k, v in kafka_conf(cfg).items()
+    return AdminClient({k: v for k, v in librdkafka_conf(cfg.source.kafka).items()
                         if k not in ("group.id", "enable.auto.commit")})
 
 
@@ -658,12 +661,12 @@ def table_txn_versions(cfg: Any, app_id: str, topic: str  # noqa: ANN401
     or no table yet); and the number of files in the table."""
     from deltalake.exceptions import TableNotFoundError
 
-    from lakesink.status import _delta_table
+    from lakesink.runtime.lake import delta_table
 
     partitions = topic_partitions(cfg, topic)
     uri = f"{cfg.table.base_path.rstrip('/')}/{cfg.table.name}"
     try:
-        table = _delta_table(cfg, uri)
+        table = delta_table(cfg, uri)
     except TableNotFoundError:  # no table yet: nothing to take over
         return dict(partitions), 0
     return ({p: table.transaction_version(f"{app_id}-{p}") for p in partitions},

@@ -574,6 +574,12 @@ class TableConfig(_Section):
         "(one process per checkpoint; for Delta on S3 with the single-driver log store, "
         "one writer per table): a second writer is refused, a holder gone for this long "
         "is taken over (0: off)")
+    other_writers: Literal["refuse", "ignore"] = Field(
+        default="refuse", description="a new checkpoint on a Delta table that holds "
+        "another writer's txn (kafka-delta-ingest's <app_id>-<partition>, or a lost "
+        "checkpoint's): refuse unless source.kafka.starting_offsets says where to start "
+        "(JSON offsets after the table's, latest, group); ignore: start anyway (rows "
+        "already in the table may come again)")
     transforms: list[str] = Field(
         default_factory=list,
         description="ordered 'name: expression' list; Spark SQL over the record's fields "

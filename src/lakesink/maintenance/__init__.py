@@ -126,10 +126,10 @@ def repair(cfg: LakesinkConfig, spark: SparkSession, *, apply: bool) -> dict[str
     fs, layout = _parts(cfg, spark)
     if cfg.table.format == "delta":
         from lakesink.maintenance import delta
-        from lakesink.status import _delta_table
+        from lakesink.runtime.lake import delta_table
 
         with delta_commits(cfg, spark) if apply else contextlib.nullcontext():
-            return delta.repair(_delta_table(cfg, layout.table), layout.name,
+            return delta.repair(delta_table(cfg, layout.table), layout.name,
                                 apply=apply).as_dict()
     from lakesink.maintenance import parquet
 

@@ -40,13 +40,13 @@ import datetime as dt
 import json
 import logging
 import time
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lakesink.errors import SinkError
 from lakesink.faults import fault_point
 from lakesink.tables.fs import join
+from lakesink.tables.manifests import TableFile, apply_compactions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -55,13 +55,6 @@ if TYPE_CHECKING:
     from lakesink.tables.layout import TableLayout
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TableFile:
-    path: str  #: below the table folder, e.g. ``c1=v1/part-….parquet``
-    rows: int
-    bytes: int
 
 
 def _now() -> str:
@@ -122,19 +115,6 @@ def committed_files(fs: HadoopFS, layout: TableLayout) -> dict[str, TableFile]:
     return apply_compactions(files, ((journal.read(cid), journal.read(cid, "outcome"))
                                      for cid, states in sorted(journal.states().items())
                                      if "done" in states))
-
-
-def apply_compactions(files: dict[str, TableFile],
-                      compactions: Iterable[tuple[dict[str, Any], dict[str, Any]]]
-                      ) -> dict[str, TableFile]:
-    """``files`` (from the manifests) with each committed compaction's (plan, done
-    record), in id order, applied: its inputs replaced by its outputs."""
-    for plan, done in compactions:
-        for e in plan["inputs"]:
-            files.pop(e["path"], None)
-        for e in done["outputs"]:
-            files[e["path"]] = TableFile(e["path"], int(e["rows"]), int(e["bytes"]))
-    return files
 
 
 @dataclass

@@ -30,14 +30,15 @@ def backlog(cfg: LakesinkConfig, checkpoint: str) -> int | None:
     could not say)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from lakesink.status import kafka_conf, checkpoint_offsets
+    from lakesink.sources.kafka_client import librdkafka_conf
+    from lakesink.status import checkpoint_offsets
 
     kafka = cfg.source.kafka
     if kafka is None:
         return None
     try:
         done = checkpoint_offsets(cfg, checkpoint)
-        consumer = Consumer(kafka_conf(cfg))
+        consumer = Consumer(librdkafka_conf(cfg.source.kafka))
         try:
             meta = consumer.list_topics(timeout=kafka.connect_timeout_s)
             topics = kafka.topics or [t for t in meta.topics

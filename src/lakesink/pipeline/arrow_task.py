@@ -45,11 +45,10 @@ import pyarrow.fs as pafs
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
-from lakesink.pipeline.partitioning import (
+from lakesink.pipeline.partitioning import TIME_PARTS, UNIT_THRESHOLDS
+from lakesink.tables.paths import (
     HIVE_DEFAULT_PARTITION,
     MAX_FOLDER_BYTES,
-    TIME_PARTS,
-    UNIT_THRESHOLDS,
     escape_value,
     folder_fits,
 )

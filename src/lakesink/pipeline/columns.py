@@ -10,15 +10,13 @@ from pyspark.sql import types as T
 
 from lakesink.errors import ConfigError
 from lakesink.pipeline.partitioning import (
-    HIVE_DEFAULT_PARTITION,
-    MAX_FOLDER_BYTES,
     TIME_PARTS,
     check_timestamp_type,
-    folder_fits,
     folder_unfit_expr,
     time_part_exprs,
     timestamp_column_expr,
 )
+from lakesink.tables.paths import HIVE_DEFAULT_PARTITION, MAX_FOLDER_BYTES, folder_fits
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -108,7 +106,7 @@ class PartitionSpec:
     def unfit_folders(self, record: Column, schema: T.StructType
                       ) -> tuple[Column, Column] | None:
         """(unfit, detail) per record: whether one of its text partition values cannot
-        name a folder (:func:`~lakesink.pipeline.partitioning.folder_fits`), and which;
+        name a folder (:func:`~lakesink.tables.paths.folder_fits`), and which;
         ``None`` when the table has no text partition column."""
         from pyspark.sql import functions as F
 

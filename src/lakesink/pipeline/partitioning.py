@@ -21,9 +21,15 @@ thresholds, and integration tests check that Spark's folders match these functio
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
+
+from lakesink.tables.paths import (
+    ESCAPE_CLASS,
+    HIVE_DEFAULT_PARTITION,
+    MAX_FOLDER_BYTES,
+    escape_value,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -37,15 +43,6 @@ UNIT_THRESHOLDS: tuple[tuple[float, str, float], ...] = (
     (0.0, "s", 1e6),
 )
 TIME_PARTS: dict[str, str] = {"year": "yyyy", "month": "MM", "day": "dd", "hour": "HH"}
-HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
-
-# Hive's FileUtils.escapePathName character set (what Spark's partitionBy uses).
-_ESCAPE = set('"#%\'*/:=?\\\x7f{[]^') | {chr(c) for c in range(0x01, 0x20)}
-# the same set as a Java regular expression character class
-_ESCAPE_CLASS = '[\\x01-\\x1F\\x7F"#%\'*/:=?\\\\{\\[\\]\\^]'
-#: the longest partition folder name ``<col>=<escaped value>``, in UTF-8 bytes: the
-#: name limit of ext4, XFS and HDFS (``dfs.namenode.fs-limits.max-component-length``)
-MAX_FOLDER_BYTES = 255
 
 
 def detect_unit(value: float) -> str:
@@ -88,26 +85,6 @@ def time_parts(ts: dt.datetime | None) -> dict[str, str | None]:
     }
 
 
-def escape_value(value: str) -> str:
-    """Hive path escaping of one partition value."""
-    return "".join(f"%{ord(c):02X}" if c in _ESCAPE else c for c in value)
-
-
-def folder_fits(col: str, value: str) -> bool:
-    """Whether ``value`` can name a folder of partition column ``col`` on every backend:
-    it holds no NUL (no file system takes one, and Hive's escaping leaves it as it is)
-    and ``<col>=<escaped value>`` is at most :data:`MAX_FOLDER_BYTES`. A record whose
-    value does not fit is a dead letter (``invalid_partition_value``): written, it
-    would fail its batch on every retry."""
-    return "\x00" not in value and len(
-        f"{escape_value(col)}={escape_value(value)}".encode()) <= MAX_FOLDER_BYTES
-
-
-def unescape_value(value: str) -> str:
-    """Inverse of :func:`escape_value`."""
-    return re.sub(r"%([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), value)
-
-
 def partition_path(
     values: Mapping[str, object | None], columns: Sequence[str], *,
     null_value: str = HIVE_DEFAULT_PARTITION,
@@ -119,20 +96,6 @@ def partition_path(
         text = null_value if value is None or value == "" else str(value)
         parts.append(f"{escape_value(col)}={escape_value(text)}")
     return "/".join(parts)
-
-
-def is_safe_relative_dir(rel: str, columns: Sequence[str]) -> bool:
-    """True when ``rel`` is exactly ``c1=v1/…/cn=vn`` for the partition columns, in order."""
-    if not columns:
-        return rel in ("", ".")
-    parts = rel.split("/")
-    if len(parts) != len(columns):
-        return False
-    for part, col in zip(parts, columns, strict=True):
-        name, sep, value = part.partition("=")
-        if not sep or name != col or not value or "/" in value:
-            return False
-    return True
 
 
 # -- Spark expressions -------------------------------------------------------------------
@@ -193,7 +156,7 @@ def folder_unfit_expr(col: str, value: Column) -> Column:
 
     prefix = len(f"{escape_value(col)}=".encode())
     size = F.octet_length(value)
-    escaped = F.length(value) - F.length(F.regexp_replace(value, _ESCAPE_CLASS, ""))
+    escaped = F.length(value) - F.length(F.regexp_replace(value, ESCAPE_CLASS, ""))
     too_long = F.when(size * 3 + prefix > MAX_FOLDER_BYTES,
                       size + escaped * 2 + prefix > MAX_FOLDER_BYTES).otherwise(False)
     return F.coalesce(too_long | (F.instr(value, "\x00") > 0), F.lit(False))

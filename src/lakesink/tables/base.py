@@ -152,6 +152,13 @@ class TableWriter(ABC):
     def is_committed(self, batch_id: int) -> bool:
         """Whether ``batch_id`` of this app id is already part of the table."""
 
+    def other_writers(self) -> dict[str, int]:
+        """The positions other writers recorded in the table while this app id has
+        recorded none (a new checkpoint on a table another tool, or a lost checkpoint,
+        wrote): Delta's ``txn`` versions by app id. Empty for a format that records
+        none (:mod:`lakesink.tables.takeover` decides what a start may do with them)."""
+        return {}
+
     def prepare(self) -> None:
         """Check an existing table's layout, or record the layout of a new one; then
         take the writer lease."""

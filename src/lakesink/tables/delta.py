@@ -27,11 +27,7 @@ import pyarrow.parquet as pq
 
 from lakesink.errors import CommitMismatch, FilesRefused, SinkError
 from lakesink.faults import fault_point
-from lakesink.pipeline.partitioning import (
-    HIVE_DEFAULT_PARTITION,
-    is_safe_relative_dir,
-    unescape_value,
-)
+from lakesink.tables.paths import HIVE_DEFAULT_PARTITION, is_safe_relative_dir, unescape_value
 from lakesink.tables.base import (
     BatchResult,
     CommitInfo,
@@ -154,6 +150,15 @@ class DeltaTableWriter(TableWriter):
     def is_committed(self, batch_id: int) -> bool:
         committed = self._known_committed()
         return committed is not None and committed >= batch_id
+
+    def other_writers(self) -> dict[str, int]:
+        if not self.exists or self._known_committed() is not None:
+            return {}
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        txns = jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+            self._snapshot().transactions())
+        return {str(k): int(txns.get(k)) for k in txns.keySet() if str(k) != self.app_id}
 
     def prepare(self) -> None:
         if self.exists:  # a Delta table's own metadata is the authority on its partitions

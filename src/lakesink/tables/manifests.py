@@ -14,7 +14,8 @@ the two (a crash in between leaves both: the next vacuum finishes the deletes).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakesink.errors import SinkError
@@ -115,3 +116,23 @@ def roll_up(fs: HadoopFS, layout: TableLayout) -> int:
             fs.delete(layout.manifest(run, b), recursive=False)
         rolled += len(ids)
     return rolled
+
+
+@dataclass(frozen=True)
+class TableFile:
+    path: str  #: below the table folder, e.g. ``c1=v1/part-….parquet``
+    rows: int
+    bytes: int
+
+
+def apply_compactions(files: dict[str, TableFile],
+                      compactions: Iterable[tuple[dict[str, Any], dict[str, Any]]]
+                      ) -> dict[str, TableFile]:
+    """``files`` (from the manifests) with each committed compaction's (plan, done
+    record), in id order, applied: its inputs replaced by its outputs."""
+    for plan, done in compactions:
+        for e in plan["inputs"]:
+            files.pop(e["path"], None)
+        for e in done["outputs"]:
+            files[e["path"]] = TableFile(e["path"], int(e["rows"]), int(e["bytes"]))
+    return files

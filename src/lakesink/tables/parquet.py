@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakesink.errors import CommitMismatch, SinkError
 from lakesink.faults import fault_point
-from lakesink.pipeline.partitioning import is_safe_relative_dir
+from lakesink.tables.paths import is_safe_relative_dir
 from lakesink.tables.base import (
     BatchResult,
     CommitInfo,
