@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import machine  # noqa: E402
 from lakesink.config import load_config
 from lakesink.demo import DEMO_SCHEMA, TOPIC, sensor_events
-from lakesink.runtime.services import KafkaBroker, produce
+from lakesink.local.services import KafkaBroker, produce
 
 CASES = [
     ("parquet", 1), ("delta", 1),   # default: one new file per partition folder per batch

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from bench.common import LAKESINK_SCHEMA, events, machine  # noqa: E402
-from lakesink.runtime.services import KafkaBroker, produce  # noqa: E402
+from lakesink.local.services import KafkaBroker, produce  # noqa: E402
 
 QUERY = ("SELECT location, count(*), count(DISTINCT event_id), avg(value) FROM "
          "read_parquet('{table}/**/*.parquet', hive_partitioning=true) GROUP BY 1")

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import LAKESINK_SCHEMA, PARTITION_BY, events  # noqa: E402
 from lakesink.config import load_config  # noqa: E402
-from lakesink.runtime.services import KafkaBroker, produce  # noqa: E402
+from lakesink.local.services import KafkaBroker, produce  # noqa: E402
 
 TIMES: dict[str, list[float]] = collections.defaultdict(list)
 

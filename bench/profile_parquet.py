@@ -9,7 +9,7 @@ per-batch durations from the query progress.
 import time, functools
 from lakesink.config import load_config
 from lakesink.demo import DEMO_SCHEMA, TOPIC, sensor_events
-from lakesink.runtime.services import KafkaBroker, produce
+from lakesink.local.services import KafkaBroker, produce
 from lakesink.runtime.spark import build_spark_session
 from lakesink.app import Pipeline
 import lakesink.tables.fs as fsm

@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import LAKESINK_SCHEMA, PARTITION_BY, SPARK_DDL, events  # noqa: E402
-from lakesink.runtime.services import KafkaBroker, produce  # noqa: E402
+from lakesink.local.services import KafkaBroker, produce  # noqa: E402
 
 
 def _cpu_s(spark) -> float:  # noqa: ANN001, ARG001

@@ -62,7 +62,7 @@ from bench.common import (  # noqa: E402
     write_json,
 )
 from lakesink.runtime.jars import connector_jars  # noqa: E402
-from lakesink.runtime.services import KafkaBroker, produce  # noqa: E402
+from lakesink.local.services import KafkaBroker, produce  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"

@@ -37,8 +37,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import LAKESINK_SCHEMA, PARTITION_BY, alternate, events, machine, read_back
-from lakesink.runtime.redisserver import RedisServer
-from lakesink.runtime.services import KafkaBroker, produce
+from lakesink.local.redisserver import RedisServer
+from lakesink.local.services import KafkaBroker, produce
 
 
 def main() -> None:

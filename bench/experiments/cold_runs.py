@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from bench.common import events  # noqa: E402
 from bench.run import Case  # noqa: E402
-from lakesink.runtime.services import KafkaBroker, produce  # noqa: E402
+from lakesink.local.services import KafkaBroker, produce  # noqa: E402
 
 CASES = {"lake": "lakesink-parquet", "lakedelta": "lakesink-delta", "hand": "spark-handwritten"}
 

@@ -20,7 +20,7 @@ from bench.common import LAKESINK_SCHEMA, PARTITION_BY, events  # noqa: E402
 from lakesink.app import Pipeline  # noqa: E402
 from lakesink.config import load_config  # noqa: E402
 from lakesink.pipeline.batch import BatchProcessor  # noqa: E402
-from lakesink.runtime.services import KafkaBroker, produce  # noqa: E402
+from lakesink.local.services import KafkaBroker, produce  # noqa: E402
 from lakesink.runtime.spark import build_spark_session  # noqa: E402
 
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from bench.common import alternate, events  # noqa: E402
-from lakesink.runtime.services import KafkaBroker, produce  # noqa: E402
+from lakesink.local.services import KafkaBroker, produce  # noqa: E402
 from lakesink.runtime.spark import build_spark_session  # noqa: E402
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000

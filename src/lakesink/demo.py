@@ -26,7 +26,7 @@ from rich.table import Table
 
 from lakesink.config import load_config
 from lakesink.errors import ConfigError
-from lakesink.runtime.services import KafkaBroker, produce
+from lakesink.local.services import KafkaBroker, produce
 
 TOPIC = "sensors"
 LOCATIONS = ["berlin", "lisbon", "oslo", "madrid", "warsaw", "dublin"]
@@ -80,7 +80,7 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
              table_format: str = "parquet", storage: str = "local",
              source: str = "kafka") -> None:
     from lakesink.app import Pipeline
-    from lakesink.runtime.s3server import SeaweedS3
+    from lakesink.local.s3server import SeaweedS3
     from lakesink.runtime.spark import build_spark_session
 
     lake = lake.resolve()
@@ -180,7 +180,7 @@ def _source(kind: str, events: int, partitions: int, console: Console, started: 
     the sample events in it, for the demo's run; yields the source's config flags."""
     records = sensor_events(events, bad_every=2000 if events >= 2000 else 0)
     if kind == "redis":
-        from lakesink.runtime.redisserver import RedisServer
+        from lakesink.local.redisserver import RedisServer
 
         with RedisServer() as server:
             console.print(f"  redis       redis-server on 127.0.0.1:{server.port} "

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lakesink.faults import CATALOG_POINTS, COMMON_POINTS, DELTA_POINTS, PARQUET_POINTS
-from lakesink.runtime.services import produce
+from lakesink.local.services import produce
 from tests.fixtures import hive_client
 from tests.fixtures.quix_catalog import QuixCatalogDouble
 from tests.fixtures.services import (

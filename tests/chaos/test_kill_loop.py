@@ -21,7 +21,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from lakesink.runtime.services import produce
+from lakesink.local.services import produce
 from tests.fixtures.services import (
     config_dict,
     full_only,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lakesink.runtime.s3server import SeaweedS3
+from lakesink.local.s3server import SeaweedS3
 from tests.fixtures.services import (
     config_dict,
     duckdb_s3,

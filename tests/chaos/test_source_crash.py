@@ -85,7 +85,7 @@ def test_redis_down_mid_run_then_back(spark, tmp_path) -> None:
     checkpoint with backoff, and every stream entry and list item lands once."""
     import time
 
-    from lakesink.runtime.redisserver import RedisServer
+    from lakesink.local.redisserver import RedisServer
     from tests.fixtures.runs import Streaming
 
     server = RedisServer(work_dir=tmp_path / "redis").start()

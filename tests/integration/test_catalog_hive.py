@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lakesink.runtime.services import free_port
+from lakesink.local.services import free_port
 from tests.fixtures import hive_client
 from tests.fixtures.services import config_dict, produce_events, run_cli, write_config
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from lakesink.runtime.sparkcluster import SparkStandalone
+from lakesink.local.sparkcluster import SparkStandalone
 from tests.fixtures.services import (
     config_dict,
     kill_then_restart,
@@ -118,7 +118,7 @@ def test_spark_submit_from_the_wheel(cluster, kafka_broker, topic, tmp_path) -> 
     """The documented spark-submit command line (docs/deploy.md), from a wheel built
     here: the driver and the executors import lakesink from the wheel."""
     from lakesink.runtime.jars import repo_root
-    from lakesink.runtime.sparkcluster import spark_home
+    from lakesink.local.sparkcluster import spark_home
 
     produce_events(kafka_broker, topic, range(1000))
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",

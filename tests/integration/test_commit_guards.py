@@ -15,7 +15,7 @@ import pytest
 from lakesink.app import Pipeline
 from lakesink.config import load_config
 from lakesink.errors import ConfigError
-from lakesink.runtime.services import produce
+from lakesink.local.services import produce
 from lakesink.tables import fs as fs_module
 from tests.fixtures.runs import flatten
 from tests.fixtures.services import (

@@ -144,7 +144,7 @@ def test_a_new_subscription_starts_at_the_latest_message(broker, tmp_path) -> No
 
 def test_a_broker_that_is_not_there_fails_within_the_wait(tmp_path) -> None:
     from lakesink.errors import SourceError
-    from lakesink.runtime.services import free_port
+    from lakesink.local.services import free_port
 
     r = DanubeReader({"service_url": f"http://127.0.0.1:{free_port()}",
                       "topics": json.dumps([TOPIC]), "spool_dir": str(tmp_path),

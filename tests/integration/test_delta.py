@@ -7,7 +7,7 @@ import json
 import pytest
 
 from lakesink.errors import LayoutError
-from lakesink.runtime.services import produce
+from lakesink.local.services import produce
 from tests.fixtures.services import ENGINE, config_dict, delta_ids, produce_events
 from tests.integration.test_ingest import BAD_RECORDS, run_once
 

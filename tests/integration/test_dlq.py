@@ -12,7 +12,7 @@ import pytest
 
 from lakesink import dlq
 from lakesink.config import load_config
-from lakesink.runtime.services import produce
+from lakesink.local.services import produce
 from tests.fixtures.runs import flatten
 from tests.fixtures.services import config_dict, json_events, read_ids, run_cli, write_config
 from tests.integration.test_ingest import run_once

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from lakesink.runtime.services import produce
+from lakesink.local.services import produce
 from tests.fixtures.services import config_dict, read_ids
 from tests.integration.test_ingest import run_once
 

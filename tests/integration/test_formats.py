@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from lakesink.runtime.services import produce
+from lakesink.local.services import produce
 from tests.fixtures.services import config_dict
 from tests.integration.test_ingest import run_once
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lakesink.runtime.services import produce
+from lakesink.local.services import produce
 from tests.fixtures.services import config_dict, json_events
 from tests.integration.test_ingest import run_once
 
@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark, pyt
 @pytest.fixture(scope="module")
 def gcs():  # noqa: ANN201
     from lakesink.errors import ServiceError
-    from lakesink.runtime.gcsserver import FakeGcs
+    from lakesink.local.gcsserver import FakeGcs
 
     try:
         server = FakeGcs(bucket="lake").start()

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from lakesink.runtime.services import produce
+from lakesink.local.services import produce
 from tests.fixtures.runs import Streaming
 from tests.fixtures.services import config_dict, duckdb_ids, json_events
 from tests.integration.test_ingest import run_once

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lakesink.runtime.services import produce
+from lakesink.local.services import produce
 from tests.fixtures.services import HDFS_CLIENT_CONF, config_dict, json_events
 from tests.integration.test_ingest import run_once
 

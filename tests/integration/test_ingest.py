@@ -13,7 +13,7 @@ from lakesink.app import Pipeline
 from lakesink.config import load_config
 from lakesink.errors import ConfigError, LayoutError
 from lakesink.pipeline.partitioning import partition_path, time_parts, to_utc
-from lakesink.runtime.services import produce
+from lakesink.local.services import produce
 from tests.fixtures.runs import flatten
 from tests.fixtures.services import (
     ENGINE,

@@ -1,6 +1,6 @@
 """Kafka over SASL_SSL (SCRAM-SHA-512) and mutual TLS, ACLs on: the shared test broker's
 secured listeners (certificates made by ``openssl`` at its start, SCRAM users made
-when its storage is formatted; :mod:`lakesink.runtime.kafka_security`).
+when its storage is formatted; :mod:`lakesink.local.kafka_security`).
 
 Reads use the settings docs/sources.md documents; each refusal (wrong password,
 untrusted certificate, no READ) stops the start with one line and no secret.

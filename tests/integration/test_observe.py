@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from lakesink.runtime.services import free_port, produce
+from lakesink.local.services import free_port, produce
 from tests.fixtures.runs import Streaming
 from tests.fixtures.services import config_dict, json_events
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from lakesink.runtime.services import free_port
+from lakesink.local.services import free_port
 from tests.fixtures.services import (
     config_dict,
     lakesink_cmd,

@@ -154,7 +154,7 @@ def test_routes_take_redis_keys_like_topics(spark, redis_server, tmp_path) -> No
 
 def test_redis_that_is_down_fails_at_start_with_a_clear_error(spark, tmp_path) -> None:
     from lakesink.errors import SourceError
-    from lakesink.runtime.services import free_port
+    from lakesink.local.services import free_port
 
     class Down:
         port = free_port()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lakesink.runtime.services import produce
+from lakesink.local.services import produce
 from tests.fixtures.services import config_dict, json_events, read_ids
 from tests.integration.test_ingest import run_once
 

@@ -12,7 +12,7 @@ import pytest
 
 from lakesink.app import Pipeline
 from lakesink.config import load_config
-from lakesink.runtime.services import produce
+from lakesink.local.services import produce
 from tests.fixtures.runs import flatten
 from tests.fixtures.services import (
     ENGINE,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from lakesink.runtime.services import produce
+from lakesink.local.services import produce
 from tests.integration.test_formats import raw_config, rejected
 from tests.integration.test_ingest import run_once
 
@@ -137,7 +137,7 @@ def test_a_registry_that_is_down_judges_nothing(spark, kafka_broker, topic, sche
     once the registry answers, every record is written once."""
     import duckdb
 
-    from lakesink.runtime.services import free_port
+    from lakesink.local.services import free_port
 
     url = schema_registry.url
     s1 = _serializer(url, V1)

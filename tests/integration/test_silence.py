@@ -20,7 +20,7 @@ import pytest
 
 from lakesink.app import Pipeline
 from lakesink.config.loader import load_config
-from lakesink.runtime.services import produce
+from lakesink.local.services import produce
 from tests.fixtures.runs import Streaming, flatten
 from tests.fixtures.services import config_dict
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from lakesink.runtime.services import produce
+from lakesink.local.services import produce
 from tests.fixtures.services import (
     config_dict,
     produce_events,

@@ -11,7 +11,7 @@ from lakesink.errors import SourceError
 from lakesink.config.models import bootstrap_hosts
 from lakesink.errors import ConfigError
 from lakesink.sources.kafka import check_reachable, source_options
-from lakesink.runtime.services import free_port
+from lakesink.local.services import free_port
 
 
 def cfg(**kafka: object):  # noqa: ANN201

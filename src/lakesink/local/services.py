@@ -24,7 +24,7 @@ from typing import Any, Self
 
 from lakesink.errors import ServiceError
 from lakesink.runtime.jars import kafka_broker_classpath
-from lakesink.runtime.kafka_security import BrokerSecurity
+from lakesink.local.kafka_security import BrokerSecurity
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class KafkaBroker(LocalService):
         secured: bool = False,
     ) -> None:
         """``secured``: also listen with SASL_SSL (SCRAM-SHA-512) and mutual TLS, ACLs on
-        (see :mod:`lakesink.runtime.kafka_security`; ``security`` holds the files and
+        (see :mod:`lakesink.local.kafka_security`; ``security`` holds the files and
         users)."""
         self._own_dir = work_dir is None
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="lakesink-kafka-"))

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from lakesink.errors import ServiceError
-from lakesink.runtime.services import LocalService, free_port, port_open, stop_process, tail
+from lakesink.local.services import LocalService, free_port, port_open, stop_process, tail
 
 
 def spark_home() -> Path:

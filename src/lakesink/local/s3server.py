@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lakesink.errors import ServiceError
-from lakesink.runtime.services import LocalService, free_port, port_open, stop_process, tail
+from lakesink.local.services import LocalService, free_port, port_open, stop_process, tail
 
 # weed mini's listeners; each gets a free port (defaults would collide across runs)
 _PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",

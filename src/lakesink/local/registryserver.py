@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 from lakesink.errors import ServiceError
-from lakesink.runtime.services import LocalService, free_port, stop_process, tail
+from lakesink.local.services import LocalService, free_port, stop_process, tail
 
 APICURIO_VERSION = "3.3.3"
 HOME = Path(__file__).resolve().parents[3] / ".tools" / f"apicurio-{APICURIO_VERSION}"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from lakesink.errors import ServiceError
 from lakesink.runtime.jars import pyspark_jars_dir
-from lakesink.runtime.services import (
+from lakesink.local.services import (
     LocalService,
     free_port,
     java_binary,

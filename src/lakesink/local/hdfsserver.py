@@ -18,7 +18,7 @@ from pathlib import Path
 
 from lakesink.errors import ServiceError
 from lakesink.runtime.jars import repo_root
-from lakesink.runtime.services import LocalService, free_port, tail
+from lakesink.local.services import LocalService, free_port, tail
 
 
 def hdfs_jars() -> Path:

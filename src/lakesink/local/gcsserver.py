@@ -16,7 +16,7 @@ from pathlib import Path
 
 from lakesink.errors import ServiceError
 from lakesink.runtime.jars import repo_root
-from lakesink.runtime.services import LocalService, free_port, port_open, stop_process, tail
+from lakesink.local.services import LocalService, free_port, port_open, stop_process, tail
 
 
 def fake_gcs_binary() -> Path:

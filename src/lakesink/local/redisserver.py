@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from lakesink.errors import ServiceError
-from lakesink.runtime.services import LocalService, free_port, stop_process, tail
+from lakesink.local.services import LocalService, free_port, stop_process, tail
 
 
 class RedisServer(LocalService):
