@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,14 +27,7 @@ from lakesink.decode.evolution import EvolutionPolicy, evolve, reconcile_declare
 from lakesink.decode.registry import SchemaRegistry
 from lakesink.decode.json import infer_schema
 from lakesink.decode.schema import declared_schema
-from lakesink.errors import (
-    CatalogError,
-    CommitMismatch,
-    ConfigError,
-    LeaseLost,
-    SecondWriterError,
-    SourceError,
-)
+from lakesink.errors import ConfigError, SourceError, one_line
 from lakesink.observe import METRICS, Health, Observer
 from lakesink.observe.progress import CatchUpProgress, backlog
 from lakesink.pipeline.arrow_path import warm_workers
@@ -53,7 +45,8 @@ from lakesink.pipeline.routing import (
 )
 from lakesink.pipeline.transforms import Transforms, parse_transforms
 from lakesink.runtime import storage
-from lakesink.runtime.shutdown import StopGate, StopRequest, await_query
+from lakesink.runtime.query_runner import RestartPolicy, run_with_restarts
+from lakesink.runtime.shutdown import StopGate, StopRequest
 from lakesink.silence.query import SilenceQuery, SilenceRunner
 from lakesink.tables.base import TableWriter, check_layout
 from lakesink.tables.delta import DeltaTableWriter
@@ -513,7 +506,7 @@ class Pipeline:
             sources.settle(self.spark, self.cfg.source, self.checkpoint)
         except Exception as exc:  # noqa: BLE001 - the next run settles it
             logger.warning("could not acknowledge the source's last batch (%s); the next "
-                           "run does", _first_line(exc))
+                           "run does", one_line(exc))
 
     def _silence_beside(self, caught_up: bool, stop: StopRequest) -> SilenceRunner | None:
         """The silence query on its own thread (event time only, when catching up:
@@ -527,34 +520,13 @@ class Pipeline:
             return None
         return self.silence.background(stop, until_caught_up=caught_up)
 
-    def _run(self, until_caught_up: bool, stop: StopRequest, health: Health) -> RunStats:
+    def _run(self, until_caught_up: bool, stop: StopRequest, health: Health) -> None:
         retry = self.cfg.retry
-        delay, failures = retry.initial_backoff_s, 0
-        while True:
-            done_before = self.stats.batches
-            query = None
-            try:
-                query = self.start(until_caught_up=until_caught_up, stop=stop)
-                await_query(query, stop)
-                return self.stats
-            except Exception as exc:
-                if stop.requested or isinstance(exc, ConfigError) or _never_retried(exc):
-                    raise
-                if self.stats.batches > done_before:  # progress: start counting afresh
-                    delay, failures = retry.initial_backoff_s, 0
-                failures += 1
-                health.failed(failures)
-                if failures > retry.restarts:
-                    raise
-                METRICS.query_restarts.inc()
-                logger.warning("query failed (%s); restarting from the checkpoint in %.0fs "
-                               "(%d of %d)", _first_line(exc), delay, failures, retry.restarts)
-                if stop.event.wait(delay):
-                    return self.stats
-                delay = min(delay * 2, retry.max_backoff_s)
-            finally:
-                if query is not None and query.isActive:
-                    query.stop()
+        run_with_restarts(
+            lambda: self.start(until_caught_up=until_caught_up, stop=stop), stop,
+            RestartPolicy(retry.initial_backoff_s, retry.max_backoff_s, retry.restarts),
+            progress=lambda: self.stats.batches, on_failure=health.failed,
+            on_restart=METRICS.query_restarts.inc)
 
 
 def _type_tables(cfg: LakesinkConfig, spark: SparkSession, index: int, app_id: str
@@ -629,28 +601,6 @@ def type_table_names(cfg: LakesinkConfig, spark: SparkSession, index: int) -> li
         if fs.exists(TableLayout(base, name).layout_file):
             names.append(name)
     return names
-
-
-#: batch errors a query restart cannot mend (they arrive wrapped by Spark's
-#: StreamingQueryException, so they are found by their class names)
-_FINAL = (CommitMismatch, ConfigError, LeaseLost, SecondWriterError, CatalogError)
-
-
-def _never_retried(exc: BaseException) -> bool:
-    return isinstance(exc, _FINAL) or any(f"{c.__name__}:" in str(exc) for c in _FINAL)
-
-
-def _first_line(exc: BaseException) -> str:
-    """The error in one line; for a Python traceback inside Spark's message (a Python
-    data source failed), its last line too: the exception that was raised."""
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    first = (lines[0] if lines else "")[:300]
-    if "Traceback (most recent call last)" in first:
-        raised = next((ln.strip() for ln in reversed(lines)
-                       if re.match(r"^\s*[\w.]+(Error|Exception)\b", ln)), None)
-        if raised:
-            first = f"{first.split('Traceback')[0].strip()} {raised[:300]}"
-    return f"{type(exc).__name__}: {first}"
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from lakesink import __version__
-from lakesink.errors import ConfigError, LakesinkError
+from lakesink.errors import ConfigError, LakesinkError, one_line
 
 app = typer.Typer(
     name="lakesink",
@@ -78,8 +78,7 @@ def _fail_error(exc: LakesinkError) -> None:
 
 def _fail_other(exc: Exception) -> None:
     """An unexpected failure of a command (a store's, a library's): one line, exit 1."""
-    first = str(exc).splitlines()[0][:500] if str(exc) else ""
-    err.print(f"[bold red]error:[/] {type(exc).__name__}: {escape(first)}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(one_line(exc, 500))}", highlight=False)
     raise typer.Exit(1) from None
 
 

@@ -10,21 +10,27 @@
      ├─ RegistryUnavailable the schema registry did not answer: the batch fails before
      │                     its commit and the query restarts with backoff
      ├─ SecondWriterError  another live writer holds the table (refused at start)
+     ├─ BatchRefused       a batch started after a stop request: nothing done, read
+     │                     again on the next start
      ├─ CatalogError       the catalog refused a registration (4xx): the run stops
      │   └─ CatalogUnavailable  the catalog is down or failed transiently: registration
      │                      waits with backoff, ingestion goes on
      └─ SinkError          a table write failed; the batch is tried again
+         ├─ FilesRefused   delta-rs refused a batch's files: Spark's writer takes them
          ├─ CommitMismatch a commit would record other rows than the batch wrote: never
          │                 committed, never retried (the query stops, loudly)
          └─ LeaseLost      this writer's lease was taken over: it must not commit
 
-``retriable`` says whether trying the same batch again can help; the batch retry loop
-(:mod:`lakesink.pipeline.retry`) gives up at once on an error that is not.
+``retriable`` says whether trying again can help. One rule, :func:`is_final`, reads it
+for both loops: the batch retry (:mod:`lakesink.pipeline.retry`) and the query restart
+(:mod:`lakesink.runtime.query_runner`). :func:`one_line` is an error as one log line.
 
 Records that cannot be decoded never raise: they are rows in the rejected area.
 """
 
 from __future__ import annotations
+
+import re
 
 
 class LakesinkError(Exception):
@@ -113,3 +119,50 @@ class CatalogUnavailable(CatalogError):
     timeout, 5xx): registration waits and is retried with backoff; ingestion goes on."""
 
     retriable = True
+
+
+class BatchRefused(LakesinkError):
+    """A batch started (or waited for a retry) after a stop request: it did nothing and
+    is read again on the next start. Control flow of a stop, not a failure."""
+
+    retriable = False
+
+
+def _final_names() -> tuple[str, ...]:
+    """The class names of the errors no retry can mend (every non-retriable class)."""
+    found, todo = [], [LakesinkError]
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if not cls.retriable:
+            found.append(cls.__name__)
+    return tuple(found)
+
+
+def is_final(exc: BaseException) -> bool:
+    """Whether trying again — the batch, or the query from its checkpoint — cannot help.
+
+    A lakesink error says so itself (``retriable``); one raised inside a batch reaches
+    the query wrapped by Spark (``StreamingQueryException``), whose text carries the
+    Python error's class name (``lakesink.errors.CommitMismatch: …``)."""
+    if isinstance(exc, LakesinkError):
+        return not exc.retriable
+    text = str(exc)
+    return any(f"{name}:" in text for name in _final_names())
+
+
+def one_line(exc: BaseException, limit: int = 300, *, name: bool = True) -> str:
+    """The error in one line for logs and messages: its first non-empty line (at most
+    ``limit`` characters), after its class name unless ``name`` is false. A Python
+    traceback inside Spark's message (a Python data source or batch failed) adds its
+    last line: the exception that was raised."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    first = (lines[0] if lines else "")[:limit]
+    if "Traceback (most recent call last)" in first:
+        raised = next((ln for ln in reversed(lines)
+                       if re.match(r"^[\w.]+(Error|Exception)\b", ln)), None)
+        if raised:
+            first = f"{first.split('Traceback')[0].strip()} {raised[:limit]}"
+    if not name:
+        return first
+    return f"{type(exc).__name__}: {first}" if first else repr(exc)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lakesink.errors import one_line
 from lakesink.runtime.lake import delta_table, filesystem, list_files, read_json
 from lakesink.sources.kafka_client import librdkafka_conf
 
@@ -265,7 +266,7 @@ def status(cfg: LakesinkConfig) -> list[TableStatus]:
         try:
             behind = lag(cfg, checkpoint)
         except Exception as exc:  # noqa: BLE001 - the rest of the status still shows
-            error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            error = one_line(exc, 200)
     for t in tables:
         t.lag, t.lag_error = behind, error
     return tables

@@ -56,7 +56,8 @@ def test_a_stop_request_ends_the_backoff_and_refuses_the_batch() -> None:
     import threading
     import time
 
-    from lakesink.runtime.shutdown import REFUSED, BatchRefused
+    from lakesink.errors import BatchRefused
+    from lakesink.runtime.shutdown import REFUSED
 
     stop = threading.Event()
     fn = Flaky(failures=10)

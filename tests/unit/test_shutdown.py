@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from pyspark.errors import StreamingQueryException
 
+from lakesink.errors import BatchRefused
 from lakesink.runtime import shutdown
-from lakesink.runtime.shutdown import REFUSED, BatchRefused, StopGate, StopRequest, await_query
+from lakesink.runtime.shutdown import REFUSED, StopGate, StopRequest, await_query
 
 
 def test_gate_passes_batches_until_a_stop_then_refuses_them() -> None:

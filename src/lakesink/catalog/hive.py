@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakesink.catalog.base import Catalog, CommittedBatch
 from lakesink.catalog.outbox import Registrar
-from lakesink.errors import CatalogError, CatalogUnavailable, ConfigError, LayoutError
+from lakesink.errors import CatalogError, CatalogUnavailable, ConfigError, LayoutError, one_line
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -233,7 +233,7 @@ class HiveCatalog(Catalog):
                       .parquet(*[f.path for f in batch.files]).schema)
         except Exception as exc:  # noqa: BLE001 - the lake's storage, not the catalog
             raise CatalogUnavailable(f"reading batch {batch.batch_id}'s footers: "
-                                     f"{str(exc).splitlines()[0][:300]}") from None
+                                     f"{one_line(exc, name=False)}") from None
         fields = [f for f in schema.fields if f.name.lower() not in self._parts]
         if not self._exists():
             self._create(fields)

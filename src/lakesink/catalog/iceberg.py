@@ -30,7 +30,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from lakesink.catalog.base import Catalog, CommittedBatch
-from lakesink.errors import CatalogError, CatalogUnavailable, LayoutError
+from lakesink.errors import CatalogError, CatalogUnavailable, LayoutError, one_line
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -44,12 +44,6 @@ logger = logging.getLogger(__name__)
 APP_ID = "lakesink.app-id"
 BATCH_ID = "lakesink.batch-id"
 SOURCE = "lakesink.table"  # the lake table's folder the files belong to
-
-
-def _said(exc: BaseException) -> str:
-    """An error in one line, for logs (pyiceberg's messages name no secret)."""
-    text = str(exc).splitlines()[0][:200] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}"
 
 
 def timed_rest_catalog(name: str, timeout_s: float, properties: dict[str, str]) -> PyCatalog:
@@ -139,15 +133,15 @@ class IcebergCatalog(Catalog):
                 ice.CommitStateUnknownException, ice.TooManyRequestsError,
                 ice.AuthorizationExpiredError, OSError, ConnectionError,
                 TimeoutError) as exc:
-            raise CatalogUnavailable(f"{what}: {_said(exc)}") from None
+            raise CatalogUnavailable(f"{what}: {one_line(exc, 200)}") from None
         except (ice.RESTError, ice.ValidationError, ice.NoSuchNamespaceError,
                 ice.NoSuchPropertyException, ValueError) as exc:
             if "Did not receive a response" in str(exc):
-                raise CatalogUnavailable(f"{what}: {_said(exc)}") from None
-            raise CatalogError(f"catalog {self.describe()}: {what}: {_said(exc)}") from None
+                raise CatalogUnavailable(f"{what}: {one_line(exc, 200)}") from None
+            raise CatalogError(f"catalog {self.describe()}: {what}: {one_line(exc, 200)}") from None
         except Exception as exc:  # the HTTP or database client's own errors
             if type(exc).__module__.startswith(("requests", "urllib3", "sqlalchemy")):
-                raise CatalogUnavailable(f"{what}: {_said(exc)}") from None
+                raise CatalogUnavailable(f"{what}: {one_line(exc, 200)}") from None
             raise
 
     @property

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lakesink.catalog.base import Catalog, CatalogFile, CommittedBatch
-from lakesink.errors import CatalogUnavailable
+from lakesink.errors import CatalogUnavailable, one_line
 from lakesink.faults import fault_point
 from lakesink.tables.paths import unescape_value
 from lakesink.tables.fs import join
@@ -197,7 +197,7 @@ class Registrar:
             self.drain(force=True)
         except Exception as exc:  # noqa: BLE001 - reported; the next start retries
             logger.error("catalog %s: registration failed at stop (%s)",
-                         self.catalog.describe(), str(exc).splitlines()[0][:300])
+                         self.catalog.describe(), one_line(exc, name=False))
         if self.pending:
             logger.warning("catalog %s: %d committed batch(es) not registered yet; the "
                            "next start registers them", self.catalog.describe(),

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from lakesink.errors import one_line
 from lakesink.decode.base import CONFLUENT_HEADER, confluent_framed
 from lakesink.decode.registered import (
     INCOMPATIBLE_SCHEMA,
@@ -104,7 +105,7 @@ def avro_struct(spark: SparkSession, text: str) -> T.StructType | str:
     try:
         probe = spark.range(0).select(from_avro(F.lit(None).cast("binary"), text).alias("r"))
     except Exception as exc:  # noqa: BLE001 - Spark's analysis error, as text
-        return f"Spark cannot read it: {str(exc).splitlines()[0][:200]}"
+        return f"Spark cannot read it: {one_line(exc, 200, name=False)}"
     struct = probe.schema["r"].dataType
     return struct if isinstance(struct, T.StructType) else "not a record"
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lakesink.errors import ConfigError, RegistryUnavailable
+from lakesink.errors import ConfigError, RegistryUnavailable, one_line
 
 if TYPE_CHECKING:
     from lakesink.config.models import RegistryConfig
@@ -183,14 +183,10 @@ class SchemaRegistry:
         hint = (" (a 404 without the registry's not-found code: is the URL the base of "
                 "its Confluent API, e.g. Apicurio's /apis/ccompat/v7?)" if status == 404 else "")
         return RegistryUnavailable(f"schema registry {self.url} unavailable asking for "
-                                   f"{what}: {type(exc).__name__}: {_first_line(exc)}{hint}")
+                                   f"{what}: {one_line(exc)}{hint}")
 
 
 def _status(exc: BaseException) -> int | None:
     code = getattr(exc, "http_status_code", None)
     return int(code) if isinstance(code, int) and code > 0 else None
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else ""

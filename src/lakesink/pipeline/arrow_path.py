@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
 
+from lakesink.errors import one_line
 from lakesink.decode.json import JsonDecoder
 from lakesink.pipeline.arrow_task import (
     ARROW_TYPES,
@@ -195,7 +196,7 @@ def warm_workers(spark: SparkSession, spec: TaskSpec) -> float:
          .mapInArrow(functools.partial(_warm, spec), "ok boolean").collect())
     except Exception as exc:  # noqa: BLE001 - an optimisation, not a step of the data path
         logger.warning("warming up the Python workers failed (%s): the first batch does "
-                       "it", str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
+                       "it", one_line(exc, name=False) or exc)
     return time.monotonic() - started
 
 

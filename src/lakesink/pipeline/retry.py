@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from lakesink.errors import LakesinkError
+from lakesink.errors import BatchRefused, is_final, one_line
 from lakesink.observe.metrics import METRICS
-from lakesink.runtime.shutdown import REFUSED, BatchRefused
+from lakesink.runtime.shutdown import REFUSED
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -56,16 +56,16 @@ class RetryingBatch:
                 self.fn(df, batch_id)
                 return
             except Exception as exc:
-                if isinstance(exc, LakesinkError) and not exc.retriable:
+                if is_final(exc):
                     raise
                 if attempt == self.attempts:
                     logger.error("batch %d failed %d time(s), giving up: %s", batch_id,
-                                 attempt, _summary(exc))
+                                 attempt, one_line(exc))
                     raise
                 self.retries += 1
                 METRICS.batch_retries.inc()
                 logger.warning("batch %d failed (attempt %d of %d): %s; retrying in %.0fs",
-                               batch_id, attempt, self.attempts, _summary(exc), delay)
+                               batch_id, attempt, self.attempts, one_line(exc), delay)
                 if self.stop is not None:
                     if self.stop.wait(delay):
                         raise BatchRefused(f"{REFUSED} (batch {batch_id}, while it was "
@@ -74,9 +74,3 @@ class RetryingBatch:
                     self.sleep(delay)
                 delay = min(delay * 2, self.max_backoff_s)
 
-
-def _summary(exc: BaseException) -> str:
-    """The first line of an error (a Java stack trace can be hundreds of lines)."""
-    text = str(exc).strip().splitlines()
-    first = next((line for line in text if line.strip()), repr(exc))
-    return f"{type(exc).__name__}: {first[:300]}"

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lakesink.errors import ConfigError
+from lakesink.errors import ConfigError, one_line
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -324,7 +324,7 @@ class Transforms:
             except ConfigError:
                 raise
             except Exception as exc:  # noqa: BLE001 - Spark's analysis errors
-                message = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+                message = one_line(exc, name=False) or repr(exc)
                 raise ConfigError(f"{self.key}.{i}", f"{t.text!r}: {message}") from None
             if current is None:
                 names.append(top)

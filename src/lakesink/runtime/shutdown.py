@@ -20,6 +20,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from lakesink.errors import BatchRefused
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.streaming import StreamingQuery
@@ -62,11 +64,6 @@ class StopRequest:
 
 #: the text of a refused batch's error (found again in the query's exception)
 REFUSED = "lakesink: batch refused, a stop was requested"
-
-
-class BatchRefused(RuntimeError):
-    """A batch started after a stop request; it did nothing and is read again on the
-    next start."""
 
 
 def _not_a_refusal(record: logging.LogRecord) -> bool:

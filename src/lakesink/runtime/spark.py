@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lakesink.errors import one_line
 from lakesink.runtime.jars import connector_jars, unused_storage_artifacts
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def register_jvm_functions(spark: SparkSession) -> list[str]:
             spark.udf.registerJavaFunction(name, cls, returns)
         except Exception as exc:  # noqa: BLE001 - py4j wraps ClassNotFoundException
             logger.info("%s not registered (%s): the slower Spark expression is used",
-                        name, str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
+                        name, one_line(exc, name=False) or exc)
             continue
         registered.append(name)
     return registered

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from lakesink import sources
 from lakesink.config.models import LakesinkConfig, SilenceConfig, SourceConfig
-from lakesink.errors import ConfigError
+from lakesink.errors import ConfigError, one_line
 from lakesink.faults import fault_point
 from lakesink.observe.metrics import METRICS
-from lakesink.runtime.shutdown import StopGate, StopRequest, await_query
+from lakesink.runtime.query_runner import RestartPolicy, run_with_restarts
+from lakesink.runtime.shutdown import StopGate, StopRequest
 from lakesink.silence.outputs import Callback, Outputs, load_callback
 from lakesink.silence.tracker import HEARTBEAT, NULL_KEY, OUTPUT_SCHEMA, RECORD, SilenceTracker
 from lakesink.sources import kafka
@@ -124,7 +125,7 @@ class SilenceQuery:
             except (AnalysisException, ParseException) as exc:
                 raise ConfigError(key, f"{expr!r} does not resolve over the Kafka columns "
                                   f"(key, value, topic, partition, offset, timestamp, "
-                                  f"headers) as {to}: {str(exc).splitlines()[0][:300]}"
+                                  f"headers) as {to}: {one_line(exc, name=False)}"
                                   ) from None
 
     @property
@@ -235,25 +236,15 @@ class SilenceQuery:
 
     def _run(self, stop: StopRequest, *, until_caught_up: bool) -> None:
         retry = self.cfg.retry
-        delay = retry.initial_backoff_s
-        while not stop.requested:
-            query = None
-            try:
-                query = self.start(until_caught_up=until_caught_up, stop=stop)
-                await_query(query, stop)
-                if until_caught_up:
-                    return
-            except Exception as exc:
-                logger.error("silence query failed (%s); restarting from its checkpoint "
-                             "in %.0fs", str(exc).splitlines()[0][:300] if str(exc) else
-                             type(exc).__name__, delay)
-                if stop.event.wait(delay):
-                    return
-                delay = min(delay * 2, retry.max_backoff_s)
-            finally:
-                if query is not None and query.isActive:
-                    query.stop()
-                self.stats.tracked = self._tracked()  # the last batch's count
+
+        def tracked() -> None:
+            self.stats.tracked = self._tracked()  # the last batch's count
+
+        run_with_restarts(
+            lambda: self.start(until_caught_up=until_caught_up, stop=stop), stop,
+            RestartPolicy(retry.initial_backoff_s, retry.max_backoff_s, restarts=None,
+                          ends_run=until_caught_up, name="silence query"),
+            after=tracked)
 
     def background(self, stop: StopRequest, *, until_caught_up: bool) -> SilenceRunner:
         return SilenceRunner(self, stop, until_caught_up)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from lakesink.config.models import KafkaSource
-from lakesink.errors import SecondWriterError, SourceError
+from lakesink.errors import SecondWriterError, SourceError, one_line
 from lakesink.sources.kafka import client_options
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def _refusal(exc: BaseException, servers: str) -> str:
     while java is not None and len(chain) < 10:
         chain.append((java.getClass().getSimpleName(), str(java.getMessage() or "")))
         java = java.getCause()
-    what, words = "the broker refused the connection", str(exc).splitlines()[0][:300]
+    what, words = "the broker refused the connection", one_line(exc, name=False)
     if chain and chain[0][1].startswith("Failed to create"):  # the client's own setup
         what, words = "the Kafka client could not start", chain[-1][1] or chain[0][1]
     for i, (name, message) in enumerate(chain):
