@@ -98,7 +98,10 @@ def main() -> None:
     args = ap.parse_args()
 
     from lakesink.app import Pipeline
+    from lakesink.pipeline import arrow_engine as arrow_engine_mod
     from lakesink.pipeline import batch as batch_mod
+    from lakesink.pipeline import evolver as evolver_mod
+    from lakesink.pipeline import marker as marker_mod
     from lakesink.runtime.spark import build_spark_session
     from lakesink.tables import delta, fs, parquet
 
@@ -113,16 +116,17 @@ def main() -> None:
             "decode.schema": LAKESINK_SCHEMA, "table.base_path": str(work / "lake"),
             "table.format": args.format, "table.partition_by": PARTITION_BY,
             "table.timestamp_column": "ts_ms"})
-        BP = batch_mod.BatchProcessor
-        for name in ("__call__", "_count", "_unknown_names", "_observed", "_marked"):
-            timed(BP, name, f"batch.{name}")
+        timed(batch_mod.BatchFunction, "__call__", "batch.__call__")
+        for name in ("count", "observed", "mark"):
+            timed(marker_mod.Marker, name, f"marker.{name}")
+        timed(evolver_mod.SchemaEvolver, "unknown_names", "evolver.unknown_names")
         W = delta.DeltaTableWriter if args.format == "delta" else parquet.ParquetTableWriter
         for name in ("is_committed", "write_batch", "begin", "skip_committed",
                      "commit_staged", "commit_files", "named", "ensure_table",
                      "files_refusal", "lacks_columns"):
             if hasattr(W, name):
                 timed(W, name, f"writer.{name}")
-        timed(batch_mod, "stage_in_tasks", "arrow.stage_in_tasks")
+        timed(arrow_engine_mod, "stage_in_tasks", "arrow.stage_in_tasks")
         if args.format == "delta":
             for name in ("_commit_metrics", "committed_version", "_snapshot"):
                 timed(W, name, f"delta.{name}")

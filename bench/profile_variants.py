@@ -130,11 +130,11 @@ def main() -> None:
     if not variants:
         spark.stop()
         return
-    from lakesink.pipeline.batch import BatchProcessor
+    from lakesink.pipeline.marker import Marker
     from lakesink.tables.parquet import ParquetTableWriter
 
     original = (json_mod.JsonDecoder.unknown_keys, TableWriter.shuffled,
-                columns_mod.PartitionSpec.timestamp, BatchProcessor._guard,
+                columns_mod.PartitionSpec.timestamp, Marker._guard,
                 ParquetTableWriter._learn_dictionaries)
     with KafkaBroker() as broker:
         broker.create_topic("p", partitions=4)
@@ -143,7 +143,7 @@ def main() -> None:
             off = {"noextra": {"extra"}, "noshuffle": {"shuffle"}, "simplets": {"ts"},
                    "noguard": {"guard"},
                    "none": {"extra", "shuffle", "ts"}}.get(variant, set())
-            BatchProcessor._guard = (lambda self: None) if "guard" in off else original[3]
+            Marker._guard = (lambda self: None) if "guard" in off else original[3]
             ParquetTableWriter._learn_dictionaries = (
                 (lambda self, *_: None) if variant == "alldict" else original[4])
             session = {"nosort": {"spark.sql.maxConcurrentOutputFileWriters": "32"},

@@ -1,7 +1,7 @@
 """Ad-hoc experiment: where lakesink's batch function spends driver time.
 
 Runs the real streaming pipeline (local broker, the benchmark's events) twice in one
-process with cProfile around ``BatchProcessor.__call__`` (which runs on py4j's callback
+process with cProfile around ``BatchFunction.__call__`` (which runs on py4j's callback
 thread, so a process-wide profiler would miss it); prints each batch's seconds, Spark's
 progress durations and the profile of the second (warm) run.
 
@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.common import LAKESINK_SCHEMA, PARTITION_BY, events  # noqa: E402
 from lakesink.app import Pipeline  # noqa: E402
 from lakesink.config import load_config  # noqa: E402
-from lakesink.pipeline.batch import BatchProcessor  # noqa: E402
+from lakesink.pipeline.batch import BatchFunction  # noqa: E402
 from lakesink.local.services import KafkaBroker, produce  # noqa: E402
 from lakesink.runtime.spark import build_spark_session  # noqa: E402
 
@@ -27,7 +27,7 @@ from lakesink.runtime.spark import build_spark_session  # noqa: E402
 def main() -> None:
     n, batch, fmt = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     state = {"prof": cProfile.Profile(), "times": []}
-    original = BatchProcessor.__call__
+    original = BatchFunction.__call__
 
     def profiled(self, df, batch_id):  # noqa: ANN001, ANN202
         started = time.perf_counter()
@@ -38,7 +38,7 @@ def main() -> None:
             state["prof"].disable()
             state["times"].append(time.perf_counter() - started)
 
-    BatchProcessor.__call__ = profiled
+    BatchFunction.__call__ = profiled
     spark = build_spark_session(master="local[*]", log_level="ERROR", conf={})
     work = Path(tempfile.mkdtemp(prefix="lakesink-driver-"))
     with KafkaBroker() as broker:

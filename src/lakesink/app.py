@@ -32,7 +32,9 @@ from lakesink.observe import METRICS, Health, Observer
 from lakesink.observe.progress import CatchUpProgress, backlog
 from lakesink.pipeline.arrow_path import warm_workers
 from lakesink.pipeline.arrow_task import TaskSpec
-from lakesink.pipeline.batch import BatchProcessor, Rebuild, RunStats, SchemaStore
+from lakesink.pipeline.batch import BatchFunction, RunStats
+from lakesink.pipeline.evolver import SchemaStore
+from lakesink.pipeline.marker import Rebuild
 from lakesink.pipeline.columns import PartitionSpec, SourceColumns
 from lakesink.pipeline.retry import RetryingBatch
 from lakesink.pipeline.routing import (
@@ -273,7 +275,7 @@ class TableParts:
         source_columns.check(columns)
         return cls(cfg, spark, layout, fs, schema, policy, rebuild, source_columns, transforms)
 
-    def processor(self, app_id: str) -> BatchProcessor:
+    def processor(self, app_id: str) -> BatchFunction:
         """The batch function with its table and rejected writers, keyed by ``app_id``
         (the checkpoint's, or the dead-letter replay's)."""
         table, spark, layout = self.cfg.table, self.spark, self.layout
@@ -304,7 +306,7 @@ class TableParts:
         except BaseException:
             writer.close()  # a refused start holds no writer lease
             raise
-        return BatchProcessor(
+        return BatchFunction(
             schema=self.schema, policy=self.policy, rebuild=self.rebuild,
             store_schema=schema_store(self.fs, layout), writer=writer,
             rejected=RejectedWriter(self.fs, layout, app_id=app_id, fmt=self.cfg.dlq.format,
@@ -340,7 +342,7 @@ class Pipeline:
     name: str
     target: str
     checkpoint: str
-    processor: BatchProcessor | Router
+    processor: BatchFunction | Router
     headers: bool = False
     silence: SilenceQuery | None = None
 
@@ -434,7 +436,7 @@ class Pipeline:
         """A table's Arrow-path task spec, if any table of this query takes that path
         (the warm-up needs one; which one does not matter)."""
         processor = self.processor
-        if isinstance(processor, BatchProcessor):
+        if isinstance(processor, BatchFunction):
             return processor.arrow
         routes = getattr(processor, "routes", [])
         return next((r.processor.arrow for r in routes
@@ -530,9 +532,9 @@ class Pipeline:
 
 
 def _type_tables(cfg: LakesinkConfig, spark: SparkSession, index: int, app_id: str
-                 ) -> Callable[[str, Callable[[], list[str]]], BatchProcessor]:
+                 ) -> Callable[[str, Callable[[], list[str]]], BatchFunction]:
     """The factory of a message-type route's tables (one per type, on first sight)."""
-    def make(table: str, samples: Callable[[], list[str]]) -> BatchProcessor:
+    def make(table: str, samples: Callable[[], list[str]]) -> BatchFunction:
         with route_keys(index):
             parts = TableParts.resolve(cfg.route_config(index, table), spark, samples)
         return parts.processor(app_id)

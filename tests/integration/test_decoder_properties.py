@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lakesink.decode.evolution import EvolutionPolicy
-from lakesink.pipeline.batch import INVALID_TIMESTAMP, BatchProcessor
+from lakesink.pipeline.batch import BatchFunction
+from lakesink.pipeline.marks import INVALID_TIMESTAMP
 from lakesink.pipeline.columns import PartitionSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -197,7 +198,7 @@ def _decoder(spark, fmt: str, tmp_path_factory) -> tuple[Any, PartitionSpec]:  #
 @pytest.mark.parametrize("fmt", sorted(VALUES))
 def test_every_input_is_one_row_or_one_dead_letter(spark, fmt, tmp_path_factory) -> None:
     decoder, spec = _decoder(spark, fmt, tmp_path_factory)
-    processor = BatchProcessor(
+    processor = BatchFunction(
         schema=decoder.schema,
         policy=EvolutionPolicy(mode="add_columns" if fmt == "json" else "strict",
                                unknown_fields="drop", type_widening=False),
@@ -214,13 +215,13 @@ def test_every_input_is_one_row_or_one_dead_letter(spark, fmt, tmp_path_factory)
             [(b"k", v, "t", 0, i, now, 0) for i, v in enumerate(values)],
             "key binary, value binary, topic string, partition int, offset long, "
             "timestamp timestamp, timestampType int")
-        marked = processor._marked(df).cache()
+        marked = processor.marker.mark(df).cache()
         try:
             good_rows = (marked.where("_fail IS NULL")
                          .select("offset", f"{processor.record}.*").collect())
             good = [r["offset"] for r in good_rows]
-            rows = processor._good(marked).collect()  # the written columns evaluate
-            bad = processor.rejected_rows(marked, 0).select("offset", "reason", "value").collect()
+            rows = processor.marker.good(marked).collect()  # the written columns evaluate
+            bad = processor.marker.dead_letters(marked, 0, processor.app_id).select("offset", "reason", "value").collect()
         finally:
             marked.unpersist()
         assert len(rows) == len(good)

@@ -22,7 +22,7 @@ files of one table never disagree on a column's type (the Quix sink's int/float 
 
 This module is pure Python on ``pyspark.sql.types`` (no JVM): the rules and the record
 stored in ``schema.json``. The Spark side (finding candidates in a batch) lives in
-:mod:`lakesink.pipeline.batch`.
+:mod:`lakesink.pipeline.evolver`.
 """
 
 from __future__ import annotations

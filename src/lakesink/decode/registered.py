@@ -20,7 +20,7 @@ driver when its id is first seen, against the table's current schema — a
 
 Records whose id is new to the run are marked :data:`UNRESOLVED`; the batch processor
 then looks the batch's new ids up, evolves the table if a writer asks for it, and
-decodes the batch again (:meth:`lakesink.pipeline.batch.BatchProcessor._evolve`). That
+decodes the batch again (:meth:`lakesink.pipeline.evolver.SchemaEvolver.evolve`). That
 marker never reaches the rejected area. An id the registry does not have:
 ``unknown_schema_id``. Columns, array elements and map values are always nullable:
 a record of an older schema has no value for a newer column, and writers differ in

@@ -39,7 +39,7 @@ from lakesink.decode.base import confluent_framed
 from lakesink.decode.registry import WriterSchema
 from lakesink.errors import ConfigError, SourceError
 from lakesink.observe.metrics import METRICS
-from lakesink.pipeline.batch import BatchProcessor, RunStats
+from lakesink.pipeline.batch import BatchFunction, RunStats
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -64,7 +64,7 @@ class Route:
 
     topics: list[str]
     pattern: str | None
-    processor: BatchProcessor | None = None
+    processor: BatchFunction | None = None
     types: TypeTables | None = None
 
     def matches(self) -> Column:
@@ -74,7 +74,7 @@ class Route:
         return topic.isin(*self.topics)
 
     @property
-    def processors(self) -> list[BatchProcessor]:
+    def processors(self) -> list[BatchFunction]:
         if self.types is not None:
             return list(self.types.processors.values())
         return [self.processor] if self.processor is not None else []
@@ -112,7 +112,7 @@ class Planned:
 
 
 # (table name, samples of its records) -> the batch function of that table
-TableFactory = Callable[[str, Callable[[], list[str]]], BatchProcessor]
+TableFactory = Callable[[str, Callable[[], list[str]]], BatchFunction]
 _TYPE = "_lakesink_type"
 _TABLE_NAME = "^[A-Za-z0-9][A-Za-z0-9_\\-.]*$"
 
@@ -227,7 +227,7 @@ class TypeTables:
         self.reserved = {r.lower() for r in reserved}
         self.sample_size = sample_size
         self.key = key
-        self.processors: dict[str, BatchProcessor] = {}
+        self.processors: dict[str, BatchFunction] = {}
         self.refused: dict[str, str] = {}  # type -> why its table could not be set up
 
     def _accepted(self, kind: Column) -> Column:
@@ -280,7 +280,7 @@ class TypeTables:
         for kind in planned.kinds:
             self.processors[kind](self._rows(planned.df, kind), batch_id)
 
-    def _create(self, kind: str, rows: DataFrame) -> BatchProcessor | None:
+    def _create(self, kind: str, rows: DataFrame) -> BatchFunction | None:
         from lakesink.errors import ConfigError
 
         def samples() -> list[str]:
