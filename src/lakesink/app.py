@@ -51,12 +51,11 @@ from lakesink.runtime.query_runner import RestartPolicy, run_with_restarts
 from lakesink.runtime.shutdown import StopGate, StopRequest
 from lakesink.silence.query import SilenceQuery, SilenceRunner
 from lakesink.tables.base import TableWriter, check_layout
-from lakesink.tables.delta import DeltaTableWriter
 from lakesink.tables.fs import HadoopFS, to_uri
 from lakesink.tables.identity import checkpoint_app_id, mark_started, run_tag
+from lakesink.tables.formats import WriterOptions, open_writer
 from lakesink.tables.layout import TableLayout
 from lakesink.tables.lease import WriterLease
-from lakesink.tables.parquet import ParquetTableWriter
 from lakesink.tables.rejected import RejectedWriter
 from lakesink.tables.takeover import start_refusal
 
@@ -279,22 +278,15 @@ class TableParts:
         """The batch function with its table and rejected writers, keyed by ``app_id``
         (the checkpoint's, or the dead-letter replay's)."""
         table, spark, layout = self.cfg.table, self.spark, self.layout
-        writer: TableWriter
-        common = {"app_id": app_id, "partition_by": table.partition_by,
-                  "compression": table.compression,
-                  "files_per_partition": table.files_per_partition,
-                  "target_file_size": table.target_file_size,
-                  "null_value": table.null_partition_value,
-                  **storage.lease_options(self.cfg)}
-        if table.format == "delta":
-            writer = DeltaTableWriter(spark, layout, **common,
-                                      checkpoint_interval=table.delta_checkpoint_interval,
-                                      merge_schema=table.schema_evolution == "add_columns",
-                                      type_widening=table.widening,
-                                      task_filesystem=storage.delta_task_filesystem(
-                                          self.cfg, layout.base))
-        else:
-            writer = ParquetTableWriter(spark, layout, **common)
+        writer = open_writer(table.format, spark, layout, WriterOptions(
+            app_id=app_id, partition_by=tuple(table.partition_by),
+            compression=table.compression, files_per_partition=table.files_per_partition,
+            target_file_size=table.target_file_size, null_value=table.null_partition_value,
+            **storage.lease_options(self.cfg),
+            checkpoint_interval=table.delta_checkpoint_interval,
+            merge_schema=table.schema_evolution == "add_columns",
+            type_widening=table.widening,
+            task_filesystem=storage.delta_task_filesystem(self.cfg, layout.base)))
         writer.prepare()
         try:
             _refuse_other_writers(writer, self.cfg)

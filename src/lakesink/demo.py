@@ -27,6 +27,7 @@ from rich.table import Table
 from lakesink.config import load_config
 from lakesink.errors import ConfigError
 from lakesink.local.services import KafkaBroker, produce
+from lakesink.tables.formats import FORMATS
 
 TOPIC = "sensors"
 LOCATIONS = ["berlin", "lisbon", "oslo", "madrid", "warsaw", "dublin"]
@@ -222,7 +223,7 @@ def summarize_s3(s3: Any, console: Console, table_format: str) -> None:
     """:func:`summarize` for the lake in the demo's S3 server (DuckDB httpfs, delta-rs)."""
     con = s3.duckdb()
     table = f"s3://lake/demo/{TOPIC}"
-    if table_format == "delta":
+    if FORMATS[table_format].has_log:  # read through delta-rs
         from deltalake import DeltaTable
 
         delta = DeltaTable(table, storage_options=s3.delta_rs_options())
@@ -242,7 +243,7 @@ def summarize(lake: Path, console: Console, table_format: str = "parquet") -> No
     import duckdb
 
     con = duckdb.connect()
-    if table_format == "delta":
+    if FORMATS[table_format].has_log:
         from deltalake import DeltaTable
 
         con.register("events", DeltaTable(str(lake / TOPIC)).to_pyarrow_dataset())

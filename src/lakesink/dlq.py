@@ -33,6 +33,7 @@ from lakesink.tables.fs import HadoopFS, join
 from lakesink.tables.layout import TableLayout
 from lakesink.tables.lease import WriterLease
 from lakesink.tables.rejected import dead_letter_layout
+from lakesink.tables.formats import table_format
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -58,6 +59,8 @@ class DeadLetters:
         self.fs = fs
         self.layout = layout
         self.format = fmt
+        #: the dead letters are a table with a log (Delta), else files per batch
+        self.logged = table_format(fmt, key="dlq.format").has_log
         self.folder = join(layout.meta, "dlq")
 
     def _delta(self) -> DataFrame | None:
@@ -67,7 +70,7 @@ class DeadLetters:
         return self.spark.read.format("delta").load(table)
 
     def units(self) -> list[str]:
-        if self.format == "delta":
+        if self.logged:
             from pyspark.sql import functions as F
 
             df = self._delta()
@@ -116,7 +119,7 @@ class DeadLetters:
         their time (one file per batch); Delta: ``DELETE`` by ``rejected_at`` (VACUUM
         frees the files later). Returns the files deleted (Parquet) or rows (Delta)."""
         keep = self.in_replay()
-        if self.format == "delta":
+        if self.logged:
             table = dead_letter_layout(self.layout).table
             if self._delta() is None:
                 return 0
@@ -168,7 +171,7 @@ class DeadLetters:
         self.fs.write_json(join(self.folder, f"replay-{plan['replay']:06d}.json"), plan)
 
     def read(self, names: list[str]) -> DataFrame:
-        if self.format == "delta":
+        if self.logged:
             from pyspark.sql import functions as F
 
             df = self._delta()

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from lakesink.errors import one_line
 from lakesink.runtime.lake import delta_table, filesystem, list_files, read_json
 from lakesink.sources.kafka_client import librdkafka_conf
+from lakesink.tables.formats import table_format
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -60,9 +61,9 @@ def table_status(cfg: LakesinkConfig, app_id: str | None = None) -> TableStatus:
     status = TableStatus(layout.name, cfg.table.format, layout.table)
     schema = read_json(fs, f"{meta}/schema.json")
     status.schema_version = schema.get("version") if isinstance(schema, dict) else None
-    if cfg.table.format == "delta":
+    if table_format(cfg.table.format).has_log:  # the log says what the table holds
         _delta(status, layout.table, cfg, app_id)
-    else:
+    else:  # lakesink's manifests do
         _parquet(status, fs, meta)
     status.rejected = _rejected(fs, f"{root}/_rejected/{layout.name}")
     return status

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from lakesink.catalog.base import Catalog, CatalogFile, CommittedBatch
 from lakesink.catalog.outbox import Registrar
 from lakesink.errors import ConfigError
+from lakesink.tables.formats import table_format
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -34,7 +35,8 @@ def registrar(config: CatalogConfig, table: TableConfig, fs: HadoopFS, layout: T
     session, the Hive catalog's client."""
     if config.type == "none":
         return None
-    if config.type in ("iceberg", "quix") and table.format == "parquet" \
+    fmt = table_format(table.format)
+    if config.type in ("iceberg", "quix") and not fmt.has_log \
             and fs.list_files(layout.compactions, suffix=".json"):
         raise ConfigError("catalog.type", f"table {layout.name} was compacted (lakesink "
                           f"compact); a {config.type} catalog lists a Parquet table's "
@@ -48,14 +50,14 @@ def registrar(config: CatalogConfig, table: TableConfig, fs: HadoopFS, layout: T
         assert config.hive is not None and spark is not None
         hive = HiveCatalog(config.hive, spark, table=layout.name, location=layout.table,
                            partition_by=list(table.partition_by), fmt=table.format)
-        kind = DeltaRegistrar if table.format == "delta" else Registrar
+        kind = DeltaRegistrar if fmt.has_log else Registrar  # a log: the table, once
         return kind(hive, fs, layout, run=run, **retry)
-    if table.format != "parquet" and config.from_environment:
+    if fmt.has_log and config.from_environment:
         logger.warning("Quix__Lakehouse__Catalog__Url is set, but the catalog registers "
                        "Parquet files and table %s is %s: it is not registered",
                        layout.name, table.format)
         return None
-    if table.format != "parquet":
+    if fmt.has_log:  # the other catalogs register a table's files, batch by batch
         raise ConfigError("catalog.type", f"the {config.type} catalog registers Parquet "
                           f"files; table {layout.name} is {table.format}",
                           fix="use table.format parquet, catalog.type hive (Delta tables "

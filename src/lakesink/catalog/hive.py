@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from lakesink.catalog.base import Catalog, CommittedBatch
 from lakesink.catalog.outbox import Registrar
 from lakesink.errors import CatalogError, CatalogUnavailable, ConfigError, LayoutError, one_line
+from lakesink.tables.formats import table_format
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -211,7 +212,7 @@ class HiveCatalog(Catalog):
             raise LayoutError("catalog.hive.table", f"{self.database}.{self.table} exists "
                               f"at {location}, not at {self.location}",
                               fix="name another table (catalog.hive.table) or drop it")
-        if self.format == "parquet":
+        if not table_format(self.format).has_log:  # its partitions are the metastore's
             try:
                 columns = self.spark.catalog.listColumns(f"{self.database}.{self.table}")
             except Exception as exc:  # noqa: BLE001
@@ -223,7 +224,7 @@ class HiveCatalog(Catalog):
                                   f"{self.partition_by}")
 
     def register(self, batch: CommittedBatch) -> None:
-        if self.format == "delta":
+        if table_format(self.format).has_log:  # the table, by its log, once
             self.register_table()
             return
         if not batch.files:

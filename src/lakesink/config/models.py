@@ -30,6 +30,7 @@ from pydantic_settings import (
 from lakesink.config.secrets import refuse_secrets
 from lakesink.errors import ConfigError
 from lakesink.pipeline.transforms import parse_transforms
+from lakesink.tables.formats import table_format
 
 Compression = Literal["snappy", "zstd", "gzip", "lz4", "none"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-.]*$")
@@ -644,7 +645,7 @@ class TableConfig(_Section):
                              "(add_columns turns unknown fields into columns)")
         if self.key_column and self.key_column == self.metadata_column:
             raise ValueError("table.metadata_column: the same name as table.key_column")
-        if self.format == "parquet":
+        if not table_format(self.format).has_log:  # readers list its folders
             for col in self.partition_by:
                 if col.startswith("_"):
                     raise ValueError(
@@ -665,7 +666,8 @@ class TableConfig(_Section):
     def widening(self) -> bool:
         """Whether columns may widen (the format-dependent default resolved)."""
         if self.type_widening is None:
-            return self.format == "parquet" and self.schema_evolution == "add_columns"
+            return (table_format(self.format).widens_by_default
+                    and self.schema_evolution == "add_columns")
         return self.type_widening
 
 

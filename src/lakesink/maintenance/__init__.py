@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from lakesink.errors import ConfigError
+from lakesink.tables.formats import table_format
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -42,7 +43,7 @@ def delta_commits(cfg: LakesinkConfig, spark: SparkSession, fmt: str | None = No
         yield
         return
     fs, layout = _parts(cfg, spark)
-    if fmt == "delta" and cfg.table.format != "delta":  # the dead-letter table's
+    if fmt is not None and fmt != cfg.table.format:  # the dead-letter table's
         from lakesink.tables.rejected import dead_letter_layout
 
         layout = dead_letter_layout(layout)
@@ -63,7 +64,7 @@ def compact(cfg: LakesinkConfig, spark: SparkSession, *,
     ``target_file_size`` overrides ``table.target_file_size``."""
     m = cfg.maintenance
     fs, layout = _parts(cfg, spark)
-    if cfg.table.format == "delta":
+    if table_format(cfg.table.format).has_log:  # the format's own OPTIMIZE
         from lakesink.maintenance import delta
 
         with delta_commits(cfg, spark):
@@ -97,7 +98,7 @@ def vacuum(cfg: LakesinkConfig, spark: SparkSession, *, force: bool = False,
     """The table's vacuum, then the dead letters' retention (``dlq.retention_days``)."""
     m = cfg.maintenance
     fs, layout = _parts(cfg, spark)
-    if cfg.table.format == "delta":
+    if table_format(cfg.table.format).has_log:  # the format's own VACUUM
         from lakesink.maintenance import delta
 
         report = delta.vacuum(spark, layout.table, layout.name,  # no commit: no lease
@@ -118,13 +119,13 @@ def vacuum(cfg: LakesinkConfig, spark: SparkSession, *, force: bool = False,
             expired = DeadLetters(spark, fs, layout, cfg.dlq.format).expire(cutoff)
         report["dead_letters_expired"] = {
             "before": cutoff.isoformat(timespec="seconds"),
-            ("rows" if cfg.dlq.format == "delta" else "files"): expired}
+            ("rows" if table_format(cfg.dlq.format).has_log else "files"): expired}
     return report
 
 
 def repair(cfg: LakesinkConfig, spark: SparkSession, *, apply: bool) -> dict[str, Any]:
     fs, layout = _parts(cfg, spark)
-    if cfg.table.format == "delta":
+    if table_format(cfg.table.format).has_log:  # files the log lists that are gone
         from lakesink.maintenance import delta
         from lakesink.runtime.lake import delta_table
 

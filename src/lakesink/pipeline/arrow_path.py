@@ -50,6 +50,7 @@ from lakesink.pipeline.arrow_task import (
     warm_up,
 )
 from lakesink.tables.fs import join, task_path
+from lakesink.tables.formats import table_format
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -139,7 +140,7 @@ def arrow_spec(*, decoder: Decoder, transforms: Transforms, writer: TableWriter,
         null_value=partitions.null_value, derived=tuple(partitions.derived),
         key_column=source_columns.key_column, key_format=source_columns.key_format,
         metadata_column=source_columns.metadata_column, compression=writer.compression,
-        filesystem=filesystem, stats=writer.format == "delta")
+        filesystem=filesystem, stats=table_format(writer.format).has_log)
 
 
 def _in_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 from lakesink.config.models import AzureStorage, GcsStorage, LakesinkConfig, S3Storage
 from lakesink.config.secrets import redact
 from lakesink.errors import ConfigError
+from lakesink.tables.formats import table_format
 
 logger = logging.getLogger(__name__)
 
@@ -138,8 +139,8 @@ def writer_lease_s(cfg: LakesinkConfig, fmt: str | None = None) -> float:
     """The TTL of the lease of a writer of a ``fmt`` table (default: ``table.format``)
     under ``table.base_path`` (0: none): every table has one, except a Delta table on S3
     with the DynamoDB log store (several writers by design)."""
-    if ((fmt or cfg.table.format) == "delta" and cfg.storage.s3.delta_log_store == "dynamodb"
-            and on_s3(cfg.table.base_path)):
+    if (table_format(fmt or cfg.table.format).one_driver_on_s3
+            and cfg.storage.s3.delta_log_store == "dynamodb" and on_s3(cfg.table.base_path)):
         return 0.0
     return cfg.table.writer_lease_s
 
@@ -150,7 +151,8 @@ def lease_options(cfg: LakesinkConfig, fmt: str | None = None) -> dict[str, Any]
     whole table (Delta on S3 with the single-driver log store, where two writers of any
     checkpoints lose commits) or one checkpoint's writer (elsewhere: a dead-letter
     replay, under its own app id, may write beside a running stream)."""
-    whole = ((fmt or cfg.table.format) == "delta" and on_s3(cfg.table.base_path)
+    whole = (table_format(fmt or cfg.table.format).one_driver_on_s3
+             and on_s3(cfg.table.base_path)
              and cfg.storage.s3.delta_log_store == "single_driver")
     return {"lease_s": writer_lease_s(cfg, fmt), "lease_per_table": whole}
 

@@ -272,20 +272,13 @@ class SilenceRunner:
 
 def _table_writer(cfg: LakesinkConfig, spark: SparkSession, app_id: str) -> TableWriter:
     from lakesink.runtime import storage
-    from lakesink.tables.delta import DeltaTableWriter
+    from lakesink.tables.formats import WriterOptions, open_writer
     from lakesink.tables.layout import TableLayout
-    from lakesink.tables.parquet import ParquetTableWriter
 
     assert cfg.silence.table is not None
     layout = TableLayout.of(cfg.table.base_path, cfg.silence.table)
-    common: dict[str, Any] = {"app_id": app_id, "partition_by": [],
-                              "compression": cfg.table.compression, "files_per_partition": 1,
-                              **storage.lease_options(cfg)}
-    writer: TableWriter
-    if cfg.table.format == "delta":
-        writer = DeltaTableWriter(spark, layout, **common, checkpoint_interval=None,
-                                  merge_schema=False, type_widening=False)
-    else:
-        writer = ParquetTableWriter(spark, layout, **common)
+    writer = open_writer(cfg.table.format, spark, layout, WriterOptions(
+        app_id=app_id, compression=cfg.table.compression, files_per_partition=1,
+        **storage.lease_options(cfg), merge_schema=False))
     writer.prepare()
     return writer

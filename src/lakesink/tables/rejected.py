@@ -28,11 +28,11 @@ from lakesink.errors import CommitMismatch, SinkError
 from lakesink.tables.fs import HadoopFS
 from lakesink.tables.identity import run_tag
 from lakesink.tables.layout import TableLayout
+from lakesink.tables.formats import WriterOptions, open_writer, table_format
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from lakesink.tables.delta import DeltaTableWriter
 
 logger = logging.getLogger(__name__)
 
@@ -69,14 +69,11 @@ class RejectedWriter:
         self.run = run_tag(app_id)
         self.format = fmt
         self.spark = spark
-        self.delta: DeltaTableWriter | None = None
-        if fmt == "delta":
-            from lakesink.tables.delta import DeltaTableWriter
-
+        self.delta: Any = None  # the dead-letter table's writer (a format with a log)
+        if table_format(fmt, key="dlq.format").has_log:
             assert spark is not None
-            self.delta = DeltaTableWriter(spark, dead_letter_layout(layout), app_id=app_id,
-                                          partition_by=[], files_per_partition=0,
-                                          **(lease or {}))
+            self.delta = open_writer(fmt, spark, dead_letter_layout(layout), WriterOptions(
+                app_id=app_id, files_per_partition=0, **(lease or {})))
             self.delta.prepare()
 
     def close(self) -> None:

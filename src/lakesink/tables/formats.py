@@ -1,0 +1,139 @@
+"""Table formats, looked up by name: what differs between Parquet and Delta is decided
+here, once, instead of by a comparison of the format's name wherever it matters.
+
+A :class:`TableFormat` opens the format's writer — :func:`open_writer` is the one place
+a table writer is built: the data tables, the silence table, a Delta dead-letter table —
+and says what the rest of lakesink needs to know of it:
+
+* its **commit protocol**, carried by its writer (``stages_before_commit``): Parquet
+  stages the batch's files invisibly, then publishes them under names derived from the
+  batch and writes the batch's manifest last (stage-then-commit); a Delta append *is*
+  the commit, keyed by ``txnAppId``/``txnVersion`` (write-is-commit).
+  :mod:`lakesink.tables.base` states the contract both keep: a batch written twice
+  leaves the table as if written once;
+* whether the table has a **log** of its files (``has_log``): a Delta table does, and
+  readers, catalogs and maintenance ask it (a catalog registers the table once, by its
+  log); a Parquet table's folders and lakesink's manifests are the table (readers list
+  the folders, so a folder's name must not hide it; a catalog registers its files batch
+  by batch through the outbox);
+* whether a column's type widens by default (``widens_by_default``): Parquet files each
+  carry their types; a Delta table needs its type-widening feature turned on;
+* whether two drivers may commit to one table on S3 (``one_driver_on_s3``): a Delta log
+  with the single-driver log store loses a commit when two do, so its writers hold a
+  whole-table lease there.
+
+Adding a format is adding a :class:`TableFormat` here and its writer module.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from lakesink.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lakesink.tables.base import TableWriter
+    from lakesink.tables.layout import TableLayout
+
+
+@dataclass(frozen=True)
+class WriterOptions:
+    """What a table writer is opened with (delta-rs calls the like ``WriterProperties``);
+    a format ignores the options it has no use for."""
+
+    #: the checkpoint's app id: keys every commit (Delta txn, Parquet file names)
+    app_id: str
+    partition_by: Sequence[str] = ()
+    compression: str = "snappy"
+    #: new files per partition folder per batch (0: as Spark's tasks write them)
+    files_per_partition: int = 1
+    target_file_size: int | None = None
+    null_value: str | None = None
+    #: the writer lease: its TTL (0: none) and whether it covers the whole table
+    lease_s: float = 0.0
+    lease_per_table: bool = False
+    #: Delta: a checkpoint every N commits, new columns by mergeSchema, type widening,
+    #: and where the Arrow tasks write the files (or why they cannot)
+    checkpoint_interval: int | None = None
+    merge_schema: bool = True
+    type_widening: bool = False
+    task_filesystem: tuple[str, dict[str, Any]] | str = "no filesystem for the tasks"
+
+    def common(self) -> dict[str, Any]:
+        """The keywords every writer takes (:class:`~lakesink.tables.base.TableWriter`)."""
+        return {"app_id": self.app_id, "partition_by": list(self.partition_by),
+                "compression": self.compression,
+                "files_per_partition": self.files_per_partition,
+                "target_file_size": self.target_file_size, "null_value": self.null_value,
+                "lease_s": self.lease_s, "lease_per_table": self.lease_per_table}
+
+
+class TableFormat(ABC):
+    """One table format (see the module's docstring)."""
+
+    name: ClassVar[str]
+    #: the table has a log of its files (readers and catalogs ask it, not the folders)
+    has_log: ClassVar[bool]
+    #: schema evolution widens column types unless told not to
+    widens_by_default: ClassVar[bool]
+    #: one driver may commit to the table on S3 (with the single-driver log store)
+    one_driver_on_s3: ClassVar[bool]
+
+    @abstractmethod
+    def open_writer(self, spark: SparkSession, layout: TableLayout,
+                    options: WriterOptions) -> TableWriter:
+        """The format's writer of ``layout``'s table (not prepared yet)."""
+
+
+class ParquetFormat(TableFormat):
+    name = "parquet"
+    has_log = False
+    widens_by_default = True
+    one_driver_on_s3 = False
+
+    def open_writer(self, spark: SparkSession, layout: TableLayout,
+                    options: WriterOptions) -> TableWriter:
+        from lakesink.tables.parquet import ParquetTableWriter
+
+        return ParquetTableWriter(spark, layout, **options.common())
+
+
+class DeltaFormat(TableFormat):
+    name = "delta"
+    has_log = True
+    widens_by_default = False
+    one_driver_on_s3 = True
+
+    def open_writer(self, spark: SparkSession, layout: TableLayout,
+                    options: WriterOptions) -> TableWriter:
+        from lakesink.tables.delta import DeltaTableWriter
+
+        return DeltaTableWriter(spark, layout, **options.common(),
+                                checkpoint_interval=options.checkpoint_interval,
+                                merge_schema=options.merge_schema,
+                                type_widening=options.type_widening,
+                                task_filesystem=options.task_filesystem)
+
+
+#: the formats by name
+FORMATS: dict[str, TableFormat] = {f.name: f for f in (ParquetFormat(), DeltaFormat())}
+
+
+def table_format(name: str, *, key: str = "table.format") -> TableFormat:
+    """The format called ``name``; a name no format has is refused, naming ``key``."""
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise ConfigError(key, f"{name!r} is not a table format (one of: "
+                          f"{', '.join(FORMATS)})") from None
+
+
+def open_writer(fmt: str, spark: SparkSession, layout: TableLayout,
+                options: WriterOptions) -> TableWriter:
+    """A ``fmt`` table writer of ``layout`` — the one place a writer is built."""
+    return table_format(fmt).open_writer(spark, layout, options)
