@@ -45,7 +45,8 @@ from lakesink.pipeline.routing import (
     Router,
     TypeTables,
 )
-from lakesink.pipeline.transforms import Transforms, parse_transforms
+from lakesink.config.transform_text import parse_transforms
+from lakesink.pipeline.transforms import Transforms
 from lakesink.runtime import storage
 from lakesink.runtime.query_runner import RestartPolicy, run_with_restarts
 from lakesink.runtime.shutdown import StopGate, StopRequest

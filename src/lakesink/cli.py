@@ -229,14 +229,14 @@ def kdi(ctx: typer.Context) -> None:
     with its flags and environment variables, into the same Delta table, taking over
     from its offsets; `lakesink kdi repair --table_url URL` (the fork's repair: drop
     missing files from the log, then OPTIMIZE). See docs/migrating.md."""
-    from lakesink.config import kdi_cli
+    from lakesink import kdi
 
     _setup_logging(None)
     if ctx.args[:1] == ["repair"]:
         _kdi_repair(list(ctx.args))
         return
     try:
-        cfg, print_config = kdi_cli.ingest_config(list(ctx.args), os.environ)
+        cfg, print_config = kdi.ingest_config(list(ctx.args), os.environ)
         if print_config:
             _print_config_file(cfg)
             return
@@ -256,15 +256,16 @@ def _kdi_repair(argv: list[str]) -> None:
     fork's target size and partition filter. Both reports are printed; exit 0 when both
     ran, as the fork."""
     from lakesink import maintenance
-    from lakesink.config import kdi_cli, load_config
+    from lakesink.compat import kdi
+    from lakesink.config import load_config
 
     log = logging.getLogger("lakesink.kdi")
     try:
-        args = kdi_cli.parse_repair(argv, os.environ)
+        args = kdi.parse_repair(argv, os.environ)
         if args.partial_filter:
             log.warning("%s without its pair: the whole table is optimized, as "
                         "kafka-delta-ingest does", args.partial_filter)
-        cfg = load_config(flags=kdi_cli.repair_flags(args), compat="off")
+        cfg = load_config(flags=kdi.repair_flags(args), compat="off")
         spark = _spark(cfg, suffix="-repair")
         _print_report("repair", maintenance.repair(cfg, spark, apply=True))
         _print_report("compact", maintenance.compact(

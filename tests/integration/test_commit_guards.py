@@ -271,7 +271,7 @@ def test_s3_scheme_writes_are_conditional(spark, s3_server) -> None:
 
 def test_jaas_password_with_backslash_and_quote_reaches_kafka_intact(spark) -> None:
     """Scenario 15: Kafka's own JAAS parser reads the password lakesink built."""
-    from lakesink.sources.kafka import client_options
+    from lakesink.sources.kafka_client import client_options
 
     password = 'pa\\ss"w\\"ord'
     cfg = load_config(overrides=["source.kafka.bootstrap_servers=a:1", "source.kafka.topics=t",

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lakesink.decode.evolution import EvolutionPolicy
-from lakesink.pipeline.batch import BatchFunction
+from lakesink.pipeline.marker import Marker
 from lakesink.pipeline.marks import INVALID_TIMESTAMP
 from lakesink.pipeline.columns import PartitionSpec
 
@@ -198,12 +198,11 @@ def _decoder(spark, fmt: str, tmp_path_factory) -> tuple[Any, PartitionSpec]:  #
 @pytest.mark.parametrize("fmt", sorted(VALUES))
 def test_every_input_is_one_row_or_one_dead_letter(spark, fmt, tmp_path_factory) -> None:
     decoder, spec = _decoder(spark, fmt, tmp_path_factory)
-    processor = BatchFunction(
+    marker = Marker(  # the mark stage alone: no writer, no engine
         schema=decoder.schema,
         policy=EvolutionPolicy(mode="add_columns" if fmt == "json" else "strict",
                                unknown_fields="drop", type_widening=False),
-        rebuild=lambda schema: (decoder, spec, schema), store_schema=lambda *a: None,
-        writer=None, rejected=None, app_id="prop")  # type: ignore[arg-type]
+        rebuild=lambda schema: (decoder, spec, schema))
     allowed = {*decoder.reasons, INVALID_TIMESTAMP}
 
     @settings(max_examples=6, deadline=None, derandomize=False,
@@ -215,13 +214,14 @@ def test_every_input_is_one_row_or_one_dead_letter(spark, fmt, tmp_path_factory)
             [(b"k", v, "t", 0, i, now, 0) for i, v in enumerate(values)],
             "key binary, value binary, topic string, partition int, offset long, "
             "timestamp timestamp, timestampType int")
-        marked = processor.marker.mark(df).cache()
+        marked = marker.mark(df).cache()
         try:
             good_rows = (marked.where("_fail IS NULL")
-                         .select("offset", f"{processor.record}.*").collect())
+                         .select("offset", f"{marker.record}.*").collect())
             good = [r["offset"] for r in good_rows]
-            rows = processor.marker.good(marked).collect()  # the written columns evaluate
-            bad = processor.marker.dead_letters(marked, 0, processor.app_id).select("offset", "reason", "value").collect()
+            rows = marker.good(marked).collect()  # the written columns evaluate
+            bad = (marker.dead_letters(marked, 0, "prop")
+                   .select("offset", "reason", "value").collect())
         finally:
             marked.unpersist()
         assert len(rows) == len(good)

@@ -25,7 +25,7 @@ def run_in_process(spark: Any, *argv: str, env: dict[str, str] | None = None) ->
     """``lakesink kdi <argv>`` in this process (the shared SparkSession): the same
     config the command runs, where the process boundary is not what is tested."""
     from lakesink.app import Pipeline
-    from lakesink.config.kdi_cli import ingest_config
+    from lakesink.kdi import ingest_config
 
     cfg, _ = ingest_config(list(argv), env or {})
     return Pipeline.build(cfg, spark).run(until_caught_up=True)
@@ -100,7 +100,7 @@ def test_taking_over_a_table_kafka_delta_ingest_wrote(spark, kafka_broker, tmp_p
     (tmp_path / "kdi.yaml").write_text(printed.stdout)
     from lakesink.app import Pipeline
     from lakesink.config import load_config
-    from lakesink.config.kdi_cli import ingest_config
+    from lakesink.kdi import ingest_config
     from lakesink.errors import ConfigError
 
     file_cfg = load_config(tmp_path / "kdi.yaml")
@@ -143,7 +143,7 @@ def test_the_forks_repair_command_runs_as_is(spark, tmp_path) -> None:
     (table / purged.split("/events/", 1)[1]).unlink()
     from lakesink import maintenance
     from lakesink.config import load_config
-    from lakesink.config.kdi_cli import parse_repair, repair_flags
+    from lakesink.compat.kdi import parse_repair, repair_flags
 
     args = parse_repair(["repair", "--optimize_partition", "p",
                          "--optimize_partition_predicate", "a"], {"TABLE_URL": str(table)})

@@ -12,7 +12,7 @@ from lakesink.config.loader import load_config
 from lakesink.config.secrets import is_secret_key, redact
 from lakesink.errors import ConfigError
 from lakesink.runtime.storage import hadoop_options
-from lakesink.sources.kafka import client_options
+from lakesink.sources.kafka_client import client_options
 
 SOURCE = ["source.kafka.bootstrap_servers=b:9092", "source.kafka.topics=events"]
 

@@ -98,7 +98,7 @@ def test_run_prints_the_config_the_quix_environment_makes() -> None:
 def test_the_portal_api_librdkafka_settings_map_to_the_java_client() -> None:
     import base64
 
-    from lakesink.config.quix_portal import PASSWORD_ENV, java_settings
+    from lakesink.compat.quix_portal import PASSWORD_ENV, java_settings
 
     pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
     kafka, env, unused = java_settings({
@@ -130,7 +130,7 @@ def test_the_portal_token_needs_the_workspace() -> None:
 
 
 def test_the_token_goes_only_over_https() -> None:
-    from lakesink.config.quix_portal import fetch
+    from lakesink.compat.quix_portal import fetch
 
     with pytest.raises(ConfigError) as refused:
         fetch({"Quix__Sdk__Token": "t", "Quix__Workspace__Id": "ws",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lakesink.errors import ConfigError
-from lakesink.pipeline.transforms import is_kdi, parse_transforms, translate_kdi
+from lakesink.config.transform_text import is_kdi, parse_transforms, translate_kdi
 
 
 def test_name_and_expression_split_on_the_first_colon() -> None:

@@ -10,7 +10,6 @@ Precedence is CLI > env > secret files > file > defaults. Rules enforced here:
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import os
 import typing
@@ -20,9 +19,10 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, SecretStr, ValidationError
-from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource
+from pydantic_settings import BaseSettings
 from pydantic_settings.exceptions import SettingsError
 
+from lakesink.config.settings_sources import _env_data, _file_data, _secret_data
 from lakesink.errors import ConfigError
 
 if typing.TYPE_CHECKING:
@@ -33,47 +33,6 @@ ENV_PREFIX = "LAKESINK_"
 RESERVED_ENV = {"JARS_DIR", "KAFKA_JARS_DIR", "FAULT", "FAULT_BATCH", "CONFIG", "HOME"}
 
 logger = logging.getLogger(__name__)
-
-_file_data: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
-    "lakesink_file_data", default=None
-)
-_secret_data: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
-    "lakesink_secret_data", default=None
-)
-
-
-_env_data: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
-    "lakesink_env_data", default=None
-)
-
-
-class ScopedEnvSource(EnvSettingsSource):
-    """``LAKESINK_*`` variables from the mapping given to :func:`load_config` (default: os.environ)."""
-
-    def _load_env_vars(self) -> Mapping[str, str | None]:
-        from pydantic_settings.sources.utils import parse_env_vars
-
-        env = _env_data.get()
-        return parse_env_vars(os.environ if env is None else env, self.case_sensitive,
-                              self.env_ignore_empty, self.env_parse_none_str)
-
-
-class FileSource(PydanticBaseSettingsSource):
-    """The parsed YAML file (set by :func:`load_config`)."""
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(_file_data.get() or {})
-
-
-class SecretFileSource(FileSource):
-    """Secrets read from the files named by ``LAKESINK_<PATH>_FILE``."""
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(_secret_data.get() or {})
-
 
 # -- secret paths ------------------------------------------------------------------------
 
@@ -208,7 +167,7 @@ def read_file(path: str | Path, env: Mapping[str, str] | None = None) -> dict[st
     """A config file: lakesink's YAML (or TOML), or a peer's file translated — the
     Danube sink's TOML, the FS Data Sink's YAML or INI (with its environment, ``env``,
     over it as there)."""
-    from lakesink.config import fds_file
+    from lakesink.compat import fds_file
 
     p = Path(path)
     if not p.is_file():
@@ -235,10 +194,10 @@ def read_file(path: str | Path, env: Mapping[str, str] | None = None) -> dict[st
 
 def _read_toml(p: Path) -> dict[str, Any]:
     """A TOML config: lakesink's own sections, or the Danube Delta Lake sink's file
-    (a ``[deltalake]`` section), translated (:mod:`lakesink.config.danube_toml`)."""
+    (a ``[deltalake]`` section), translated (:mod:`lakesink.compat.danube_toml`)."""
     import tomllib
 
-    from lakesink.config import danube_toml
+    from lakesink.compat import danube_toml
 
     try:
         data = tomllib.loads(p.read_text())
@@ -334,12 +293,12 @@ def load_config(
             over ``--set``.
         env: the environment (default ``os.environ``).
         compat: ``"quix"``: the Quix TS Datalake Sink's environment is the config
-            (:mod:`lakesink.config.quix_env`); also chosen when ``path`` is None and
+            (:mod:`lakesink.compat.quix_env`); also chosen when ``path`` is None and
             ``input`` is set.
     """
     from lakesink.config.models import LakesinkConfig
 
-    from lakesink.config import quix_env
+    from lakesink.compat import quix_env
 
     env = os.environ if env is None else env
     if quix_env.applies(env, has_file=path is not None, compat=compat):

@@ -29,7 +29,7 @@ from pydantic_settings import (
 
 from lakesink.config.secrets import refuse_secrets
 from lakesink.errors import ConfigError
-from lakesink.pipeline.transforms import parse_transforms
+from lakesink.config.transform_text import parse_transforms
 from lakesink.tables.formats import table_format
 
 Compression = Literal["snappy", "zstd", "gzip", "lz4", "none"]
@@ -264,7 +264,7 @@ def _fds_environment(data: dict[str, Any]) -> dict[str, Any]:
     """The FS Data Sink's environment: ``SOURCE_TYPE`` (kafka|redis) picks the source
     when the config names none, and its ``REDIS_*`` / ``KAFKA_*`` variables fill the
     keys the config leaves unset (lakesink's own names always win)."""
-    from lakesink.config.loader import _env_data
+    from lakesink.config.settings_sources import _env_data
 
     env = _env_data.get() or {}
     kind = data.get("type") or env.get("SOURCE_TYPE", "").strip().lower() or None
@@ -1313,7 +1313,7 @@ class LakesinkConfig(BaseSettings):
         Quix catalog on when no catalog is configured; with ``catalog.type: quix`` they
         and ``CATALOG_URL`` / ``CATALOG_AUTH_TOKEN`` / ``CATALOG_NAMESPACE`` /
         ``AUTO_DISCOVER`` fill what the config leaves unset."""
-        from lakesink.config.loader import _env_data
+        from lakesink.config.settings_sources import _env_data
 
         env = _env_data.get() or {}
         if not isinstance(data, dict):
@@ -1345,7 +1345,7 @@ class LakesinkConfig(BaseSettings):
     def _aws_environment(self) -> LakesinkConfig:
         """The AWS variables fill what the config leaves unset — including the Quix
         connector's ``S3_BUCKET`` / ``S3_PREFIX`` for the lake's location."""
-        from lakesink.config.loader import _env_data
+        from lakesink.config.settings_sources import _env_data
 
         env = _env_data.get() or {}
         s3 = self.storage.s3
@@ -1514,7 +1514,7 @@ class LakesinkConfig(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """CLI (init kwargs) > env > secret files > config file > defaults."""
-        from lakesink.config.loader import FileSource, ScopedEnvSource, SecretFileSource
+        from lakesink.config.settings_sources import FileSource, ScopedEnvSource, SecretFileSource
 
         return (init_settings, ScopedEnvSource(settings_cls), SecretFileSource(settings_cls),
                 FileSource(settings_cls))

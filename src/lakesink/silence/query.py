@@ -29,7 +29,7 @@ from lakesink.runtime.query_runner import RestartPolicy, run_with_restarts
 from lakesink.runtime.shutdown import StopGate, StopRequest
 from lakesink.silence.outputs import Callback, Outputs, load_callback
 from lakesink.silence.tracker import HEARTBEAT, NULL_KEY, OUTPUT_SCHEMA, RECORD, SilenceTracker
-from lakesink.sources import kafka
+from lakesink.sources.kafka_client import client_options
 from lakesink.tables.fs import HadoopFS, to_uri
 from lakesink.tables.identity import checkpoint_app_id
 
@@ -93,7 +93,7 @@ class SilenceQuery:
         if s.topic and cfg.source.kafka is None:
             raise ConfigError("silence.topic", "events go to a Kafka topic, which needs a "
                               "Kafka source; use silence.table or silence.callback")
-        options = ({k: v for k, v in kafka.client_options(cfg.source.kafka).items()
+        options = ({k: v for k, v in client_options(cfg.source.kafka).items()
                     if k != "group.id"} if cfg.source.kafka is not None else {})
         sources.second_reader(cfg.source, "silence")  # refuses a source it cannot re-read
         outputs = Outputs(spark, fs, checkpoint, table=table, topic=s.topic,

@@ -11,48 +11,13 @@ import time
 from typing import TYPE_CHECKING
 
 from lakesink.config.models import KafkaSource, bootstrap_hosts
+from lakesink.sources.kafka_client import client_options
 from lakesink.sources.net import wait_for_tcp
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 logger = logging.getLogger(__name__)
-
-_JAAS_MODULES = {
-    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
-    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
-    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
-}
-
-
-def _jaas_quoted(value: str) -> str:
-    """A value for a double-quoted JAAS option: Kafka's JAAS parser (Java's
-    StreamTokenizer rules) reads ``\\`` as an escape, so backslashes are doubled first,
-    then quotes escaped; a password with either arrives as written."""
-    return value.replace("\\", "\\\\").replace('"', '\\"')
-
-
-def client_options(cfg: KafkaSource) -> dict[str, str]:
-    """Kafka client options (without the ``kafka.`` prefix), secrets included.
-
-    The result holds secret values: pass it to Spark, never to a log.
-    """
-    opts = {"bootstrap.servers": cfg.bootstrap_servers, **cfg.options}
-    if cfg.group_id:
-        opts["group.id"] = cfg.group_id
-    if cfg.sasl is not None:
-        opts.setdefault("security.protocol", "SASL_SSL")
-        opts["sasl.mechanism"] = cfg.sasl.mechanism
-        if cfg.sasl.username is not None and cfg.sasl.password is not None:
-            user = _jaas_quoted(cfg.sasl.username)
-            pw = _jaas_quoted(cfg.sasl.password.get_secret_value())
-            opts["sasl.jaas.config"] = (
-                f'{_JAAS_MODULES[cfg.sasl.mechanism]} required username="{user}" password="{pw}";'
-            )
-    for key, secret in cfg.secret_options.items():
-        opts[key] = secret.get_secret_value()
-    return opts
-
 
 def source_options(cfg: KafkaSource) -> dict[str, str]:
     """Options for ``spark.readStream.format("kafka")``."""

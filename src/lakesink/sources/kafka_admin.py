@@ -1,7 +1,7 @@
 """The Kafka cluster as the query's own Java client sees it, from the driver's JVM: the
 access check at start and the consumer group's committed offsets
 (``starting_offsets: group``). Both use Kafka's ``AdminClient`` with exactly the options
-Spark's Kafka source gets (:func:`lakesink.sources.kafka.client_options`)."""
+Spark's Kafka source gets (:func:`lakesink.sources.kafka_client.client_options`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakesink.config.models import KafkaSource
 from lakesink.errors import SecondWriterError, SourceError, one_line
-from lakesink.sources.kafka import client_options
+from lakesink.sources.kafka_client import client_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -26,7 +26,7 @@ __Json``                          the prefix ``<workspace>/data-lake/time-series
 ``Quix__Broker__Address``
 ``Quix__Sdk__Token``,             (no address given) the workspace's broker settings from
 ``Quix__Portal__Api``             the Portal API, as quixstreams asks for them: servers,
-                                  SASL, the CA (:mod:`lakesink.config.quix_portal`)
+                                  SASL, the CA (:mod:`lakesink.compat.quix_portal`)
 ``CONSUMER_GROUP``                ``source.kafka.group_id`` (``s3_direct_sink_v1.0``;
                                   ``<Quix__Workspace__Id>-`` in front on the platform,
                                   as quixstreams does)
@@ -145,8 +145,8 @@ def translate(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
 
 def _portal_broker(env: Mapping[str, str], extra_env: dict[str, str]) -> dict[str, Any]:
     """``source.kafka`` settings from the Portal API's broker settings; the password
-    goes to ``extra_env`` (:mod:`lakesink.config.quix_portal`)."""
-    from lakesink.config import quix_portal
+    goes to ``extra_env`` (:mod:`lakesink.compat.quix_portal`)."""
+    from lakesink.compat import quix_portal
 
     kafka, secrets, unused = quix_portal.java_settings(quix_portal.fetch(env))
     for name, value in secrets.items():

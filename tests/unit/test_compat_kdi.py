@@ -7,7 +7,7 @@ import json
 import pytest
 
 from lakesink.config import load_config
-from lakesink.config.kdi_cli import parse, takeover_offsets, translate
+from lakesink.compat.kdi import parse, takeover_offsets, translate
 from lakesink.errors import ConfigError
 
 #: the upstream README's command line (the table local here)
@@ -116,7 +116,7 @@ def test_takeover_starts_after_each_partitions_txn_version() -> None:
 
 
 def test_the_forks_repair_flags_and_variables() -> None:
-    from lakesink.config.kdi_cli import parse_repair, repair_flags
+    from lakesink.compat.kdi import parse_repair, repair_flags
 
     a = parse_repair(["repair", "--table_url", "s3://b/lake/web", "--optimize_target_size",
                       "5000000", "--optimize_partition", "date",
@@ -136,7 +136,7 @@ def test_the_forks_repair_flags_and_variables() -> None:
 
 
 def test_a_table_with_files_and_no_txn_of_the_app_id_is_refused() -> None:
-    from lakesink.config.kdi_cli import refuse_unknown_app_id
+    from lakesink.compat.kdi import refuse_unknown_app_id
 
     with pytest.raises(ConfigError) as refused:
         refuse_unknown_app_id({0: None, 1: None}, 3, app_id="kafka_delta_ingest", seek={})
@@ -147,7 +147,7 @@ def test_a_table_with_files_and_no_txn_of_the_app_id_is_refused() -> None:
 
 
 def test_its_security_variables_and_librdkafka_names() -> None:
-    from lakesink.config.kdi_cli import secret_env
+    from lakesink.compat.kdi import secret_env
 
     env = {"KAFKA_DELTA_INGEST_CA": "CA-PEM", "KAFKA_DELTA_INGEST_CERT": "CERT-PEM",
            "KAFKA_DELTA_INGEST_KEY": "KEY-PEM",
@@ -173,7 +173,7 @@ def test_its_security_variables_and_librdkafka_names() -> None:
 
 
 def test_the_forks_whitelist_searches_as_a_java_whole_match() -> None:
-    from lakesink.config.kdi_cli import search_pattern
+    from lakesink.compat.kdi import search_pattern
 
     assert search_pattern("ead") == ".*(?:ead).*"
     assert search_pattern("(?i)^read") == "(?i).*(?:^read).*"

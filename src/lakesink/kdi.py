@@ -1,0 +1,230 @@
+"""``lakesink kdi ingest``: the configuration a kafka-delta-ingest command line runs, its
+start taken over from kafka-delta-ingest's offsets.
+
+:mod:`lakesink.compat.kdi` reads the command line; this module asks the table (its
+``txn`` actions ``<app_id>-<partition>``), the checkpoint (new or not) and the broker (the
+topic's partitions; kafka-delta-ingest's group must be idle) where a new checkpoint
+starts, and refuses what would write a row twice (:func:`takeover_start`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from lakesink.compat.kdi import (
+    KdiArgs,
+    parse,
+    parse_seek_offsets,
+    refuse_unknown_app_id,
+    secret_env,
+    start_reset,
+    takeover_offsets,
+    translate,
+)
+from lakesink.errors import ConfigError
+
+logger = logging.getLogger("lakesink.kdi")
+
+
+def ingest_config(argv: list[str], env: Mapping[str, str]) -> tuple[Any, bool]:
+    """The lakesink config ``lakesink kdi ingest <argv>`` runs, its start taken over
+    from kafka-delta-ingest (:func:`takeover_start`); and whether ``--print-config``
+    was given. The printed config carries the take-over (the starting offsets after
+    kafka-delta-ingest's, read now: it must stay stopped), so ``lakesink run -c`` on
+    it writes nothing twice; a run of the flags alone would be refused at start
+    (``table.other_writers``)."""
+    from lakesink.config import load_config
+
+    args, print_config = parse(argv, env)
+    flags, ignored = translate(args)
+    if ignored:
+        logger.info("kafka-delta-ingest flags with no meaning in lakesink, ignored: %s",
+                    "; ".join(ignored))
+    env = {**env, **secret_env(args, env)}
+    if args.no_takeover:  # the table's txn offsets ignored: so by the run too
+        flags["table.other_writers"] = "ignore"
+    cfg = load_config(flags=flags, env=env, compat="off")  # the command line is the config
+    start = takeover_start(cfg, args)
+    if start is not None:
+        cfg = load_config(flags={**flags, "source.kafka.starting_offsets": start}, env=env,
+                          compat="off")
+    return cfg, print_config
+
+
+def takeover_start(cfg: Any, args: KdiArgs) -> str | None:  # noqa: ANN401
+    """Spark's ``startingOffsets`` for a new checkpoint on a table kafka-delta-ingest
+    wrote (its ``txn`` offsets, ``--seek_offsets``), or None (the flags' own start)."""
+    topic = args.topic or ""
+    seek = parse_seek_offsets(args.seek_offsets) if args.seek_offsets else {}
+    reset = start_reset(args)
+    readable = offsets_readable(cfg)
+    if readable and not checkpoint_is_new(cfg):
+        return None  # Spark starts from the checkpoint
+    # kafka-delta-ingest must have stopped before its offsets are read (and the query
+    # checks again at start: require_idle_group)
+    require_idle_group(cfg, topic)
+    if cfg.routes or not readable:  # a table per message type; a store read only by Spark
+        partitions = topic_partitions(cfg, topic)
+        if not all(str(p) in seek for p in partitions) and not args.no_takeover:
+            if not readable:
+                raise ConfigError("table.base_path", "kafka-delta-ingest's offsets are "
+                                  "read from local disk and S3 only", fix="give "
+                                  "--seek_offsets (where to start), or --no_takeover to "
+                                  "start at --auto_offset_reset")
+            refuse_type_tables(cfg)
+        return None if not seek else takeover_offsets(
+            partitions, topic=topic, seek=seek, reset=reset)
+    versions, files = table_txn_versions(cfg, args.app_id, topic)
+    if args.no_takeover:
+        versions = dict.fromkeys(versions)
+    else:
+        refuse_unknown_app_id(versions, files, app_id=args.app_id, seek=seek)
+    start = takeover_offsets(versions, topic=topic, seek=seek, reset=reset)
+    if start is not None:
+        logger.info(
+            "taking over from kafka-delta-ingest's offsets (app id %r) in the table: a new "
+            "checkpoint starts at %s", args.app_id, start)
+    return start
+
+
+def offsets_readable(cfg: Any) -> bool:  # noqa: ANN401
+    """Whether the take-over can read the table and the checkpoint before Spark starts
+    (local disk and S3; other stores need --seek_offsets or --no_takeover)."""
+    paths = [cfg.table.base_path] + ([cfg.checkpoint] if cfg.checkpoint else [])
+    return all((p.split("://", 1)[0] if "://" in p else "file") in ("file", "s3", "s3a")
+               for p in paths)
+
+
+def checkpoint_is_new(cfg: Any) -> bool:  # noqa: ANN401
+    """Whether no query has started in the run's checkpoint (no offset or source log,
+    :func:`lakesink.tables.identity.has_started`): only then does a take-over happen
+    (afterwards Spark starts from the checkpoint, whatever the table says)."""
+    import pyarrow.fs as pafs
+
+    from lakesink.runtime.lake import filesystem
+    from lakesink.tables.fs import to_uri
+    from lakesink.tables.layout import TableLayout
+
+    if cfg.checkpoint or cfg.routes:
+        checkpoint = to_uri(cfg.checkpoint or cfg.routed_checkpoint)
+    else:
+        checkpoint = TableLayout.of(cfg.table.base_path, cfg.table_name).default_checkpoint
+    from lakesink.tables.identity import STARTED_DIRS
+
+    fs, root = filesystem(cfg, checkpoint)
+    for folder in STARTED_DIRS:  # as has_started: hidden and _-prefixed names skipped
+        found = fs.get_file_info(pafs.FileSelector(f"{root}/{folder}", recursive=True,
+                                                   allow_not_found=True))
+        if any(f.type == pafs.FileType.File and not any(
+                part.startswith((".", "_")) for part in
+                f.path[len(root) + len(folder) + 2:].split("/")) for f in found):
+            return False
+    return True
+
+
+def refuse_type_tables(cfg: Any) -> None:  # noqa: ANN401
+    """Message-type routing (a table per record name): taking over tables the fork wrote
+    is not supported (each table holds its own position; one start for all would write
+    again what the tables ahead hold). Refused when ``<base>`` holds a Delta table."""
+    import pyarrow.fs as pafs
+
+    from lakesink.runtime.lake import filesystem
+    from lakesink.tables.fs import to_uri
+
+    fs, root = filesystem(cfg, to_uri(cfg.table.base_path))
+    found = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+    tables = sorted(f.base_name for f in found if f.type == pafs.FileType.Directory
+                    and fs.get_file_info(f"{f.path}/_delta_log").type
+                    == pafs.FileType.Directory)
+    if tables:
+        raise ConfigError(
+            "--table_base_uri", f"holds Delta tables ({', '.join(tables[:5])}): taking over "
+            "tables kafka-delta-ingest wrote per message type is not supported",
+            fix="give --seek_offsets (where to start each partition), or --no_takeover to "
+            "start at --auto_offset_reset")
+
+
+def _admin(cfg: Any) -> Any:  # noqa: ANN401
+    from confluent_kafka.admin import AdminClient
+
+    from lakesink.sources.kafka_client import librdkafka_conf
+
+    return AdminClient({k: v for k, v in librdkafka_conf(cfg.source.kafka).items()
+                        if k not in ("group.id", "enable.auto.commit")})
+
+
+def require_idle_group(cfg: Any, topic: str) -> None:  # noqa: ANN401
+    """Before reading kafka-delta-ingest's offsets from the table: its group (``-g``)
+    must have no member reading ``topic`` (it must have stopped, or what it writes after
+    the read would be written again). librdkafka's view; the query checks again at
+    start (``require_idle_group``)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from lakesink.errors import SourceError
+    from lakesink.sources.kafka_admin import busy_members
+
+    coordinator_moving = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                           KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
+
+    kafka = cfg.source.kafka
+    admin = _admin(cfg)  # referenced until the answer: its futures die with it
+    deadline = time.monotonic() + kafka.connect_timeout_s
+    while True:
+        try:
+            [future] = admin.describe_consumer_groups(
+                [kafka.group_id], request_timeout=kafka.connect_timeout_s).values()
+            described = future.result(timeout=kafka.connect_timeout_s + 5)
+            break
+        except (KafkaException, TimeoutError) as exc:
+            error = exc.args[0] if exc.args else None
+            code = error.code() if isinstance(error, KafkaError) else None
+            if code == KafkaError.GROUP_ID_NOT_FOUND:
+                return
+            if ((code in coordinator_moving or (isinstance(error, KafkaError)
+                                                  and error.retriable()))
+                    and time.monotonic() < deadline):  # e.g. the coordinator is loading
+                time.sleep(0.5)
+                continue
+            raise SourceError(f"source.kafka: cannot describe consumer group "
+                              f"{kafka.group_id!r} at {kafka.bootstrap_servers}: "
+                              f"{exc}") from None
+    members = [(m.client_id, m.host, {tp.topic for tp in m.assignment.topic_partitions})
+               for m in described.members]
+    state = getattr(getattr(described, "state", None), "name", "")
+    busy_members(kafka.group_id, [topic], members, stable=state == "STABLE")
+
+
+def topic_partitions(cfg: Any, topic: str) -> dict[int, None]:  # noqa: ANN401
+    """``topic``'s partitions, asked of the broker (librdkafka), each mapped to None."""
+    from lakesink.errors import SourceError
+
+    kafka = cfg.source.kafka
+    try:
+        meta = _admin(cfg).list_topics(topic=topic, timeout=kafka.connect_timeout_s)
+    except Exception as exc:  # noqa: BLE001 - librdkafka's KafkaException
+        raise SourceError(f"source.kafka: cannot list the partitions of {topic!r} at "
+                          f"{kafka.bootstrap_servers}: {exc}") from None
+    return dict.fromkeys(sorted(meta.topics[topic].partitions) if topic in meta.topics
+                         else [])
+
+
+def table_txn_versions(cfg: Any, app_id: str, topic: str  # noqa: ANN401
+                       ) -> tuple[dict[int, int | None], int]:
+    """Per partition of ``topic`` (asked of the broker), the ``txn`` version that
+    kafka-delta-ingest's ``<app_id>-<partition>`` holds in the Delta table (None: none,
+    or no table yet); and the number of files in the table."""
+    from deltalake.exceptions import TableNotFoundError
+
+    from lakesink.runtime.lake import delta_table
+
+    partitions = topic_partitions(cfg, topic)
+    uri = f"{cfg.table.base_path.rstrip('/')}/{cfg.table.name}"
+    try:
+        table = delta_table(cfg, uri)
+    except TableNotFoundError:  # no table yet: nothing to take over
+        return dict(partitions), 0
+    return ({p: table.transaction_version(f"{app_id}-{p}") for p in partitions},
+            len(table.file_uris()))
