@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakesink.errors import one_line
 from lakesink.runtime.lake import delta_table, filesystem, list_files, read_json
-from lakesink.sources.kafka_client import librdkafka_conf
+from lakesink.sources.kinds import source_kind
 from lakesink.tables.formats import table_format
 
 if TYPE_CHECKING:
@@ -188,58 +188,8 @@ def lag(cfg: LakesinkConfig, checkpoint: str) -> dict[str, int]:
     sources = checkpoint_sources(cfg, checkpoint) or []
     out: dict[tuple[str, str], int] = {}
     for end in sources:
-        out.update(behind(end, _latest(cfg, checkpoint, end)))
+        out.update(behind(end, source_kind(cfg.source).latest(checkpoint, end)))
     return {(f"{k}/{p}" if p else k): n for (k, p), n in sorted(out.items())}
-
-
-def _latest(cfg: LakesinkConfig, checkpoint: str, end: dict[str, Any]) -> dict[str, Any]:
-    """The source's latest offset for the keys of ``end``, as its reader reports it to
-    Spark (Kafka: the broker's end offsets)."""
-    src = cfg.source
-    if src.kafka is not None:
-        return _kafka_latest(cfg, end)
-    if src.danube is not None:
-        from lakesink.sources import _danube_options
-        from lakesink.sources.danube import topic_dir
-        from lakesink.sources.danube_spool import count_records
-
-        spool = _danube_options(src.danube, checkpoint)["spool_dir"]
-        return {t: {"waiting": count_records(topic_dir(spool, t), int(pos))[1]}
-                for t, pos in end.items() if t in src.danube.topics and isinstance(pos, int)}
-    if src.redis is not None:
-        from lakesink.sources import _redis_options
-        from lakesink.sources.redis_lists import RedisListsReader
-        from lakesink.sources.redis_streams import RedisStreamsReader
-
-        latest: dict[str, Any] = {}
-        for kind, reader, keys in (("streams", RedisStreamsReader, src.redis.streams),
-                                   ("lists", RedisListsReader, src.redis.lists)):
-            if any(k in end for k in keys):
-                r = reader(_redis_options(src.redis, kind, checkpoint=checkpoint))
-                try:
-                    latest.update(r.reportLatestOffset() or {})
-                finally:
-                    r.stop()
-        return latest
-    return {}
-
-
-def _kafka_latest(cfg: LakesinkConfig, end: dict[str, Any]) -> dict[str, dict[str, int]]:
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(librdkafka_conf(cfg.source.kafka))
-    try:
-        out: dict[str, dict[str, int]] = {}
-        for topic, parts in sorted(end.items()):
-            for partition in sorted((p for p in (parts if isinstance(parts, dict) else {})
-                                     if str(p).isdigit()), key=int):
-                _, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, int(partition)),
-                    timeout=cfg.source.kafka.connect_timeout_s)  # type: ignore[union-attr]
-                out.setdefault(topic, {})[str(partition)] = high
-        return out
-    finally:
-        consumer.close()
 
 
 def status(cfg: LakesinkConfig) -> list[TableStatus]:
