@@ -51,6 +51,7 @@ from lakesink.pipeline.arrow_task import (
 )
 from lakesink.tables.fs import join, task_path
 from lakesink.tables.formats import table_format
+from lakesink.sources.records import RECORD_DDL
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -66,8 +67,6 @@ logger = logging.getLogger(__name__)
 _FOLDER_TYPES = ("string", "boolean", "tinyint", "smallint", "int", "bigint")
 _TIMESTAMP_TYPES = ("string", "tinyint", "smallint", "int", "bigint", "float", "double",
                     "timestamp", "date")
-RAW_DDL = ("key binary, value binary, topic string, partition int, offset long, "
-           "timestamp timestamp, timestampType int")
 
 
 class NotArrow(str):
@@ -211,4 +210,4 @@ def _warm(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Reco
 def suspects_frame(df: DataFrame, suspects: pa.Table) -> DataFrame:
     """The suspects as a DataFrame of raw records, for Spark's decoder."""
     spark = df.sparkSession
-    return spark.createDataFrame(suspects, schema=RAW_DDL)
+    return spark.createDataFrame(suspects, schema=RECORD_DDL)

@@ -53,6 +53,7 @@ from lakesink.tables.paths import (
     folder_fits,
 )
 from lakesink.tables.fs import open_filesystem
+from lakesink.sources.records import RECORD_COLUMNS, RECORD_DDL
 
 #: Spark type names -> Arrow types the Arrow path parses them as. A timestamp or date is
 #: parsed as text and certified by :func:`iso_values` (the rest is left to Spark's decoder)
@@ -63,10 +64,9 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "date": pa.string(),
 }
 #: what a task reports (the driver's ``mapInArrow`` schema)
-RESULT_DDL = ("kind string, path string, rows long, bytes long, stats string, key binary, "
-              "value binary, topic string, partition int, offset long, "
-              "timestamp timestamp, timestampType int")
-RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
+RESULT_DDL = f"kind string, path string, rows long, bytes long, stats string, {RECORD_DDL}"
+#: a suspect's columns: the raw record (:mod:`lakesink.sources.records`)
+RAW_COLUMNS = RECORD_COLUMNS
 #: bytes of records joined for one parse, and of raw records decoded at a time
 BLOCK_BYTES = 64 << 20
 CHUNK_BYTES = 256 << 20

@@ -13,7 +13,6 @@ reused by every batch.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import operator
 import time
@@ -39,6 +38,7 @@ from lakesink.pipeline.marks import (
     BatchCounts,
 )
 from lakesink.pipeline.transforms import FAILED_INDEX, TRANSFORM_FAILED, Transforms
+from lakesink.tables.rejected import dead_letter_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -232,8 +232,8 @@ class Marker:
         return lambda: self.good(self.mark(df)).count()
 
     def dead_letters(self, marked: DataFrame, batch_id: int, app_id: str) -> DataFrame:
-        """The dead-letter rows of ``marked`` (the rejected area's columns,
-        :mod:`lakesink.tables.rejected`), each with its reason, detail and stage."""
+        """The dead-letter rows of ``marked`` (:func:`lakesink.tables.rejected.
+        dead_letter_rows`), each with its reason, detail and stage."""
         fail = F.col(MARK.fail)
         bad = marked.where(fail.isNotNull())
         reason, detail = self.decoder.explain(F.col("value"), F.col(MARK.record))
@@ -268,17 +268,10 @@ class Marker:
             reason = F.when(is_tf, F.lit(TRANSFORM_FAILED)).otherwise(reason)
             detail = F.when(is_tf, tf_detail).otherwise(detail)
             stage = F.when(is_tf, F.lit("transform")).otherwise(stage)
-        return bad.select(
-            "key", "value",
-            F.when(is_ts, F.lit(INVALID_TIMESTAMP)).otherwise(reason).alias("reason"),
-            F.when(is_ts, ts_detail).otherwise(detail).alias("detail"),
-            stage.alias("stage"),
-            "topic", "partition", "offset", "kafka_timestamp",
-            F.lit(batch_id).cast("long").alias("batch_id"),
-            F.lit(app_id).alias("app_id"),
-            F.lit(dt.datetime.now(dt.UTC).replace(tzinfo=None)).cast("timestamp")
-            .alias("rejected_at"),
-        )
+        return dead_letter_rows(
+            bad, reason=F.when(is_ts, F.lit(INVALID_TIMESTAMP)).otherwise(reason),
+            detail=F.when(is_ts, ts_detail).otherwise(detail), stage=stage,
+            kafka_timestamp=F.col("kafka_timestamp"), batch_id=batch_id, app_id=app_id)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ Contract (the same as one table's, per table):
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import time
@@ -40,6 +39,7 @@ from lakesink.decode.registry import WriterSchema
 from lakesink.errors import ConfigError, SourceError
 from lakesink.observe.metrics import METRICS
 from lakesink.pipeline.batch import BatchFunction, RunStats
+from lakesink.tables.rejected import dead_letter_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -430,12 +430,8 @@ class Router:
                 logger.warning("batch %d: %d record(s) matched no route, dropped "
                                "(unrouted: drop)", batch_id, dropped)
             return
-        rows = df.select(
-            "key", "value", F.lit(UNROUTED).alias("reason"), "detail",
-            F.lit("route").alias("stage"), "topic", "partition", "offset",
-            F.col("timestamp").alias("kafka_timestamp"),
-            F.lit(batch_id).cast("long").alias("batch_id"), F.lit(self.app_id).alias("app_id"),
-            F.lit(dt.datetime.now(dt.UTC).replace(tzinfo=None)).cast("timestamp")
-            .alias("rejected_at"))
+        rows = dead_letter_rows(df, reason=F.lit(UNROUTED), detail=F.col("detail"),
+                                stage=F.lit("route"), kafka_timestamp=F.col("timestamp"),
+                                batch_id=batch_id, app_id=self.app_id)
         self.unrouted.discard(batch_id)
         self.unrouted.stage(batch_id, rows, only_if_any=True)

@@ -37,6 +37,8 @@ _FIELDS = [("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
            ("partition", pa.int32()), ("offset", pa.int64()),
            ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())]
 RECORD_SCHEMA = pa.schema(_FIELDS)
+#: the record's columns, in order (without headers)
+RECORD_COLUMNS = tuple(name for name, _ in _FIELDS)
 RECORD_SCHEMA_HEADERS = pa.schema([*_FIELDS, ("headers", HEADER_TYPE)])
 
 

@@ -11,11 +11,12 @@ It lives beside the table, never inside it (so table readers never see it), at
   keyed exactly like the data table (``txnAppId`` = the app id, ``txnVersion`` = the
   batch id), so a replayed batch's dead letters are committed once.
 
-Columns: ``key`` and ``value`` (raw bytes), ``reason`` (the error class, a code),
-``detail`` (the error message), ``stage`` (``decode``: unreadable; ``route``: no route
-takes it; ``transform``: a transform raised; ``schema``: read but does not fit the
-table), ``topic``, ``partition``, ``offset``, ``kafka_timestamp``, ``batch_id``,
-``app_id``, ``rejected_at`` (the ingest time).
+Columns (:data:`DEAD_LETTER_COLUMNS`, built by :func:`dead_letter_rows`): ``key`` and
+``value`` (raw bytes), ``reason`` (the error class, a code), ``detail`` (the error
+message), ``stage`` (``decode``: unreadable; ``route``: no route takes it;
+``transform``: a transform raised; ``schema``: read but does not fit the table),
+``topic``, ``partition``, ``offset``, ``kafka_timestamp``, ``batch_id``, ``app_id``,
+``rejected_at`` (the ingest time).
 """
 
 from __future__ import annotations
@@ -31,10 +32,33 @@ from lakesink.tables.layout import TableLayout
 from lakesink.tables.formats import WriterOptions, open_writer, table_format
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 
 logger = logging.getLogger(__name__)
+
+#: the dead-letter table's columns, in order
+DEAD_LETTER_COLUMNS = ("key", "value", "reason", "detail", "stage", "topic", "partition",
+                       "offset", "kafka_timestamp", "batch_id", "app_id", "rejected_at")
+
+
+def dead_letter_rows(records: DataFrame, *, reason: Column, detail: Column, stage: Column,
+                     kafka_timestamp: Column, batch_id: int, app_id: str) -> DataFrame:
+    """``records`` (raw records: key, value, topic, partition, offset) as dead-letter
+    rows of batch ``batch_id`` of ``app_id``, rejected now — the one place the row is
+    built (the mark stage's dead letters, the unrouted records)."""
+    import datetime as dt
+
+    from pyspark.sql import functions as F
+
+    row = records.select(
+        "key", "value", reason.alias("reason"), detail.alias("detail"), stage.alias("stage"),
+        "topic", "partition", "offset", kafka_timestamp.alias("kafka_timestamp"),
+        F.lit(batch_id).cast("long").alias("batch_id"), F.lit(app_id).alias("app_id"),
+        F.lit(dt.datetime.now(dt.UTC).replace(tzinfo=None)).cast("timestamp")
+        .alias("rejected_at"))
+    assert tuple(row.columns) == DEAD_LETTER_COLUMNS
+    return row
 
 
 def dead_letter_layout(layout: TableLayout) -> TableLayout:
