@@ -104,7 +104,7 @@ def test_a_rest_catalog_that_never_answers_times_out_and_waits() -> None:
     import time
 
     from lakesink.catalog.iceberg import IcebergCatalog
-    from lakesink.config.models import IcebergCatalogConfig
+    from lakesink.config.catalog import IcebergCatalogConfig
     from lakesink.errors import CatalogUnavailable
 
     silent = socket.create_server(("127.0.0.1", 0))  # accepts (backlog), never answers

@@ -16,7 +16,7 @@ from lakesink.catalog.base import CatalogFile, CommittedBatch
 from lakesink.catalog.outbox import partition_of
 from lakesink.catalog.quix import QuixCatalog
 from lakesink.config import load_config
-from lakesink.config.models import QuixCatalogConfig
+from lakesink.config.catalog import QuixCatalogConfig
 from lakesink.errors import CatalogError, CatalogUnavailable, LayoutError
 from tests.fixtures.quix_catalog import QuixCatalogDouble
 from tests.fixtures.runs import flatten

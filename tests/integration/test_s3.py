@@ -88,7 +88,7 @@ def test_s3_end_to_end_with_the_quix_settings(spark, kafka_broker, s3_server, to
 
 @pytest.mark.parametrize("where", ["s3", "local"])
 def test_write_once_is_conditional(spark, s3_server, tmp_path, where) -> None:
-    from lakesink.config.models import S3Storage
+    from lakesink.config.storage import S3Storage
     from lakesink.runtime.storage import s3a_options
     from lakesink.tables.fs import HadoopFS
 

@@ -269,7 +269,7 @@ def test_close_never_raises_and_an_unreadable_manifest_is_reported(caplog) -> No
 
 def test_catalog_ids_and_log_names_hide_passwords() -> None:
     from lakesink.catalog.iceberg import IcebergCatalog, safe_uri
-    from lakesink.config.models import IcebergCatalogConfig
+    from lakesink.config.catalog import IcebergCatalogConfig
 
     assert safe_uri("postgresql://u:hunter2@db:5432/x?sslkey=k") == "postgresql://db:5432/x"
 

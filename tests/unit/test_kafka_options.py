@@ -8,7 +8,7 @@ import pytest
 
 from lakesink.config import load_config
 from lakesink.errors import SourceError
-from lakesink.config.models import bootstrap_hosts
+from lakesink.config.source import bootstrap_hosts
 from lakesink.errors import ConfigError
 from lakesink.sources.kafka import check_reachable, source_options
 from lakesink.local.services import free_port

@@ -13,7 +13,7 @@ from pyspark.sql import types as T
 from typer.testing import CliRunner
 
 from lakesink.config import load_config
-from lakesink.config.models import RegistryConfig
+from lakesink.config.decode import RegistryConfig
 from lakesink.decode import registry as registry_mod
 from lakesink.decode.avro_registry import avro_type, loose, reader_schema
 from lakesink.decode.registered import INCOMPATIBLE_SCHEMA, compare

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import types as T
 
-from lakesink.config.models import FieldSpec
+from lakesink.config.decode import FieldSpec
 from lakesink.decode.schema import declared_schema, parse_ddl, parse_type
 from lakesink.errors import ConfigError
 

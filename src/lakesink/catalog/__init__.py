@@ -14,12 +14,9 @@ from lakesink.tables.formats import table_format
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from lakesink.config.models import (
-        CatalogConfig,
-        IcebergCatalogConfig,
-        StorageConfig,
-        TableConfig,
-    )
+    from lakesink.config.catalog import CatalogConfig, IcebergCatalogConfig
+    from lakesink.config.storage import StorageConfig
+    from lakesink.config.table import TableConfig
     from lakesink.tables.fs import HadoopFS
     from lakesink.tables.layout import TableLayout
 

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql import types as T
 
-    from lakesink.config.models import CatalogConfig, HiveCatalogConfig
+    from lakesink.config.catalog import CatalogConfig, HiveCatalogConfig
 
 logger = logging.getLogger(__name__)
 

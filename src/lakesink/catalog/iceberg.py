@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog as PyCatalog
     from pyiceberg.table import Table
 
-    from lakesink.config.models import IcebergCatalogConfig
+    from lakesink.config.catalog import IcebergCatalogConfig
 
 logger = logging.getLogger(__name__)
 

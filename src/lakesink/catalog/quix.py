@@ -34,7 +34,7 @@ from lakesink.catalog.base import Catalog, CommittedBatch
 from lakesink.errors import CatalogError, CatalogUnavailable, LayoutError
 
 if TYPE_CHECKING:
-    from lakesink.config.models import QuixCatalogConfig
+    from lakesink.config.catalog import QuixCatalogConfig
 
 logger = logging.getLogger(__name__)
 

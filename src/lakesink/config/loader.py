@@ -269,7 +269,7 @@ def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
         value, (str, int, float, bool)
     ) and not any(_matches(tuple(loc), p) for p in secret_paths()):
         if isinstance(value, str):  # a URL's password is never echoed
-            from lakesink.config.models import masked_uri
+            from lakesink.config.catalog import masked_uri
 
             value = masked_uri(value)
         msg += f" (got {value!r})"

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql import types as T
 
-    from lakesink.config.models import DecodeConfig
+    from lakesink.config.decode import DecodeConfig
 
 
 def fixed_decoder(spark: SparkSession | None, cfg: DecodeConfig) -> Decoder | None:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from lakesink.errors import ConfigError, RegistryUnavailable, one_line
 
 if TYPE_CHECKING:
-    from lakesink.config.models import RegistryConfig
+    from lakesink.config.decode import RegistryConfig
 
 logger = logging.getLogger(__name__)
 

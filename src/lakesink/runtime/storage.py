@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from pydantic import SecretStr
     from pyspark.sql import SparkSession
 
-from lakesink.config.models import AzureStorage, GcsStorage, LakesinkConfig, S3Storage
+from lakesink.config.models import LakesinkConfig
+from lakesink.config.storage import AzureStorage, GcsStorage, S3Storage
 from lakesink.config.secrets import redact
 from lakesink.errors import ConfigError
 from lakesink.tables.formats import table_format

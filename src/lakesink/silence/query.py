@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakesink import sources
-from lakesink.config.models import LakesinkConfig, SilenceConfig, SourceConfig
+from lakesink.config.models import LakesinkConfig
+from lakesink.config.silence import SilenceConfig
+from lakesink.config.source import SourceConfig
 from lakesink.errors import ConfigError, one_line
 from lakesink.faults import fault_point
 from lakesink.observe.metrics import METRICS

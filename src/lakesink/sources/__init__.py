@@ -13,7 +13,7 @@ from lakesink.sources.kinds import SourceKind, source_kind
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from lakesink.config.models import SourceConfig
+    from lakesink.config.source import SourceConfig
 
 
 def describe(cfg: SourceConfig) -> str:

@@ -10,7 +10,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from lakesink.config.models import KafkaSource, bootstrap_hosts
+from lakesink.config.source import KafkaSource, bootstrap_hosts
 from lakesink.sources.kafka_client import client_options
 from lakesink.sources.net import wait_for_tcp
 

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from lakesink.config.models import KafkaSource
+from lakesink.config.source import KafkaSource
 from lakesink.errors import SecondWriterError, SourceError, one_line
 from lakesink.sources.kafka_client import client_options
 

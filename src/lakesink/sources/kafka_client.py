@@ -10,7 +10,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lakesink.config.models import KafkaSource
+    from lakesink.config.source import KafkaSource
 
 
 _JAAS_MODULES = {

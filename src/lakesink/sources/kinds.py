@@ -23,7 +23,7 @@ from lakesink.errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from lakesink.config.models import DanubeSource, KafkaSource, RedisSource, SourceConfig
+    from lakesink.config.source import DanubeSource, KafkaSource, RedisSource, SourceConfig
 
 logger = logging.getLogger("lakesink.sources")
 

@@ -19,7 +19,7 @@ from lakesink.errors import SourceError
 if TYPE_CHECKING:
     import redis
 
-    from lakesink.config.models import RedisSource
+    from lakesink.config.source import RedisSource
 
 
 @dataclass(frozen=True)
