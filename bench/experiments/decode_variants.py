@@ -60,13 +60,14 @@ def main() -> None:
         json_mod.JsonDecoder.unknown_keys = (
             (lambda self, v, p=None: F.array().cast("array<string>"))
             if "-noextra" in variant else unknown_keys)
-        proc.decoder.count_colons = "-split" not in variant
-        proc._exprs = {}  # rebuild the expressions with this variant's pieces
-        marked = proc._marked(raw)
+        marker = proc.marker
+        marker.use(marker.schema)  # rebuild the expressions with this variant's pieces
+        marker.decoder.count_colons = "-split" not in variant
+        marked = marker.mark(raw)
         if "-noobs" not in variant:
             marked = marked.observe(Observation(f"o{time.monotonic_ns()}"),
-                                    *proc._aggregates())
-        good = proc._good(marked)
+                                    *marker.aggregates())
+        good = marker.good(marked)
         return proc.writer.shuffled(good) if "-shuffle" in variant else good
 
     for _ in range(rounds):

@@ -51,7 +51,7 @@ from lakesink.runtime import storage
 from lakesink.runtime.query_runner import RestartPolicy, run_with_restarts
 from lakesink.runtime.shutdown import StopGate, StopRequest
 from lakesink.silence.query import SilenceQuery, SilenceRunner
-from lakesink.tables.base import TableWriter, check_layout
+from lakesink.tables.base import check_layout
 from lakesink.tables.fs import HadoopFS, to_uri
 from lakesink.tables.identity import checkpoint_app_id, mark_started, run_tag
 from lakesink.tables.formats import WriterOptions, open_writer
@@ -290,7 +290,6 @@ class TableParts:
             task_filesystem=storage.delta_task_filesystem(self.cfg, layout.base)))
         writer.prepare()
         try:
-            _refuse_other_writers(writer, self.cfg)
             registrar = catalog.registrar(self.cfg.catalog, table, self.fs, layout,
                                           run=run_tag(app_id), storage=self.cfg.storage,
                                           spark=spark)
@@ -313,14 +312,18 @@ class TableParts:
         )
 
 
-def _refuse_other_writers(writer: TableWriter, cfg: LakesinkConfig) -> None:
+def _refuse_other_writers(processor: BatchFunction, cfg: LakesinkConfig) -> None:
     """A new checkpoint on a table with other writers' positions starts only where it
-    writes nothing again (:func:`lakesink.tables.takeover.start_refusal`)."""
+    writes nothing again (:func:`lakesink.tables.takeover.start_refusal`). Asked of the
+    query's tables at start (not of a dead-letter replay, whose app id is its own, nor
+    of a message-type table made mid-run); a refusal releases the writer."""
+    writer = processor.writer
     kafka = cfg.source.kafka
     if kafka is None or cfg.table.other_writers == "ignore":
         return
     why = start_refusal(writer.other_writers(), kafka.starting_offsets)
     if why is not None:
+        processor.close()
         raise ConfigError(
             "source.kafka.starting_offsets", f"{writer.layout.table}: {why}",
             fix="give the offsets to start at (JSON, after the table's: lakesink kdi "
@@ -355,8 +358,10 @@ class Pipeline:
             checkpoint = (to_uri(cfg.checkpoint) if cfg.checkpoint
                           else parts.layout.default_checkpoint)
             app_id = checkpoint_app_id(parts.fs, checkpoint)
+            processor = parts.processor(app_id)
+            _refuse_other_writers(processor, cfg)
             pipeline = cls(cfg, spark, parts.layout.name, parts.layout.table, checkpoint,
-                           parts.processor(app_id), headers=parts.transforms.uses_headers)
+                           processor, headers=parts.transforms.uses_headers)
         if cfg.silence.enabled:
             try:
                 pipeline.silence = SilenceQuery.build(
@@ -405,6 +410,7 @@ class Pipeline:
                     with route_keys(i):
                         parts = TableParts.resolve(cfg.route_config(i), spark)
                     route.processor = parts.processor(app_id)
+                    _refuse_other_writers(route.processor, cfg.route_config(i))
                     targets.append(parts.layout.table)
                 routes.append(route)
             unrouted = (None if cfg.unrouted == "drop" else RejectedWriter(
