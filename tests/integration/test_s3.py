@@ -155,7 +155,10 @@ def test_a_second_delta_writer_on_s3_is_refused(spark, kafka_broker, s3_server, 
     data["table"].pop("base_path")
     env = _env(s3_server, prefix)
     first = Pipeline.build(load_config(flags=flatten(data), env=env), spark)
-    other = {**data, "checkpoint": f"s3a://lake/{prefix}/other-checkpoint"}
+    # another checkpoint on the table the first writes: once the first has committed, its
+    # txn refuses a start from earliest (table.other_writers); this test is the lease's
+    other = {**data, "checkpoint": f"s3a://lake/{prefix}/other-checkpoint",
+             "table": {**data["table"], "other_writers": "ignore"}}
     with pytest.raises(SecondWriterError) as refused:
         Pipeline.build(load_config(flags=flatten(other), env=env), spark)
     assert f"pid {os.getpid()}" in str(refused.value)
