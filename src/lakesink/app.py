@@ -410,7 +410,7 @@ class Pipeline:
                     with route_keys(i):
                         parts = TableParts.resolve(cfg.route_config(i), spark)
                     route.processor = parts.processor(app_id)
-                    _refuse_other_writers(route.processor, cfg.route_config(i))
+                    _refuse_other_writers(route.processor, parts.cfg)
                     targets.append(parts.layout.table)
                 routes.append(route)
             unrouted = (None if cfg.unrouted == "drop" else RejectedWriter(

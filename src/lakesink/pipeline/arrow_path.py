@@ -51,7 +51,7 @@ from lakesink.pipeline.arrow_task import (
 )
 from lakesink.tables.fs import join, task_path
 from lakesink.tables.formats import table_format
-from lakesink.sources.records import RECORD_DDL
+from lakesink.sources.record_shape import RECORD_DDL
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

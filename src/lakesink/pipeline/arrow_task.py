@@ -53,7 +53,7 @@ from lakesink.tables.paths import (
     folder_fits,
 )
 from lakesink.tables.fs import open_filesystem
-from lakesink.sources.records import RECORD_COLUMNS, RECORD_DDL
+from lakesink.sources.record_shape import RECORD_COLUMNS, RECORD_DDL
 
 #: Spark type names -> Arrow types the Arrow path parses them as. A timestamp or date is
 #: parsed as text and certified by :func:`iso_values` (the rest is left to Spark's decoder)

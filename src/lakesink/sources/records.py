@@ -27,20 +27,13 @@ from typing import Any, ClassVar
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 
-#: the Spark schema of a source's records (without and with headers)
-RECORD_DDL = ("key binary, value binary, topic string, partition int, offset long, "
-              "timestamp timestamp, timestampType int")
-HEADERS_DDL = "headers array<struct<key: string, value: binary>>"
-
-HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-_FIELDS = [("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
-           ("partition", pa.int32()), ("offset", pa.int64()),
-           ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())]
-RECORD_SCHEMA = pa.schema(_FIELDS)
-#: the record's columns, in order (without headers)
-RECORD_COLUMNS = tuple(name for name, _ in _FIELDS)
-RECORD_SCHEMA_HEADERS = pa.schema([*_FIELDS, ("headers", HEADER_TYPE)])
-
+from lakesink.sources.record_shape import (
+    HEADER_TYPE,
+    HEADERS_DDL,
+    RECORD_DDL,
+    RECORD_SCHEMA,
+    RECORD_SCHEMA_HEADERS,
+)
 
 def record_ddl(headers: bool) -> str:
     return f"{RECORD_DDL}, {HEADERS_DDL}" if headers else RECORD_DDL
