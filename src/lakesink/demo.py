@@ -91,36 +91,40 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
     s3 = SeaweedS3(bucket="lake") if storage == "s3" else None
     where = "s3a://lake/demo" if s3 is not None else str(lake)
     console.print(f"[bold]lakesink demo[/]: {events:,} sensor events -> {where}/{TOPIC}")
-    with (s3 or contextlib.nullcontext()), _source(source, events, partitions, console,
-                                                    started) as source_flags:
-        if s3 is not None:
-            console.print(f"  s3          SeaweedFS on {s3.endpoint}, bucket 'lake'")
-        flags = {
-            **source_flags,
-            "decode.schema": DEMO_SCHEMA,
-            "table.base_path": str(lake),
-            "table.format": table_format,
-            "table.partition_by": ["location", "year", "month", "day"],
-            "table.timestamp_column": "ts_ms",
-            "trigger.until_caught_up": True,
-        }
-        env: dict[str, str] = {}
-        if s3 is not None:  # the lake's place and the client, as the AWS/Quix variables
-            del flags["table.base_path"]
-            env = {**s3.env(), "S3_BUCKET": "lake", "S3_PREFIX": "demo"}
-        cfg = load_config(overrides=[], flags=flags, env=env)
-        t = time.monotonic()
-        spark = build_spark_session(master=cfg.spark.master, driver_memory=cfg.spark.driver_memory)
-        pipeline = Pipeline.build(cfg, spark)
-        stats = pipeline.run()
-        console.print(f"  ingested    {stats.written:,} rows, {stats.rejected:,} rejected, "
-                      f"{stats.files} files in {stats.batches} batch(es) "
-                      f"({time.monotonic() - t:.1f}s incl. Spark start)")
-        spark.stop()
-        if s3 is not None:
-            summarize_s3(s3, console, table_format)
+    try:
+        with (s3 or contextlib.nullcontext()), _source(source, events, partitions, console,
+                                                        started) as source_flags:
+            if s3 is not None:
+                console.print(f"  s3          SeaweedFS on {s3.endpoint}, bucket 'lake'")
+            flags = {
+                **source_flags,
+                "decode.schema": DEMO_SCHEMA,
+                "table.base_path": str(lake),
+                "table.format": table_format,
+                "table.partition_by": ["location", "year", "month", "day"],
+                "table.timestamp_column": "ts_ms",
+                "trigger.until_caught_up": True,
+            }
+            env: dict[str, str] = {}
+            if s3 is not None:  # the lake's place and the client, as the AWS/Quix variables
+                del flags["table.base_path"]
+                env = {**s3.env(), "S3_BUCKET": "lake", "S3_PREFIX": "demo"}
+            cfg = load_config(overrides=[], flags=flags, env=env)
+            t = time.monotonic()
+            spark = build_spark_session(master=cfg.spark.master,
+                                        driver_memory=cfg.spark.driver_memory)
+            pipeline = Pipeline.build(cfg, spark)
+            stats = pipeline.run()
+            console.print(f"  ingested    {stats.written:,} rows, {stats.rejected:,} rejected, "
+                          f"{stats.files} files in {stats.batches} batch(es) "
+                          f"({time.monotonic() - t:.1f}s incl. Spark start)")
+            spark.stop()
+            if s3 is not None:
+                summarize_s3(s3, console, table_format)
+    finally:  # a run that fails records what it wrote too: the next demo clears
+        if s3 is None:  # only that
+            record_lake(lake)
     if s3 is None:
-        record_lake(lake)
         summarize(lake, console, table_format)
     server = "redis-server" if source == "redis" else "broker"
     console.print(f"[green]done[/] in {time.monotonic() - started:.1f}s; {server} stopped.")
@@ -169,7 +173,8 @@ def claim_lake(lake: Path) -> None:
 
 
 def record_lake(lake: Path) -> None:
-    """List every file the demo's run wrote (what the next run may clear)."""
+    """List every file the demo's run wrote (what the next run may clear); called when
+    the run ends, however it ends, so only a killed run leaves its record incomplete."""
     files = sorted(_files(_demo_folders(lake), lake))
     (lake / DEMO_RECORD).write_text(json.dumps({"table": TOPIC, "files": files}))
 

@@ -63,7 +63,8 @@ def test_taking_over_a_table_kafka_delta_ingest_wrote(spark, kafka_broker, tmp_p
     table has files and no ``txn`` of the default app id), and while a consumer is still
     in kafka-delta-ingest's group (it still runs). ``--print-config`` prints the config
     the command runs, take-over included; that config with ``earliest`` instead (what
-    the printed file said before) is refused by ``lakesink run``."""
+    the printed file said before) is refused by ``lakesink run``, and so is the printed
+    file once kafka-delta-ingest has written past its start."""
     import pyarrow as pa
     from confluent_kafka import Consumer, Producer
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
@@ -114,6 +115,15 @@ def test_taking_over_a_table_kafka_delta_ingest_wrote(spark, kafka_broker, tmp_p
     print(f"kdi printed config with earliest: {duplicates.value}")
     assert duplicates.value.key == "source.kafka.starting_offsets"
     assert "other writers' positions (txn kdi-0=29)" in str(duplicates.value)
+    # kafka-delta-ingest ran again after the print (offsets 30-49, txn kdi-0 = 49): the
+    # printed start (30) is stale, and the file is refused instead of writing 30-49 twice
+    write_deltalake(str(table), pa.table({"id": pa.array(range(30, 50), pa.int64())}),
+                    mode="append", commit_properties=CommitProperties(
+                        app_transactions=[Transaction(app_id="kdi-0", version=49)]))
+    with pytest.raises(ConfigError) as stale:
+        Pipeline.build(file_cfg, spark).processor.close()
+    assert "partition 0 would start at 30, but the table holds offsets up to 49" in str(
+        stale.value)
     result = run_cli(*flags, "-a", "kdi")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "taking over from kafka-delta-ingest's offsets" in result.stderr

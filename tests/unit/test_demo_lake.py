@@ -50,3 +50,35 @@ def test_a_demo_that_ended_early_leaves_folders_the_next_demo_may_clear(tmp_path
     assert '"incomplete": true' in (lake / DEMO_RECORD).read_text()
     claim_lake(lake)
     assert not (lake / ".lakesink" / "sensors").exists()
+
+
+def test_a_demo_that_failed_records_what_it_wrote_so_a_later_table_is_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A demo run that fails (its broker would not start) records the files it wrote;
+    a table the user then writes into the same folders is not cleared by the next demo
+    (an incomplete record would have claimed it)."""
+    import contextlib
+
+    from rich.console import Console
+
+    from lakesink import demo
+
+    lake = tmp_path / "lake"
+
+    @contextlib.contextmanager
+    def failing_source(*_args: object):  # noqa: ANN202
+        (lake / "sensors" / "day=1").mkdir(parents=True)
+        (lake / "sensors" / "day=1" / "part-0-0.parquet").write_text("demo")
+        raise RuntimeError("broker did not start")
+        yield {}  # pragma: no cover
+
+    monkeypatch.setattr(demo, "_source", failing_source)
+    with pytest.raises(RuntimeError, match="broker did not start"):
+        demo.run_demo(events=10, lake=lake, partitions=1, console=Console(quiet=True))
+    assert '"incomplete"' not in (lake / DEMO_RECORD).read_text()
+    user = lake / "sensors" / "day=2" / "user.parquet"
+    user.parent.mkdir()
+    user.write_text("the user's")
+    with pytest.raises(ConfigError, match="holds sensors/day=2/user.parquet"):
+        claim_lake(lake)
+    assert user.read_text() == "the user's"
