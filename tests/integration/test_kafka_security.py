@@ -115,6 +115,11 @@ def refusal_cases(broker: Any) -> dict[str, tuple[dict[str, Any], dict[str, str]
                    "not authorized to read the topic"),
         "describe_only": (sasl_source(broker, "carol"), secrets_env(broker, "carol"),
                           "not authorized to read topic"),
+        # a topic still to be created (which carol may describe) does not hide the
+        # others: the check asks each topic on its own (known-open S2)
+        "describe_only_beside_a_topic_to_come": (
+            {**sasl_source(broker, "carol"), "topics": ["still-to-come", "{guarded}"]},
+            secrets_env(broker, "carol"), "not authorized to read topic"),
         "wrong_keystore_password": (mtls_source(broker), {
             "LAKESINK_SOURCE__KAFKA__SECRET_OPTIONS":
                 '{"ssl.keystore.password": "not-it", "ssl.key.password": "not-it"}'},
@@ -124,12 +129,16 @@ def refusal_cases(broker: Any) -> dict[str, tuple[dict[str, Any], dict[str, str]
 
 @pytest.mark.parametrize("case", ["wrong_password", "untrusted_certificate",
                                   "untrusted_certificate_mtls", "no_acl", "describe_only",
+                                  "describe_only_beside_a_topic_to_come",
                                   "wrong_keystore_password"])
 def test_a_refused_connection_stops_the_start_with_one_line(spark, kafka_broker, guarded,
                                                             tmp_path, case) -> None:
     source, env, expected = refusal_cases(kafka_broker)[case]
-    cfg = load_config(flags=flatten(data_for(kafka_broker, guarded, tmp_path / "lake", source)),
-                      env=env)
+    if "topics" in source:
+        source["topics"] = [t.replace("{guarded}", guarded) for t in source["topics"]]
+        kafka_broker.grant(source["topics"][0], "User:carol", "DESCRIBE")
+    data = data_for(kafka_broker, guarded, tmp_path / "lake", source)
+    cfg = load_config(flags=flatten(data), env=env)
     with pytest.raises(SourceError) as refused:
         Pipeline.build(cfg, spark)
     message = str(refused.value)

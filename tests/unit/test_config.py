@@ -184,3 +184,17 @@ def test_secret_file_missing_names_the_key(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="file not found"):
         load_config(tmp_path / "nope.yaml", env={})
+
+
+def test_a_weakened_redaction_regex_is_refused(tmp_path: Path) -> None:
+    """Spark writes every setting its redaction regex misses to the event log and plans:
+    a user's regex must still cover lakesink's secrets (known-open S1)."""
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, BASE), env={},
+                    overrides=["spark.conf.spark.redaction.regex=nomatch"])
+    assert info.value.key == "spark.conf", str(info.value)
+    assert "fs.s3a.secret.key" in str(info.value) and "kafka.sasl.jaas.config" in str(info.value)
+    wider = "(?i)secret|password|token|access[.]?key|jaas|mycompany"
+    cfg = load_config(write(tmp_path, BASE), env={},
+                      overrides=[f"spark.conf.spark.redaction.regex={wider}"])
+    assert cfg.spark.conf["spark.redaction.regex"] == wider

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import (
@@ -42,7 +43,34 @@ class SparkConfig(Section):
             raise ValueError(f"keys must start with 'spark.': {bad}")
         refuse_secrets(value, "spark.conf", "storage.<store>.secret_options or the "
                        "section's credential fields")
+        if "spark.redaction.regex" in value:
+            _check_redaction(value["spark.redaction.regex"])
         return value
+
+
+#: settings that hold secrets lakesink passes to Spark (S3 keys, session tokens, Kafka's
+#: JAAS line, passwords of stores and registries): a ``spark.redaction.regex`` of the
+#: user's must still hide each, or Spark's event log and plans would show them
+SECRET_SETTINGS = ("spark.hadoop.fs.s3a.secret.key", "spark.hadoop.fs.s3a.access.key",
+                   "spark.hadoop.fs.s3a.session.token", "kafka.sasl.jaas.config",
+                   "kafka.ssl.keystore.password", "kafka.ssl.truststore.password",
+                   "schema.registry.basic.auth.user.info.password")
+
+
+def _check_redaction(regex: str) -> None:
+    """Refuse a ``spark.redaction.regex`` that no longer covers lakesink's secrets
+    (checked with Python's ``re``, which reads Java's common syntax the same way)."""
+    try:
+        pattern = re.compile(regex)
+    except re.error as exc:
+        raise ValueError(f"spark.redaction.regex {regex!r} could not be checked ({exc}); "
+                         "lakesink keeps secrets out of Spark's logs with it") from None
+    bare = [k for k in SECRET_SETTINGS if not pattern.search(k)]
+    if bare:
+        raise ValueError(f"spark.redaction.regex {regex!r} does not cover "
+                         f"{', '.join(bare)}: Spark would write those secrets to its event "
+                         "log and plans; extend the default (?i)secret|password|token|"
+                         "access[.]?key|jaas instead of replacing it")
 
 
 class RetryConfig(Section):

@@ -56,6 +56,19 @@ def delta_commits(cfg: LakesinkConfig, spark: SparkSession, fmt: str | None = No
         lease.release()
 
 
+def _not_started(cfg: LakesinkConfig, fs: Any, layout: Any, what: str  # noqa: ANN401
+                 ) -> dict[str, Any] | None:
+    """The report of a command on a table with a log but no commit yet (a stream that
+    has not committed its first batch, or a table never written): nothing to do, said
+    in one line instead of the format's "not a table" error."""
+    if not table_format(cfg.table.format).has_log:
+        return None  # a Parquet table without a manifest is an empty table
+    if fs.list_files(layout.table + "/_delta_log", suffix=".json"):
+        return None
+    return {"table": layout.name, "format": cfg.table.format, "operation": what,
+            "nothing_to_do": "the table has no commit yet"}
+
+
 def compact(cfg: LakesinkConfig, spark: SparkSession, *,
             partition: tuple[str, str] | None = None,
             target_file_size: int | None = None) -> dict[str, Any]:
@@ -64,6 +77,8 @@ def compact(cfg: LakesinkConfig, spark: SparkSession, *,
     ``target_file_size`` overrides ``table.target_file_size``."""
     m = cfg.maintenance
     fs, layout = _parts(cfg, spark)
+    if (empty := _not_started(cfg, fs, layout, "OPTIMIZE")) is not None:
+        return empty
     if table_format(cfg.table.format).has_log:  # the format's own OPTIMIZE
         from lakesink.maintenance import delta
 
@@ -98,7 +113,9 @@ def vacuum(cfg: LakesinkConfig, spark: SparkSession, *, force: bool = False,
     """The table's vacuum, then the dead letters' retention (``dlq.retention_days``)."""
     m = cfg.maintenance
     fs, layout = _parts(cfg, spark)
-    if table_format(cfg.table.format).has_log:  # the format's own VACUUM
+    if (empty := _not_started(cfg, fs, layout, "VACUUM")) is not None:
+        report = empty
+    elif table_format(cfg.table.format).has_log:  # the format's own VACUUM
         from lakesink.maintenance import delta
 
         report = delta.vacuum(spark, layout.table, layout.name,  # no commit: no lease
@@ -125,6 +142,8 @@ def vacuum(cfg: LakesinkConfig, spark: SparkSession, *, force: bool = False,
 
 def repair(cfg: LakesinkConfig, spark: SparkSession, *, apply: bool) -> dict[str, Any]:
     fs, layout = _parts(cfg, spark)
+    if (empty := _not_started(cfg, fs, layout, "FSCK")) is not None:
+        return empty | {"problems": 0}
     if table_format(cfg.table.format).has_log:  # files the log lists that are gone
         from lakesink.maintenance import delta
         from lakesink.runtime.lake import delta_table

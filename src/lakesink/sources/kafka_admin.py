@@ -97,6 +97,34 @@ def _describe(admin: Any, jvm: Any, timeout_ms: int, topics: list[str], *,  # no
     return admin.describeTopics(names, options).allTopicNames().get(timeout_ms, ms)
 
 
+def _granted(admin: Any, jvm: Any, timeout_ms: int, topics: list[str]  # noqa: ANN401
+             ) -> dict[str, set[str] | None]:
+    """What the principal may do on each topic that exists (None: the broker did not
+    say). Each topic is asked on its own: one still to be created (Spark waits for it)
+    does not hide the others' answers."""
+    from py4j.protocol import Py4JJavaError
+
+    names = jvm.java.util.ArrayList()
+    for topic in topics:
+        names.add(topic)
+    options = (jvm.org.apache.kafka.clients.admin.DescribeTopicsOptions()
+               .includeAuthorizedOperations(True))
+    ms = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
+    futures = admin.describeTopics(names, options).topicNameValues()
+    out: dict[str, set[str] | None] = {}
+    for topic in topics:
+        try:
+            ops = futures.get(topic).get(timeout_ms, ms).authorizedOperations()
+        except Py4JJavaError as exc:
+            if "UnknownTopicOrPartitionException" in str(exc.java_exception.toString()):
+                continue
+            raise
+        out[topic] = {op.name() for op in ops} if ops is not None else None
+    if not out and topics:
+        raise _UnknownTopic
+    return out
+
+
 def check_access(spark: SparkSession, cfg: KafkaSource) -> None:
     """Connect as the query will (the same Java client and options, in the driver's JVM)
     and describe the topics: a wrong password, an untrusted certificate or a missing READ
@@ -118,13 +146,8 @@ def check_access(spark: SparkSession, cfg: KafkaSource) -> None:
                 ms = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
                 admin.listTopics().names().get(timeout_ms, ms)
                 return
-            found = _describe(admin, jvm, timeout_ms, cfg.topics, operations=True)
-            granted_by_topic = {}
-            for topic in cfg.topics:
-                ops = found.get(topic).authorizedOperations()
-                granted_by_topic[topic] = ({op.name() for op in ops} if ops is not None
-                                           else None)
-    except _UnknownTopic:
+            granted_by_topic = _granted(admin, jvm, timeout_ms, cfg.topics)
+    except _UnknownTopic:  # every topic is still to come
         return
     for topic, granted in granted_by_topic.items():
         if granted is not None and not granted & {"READ", "ALL"}:
@@ -132,7 +155,9 @@ def check_access(spark: SparkSession, cfg: KafkaSource) -> None:
                 f"source.kafka: Kafka at {cfg.bootstrap_servers}: not authorized to read "
                 f"topic {topic!r} (the principal may {', '.join(sorted(granted)) or 'nothing'}"
                 "; grant it READ)")
-    logger.info("Kafka access checked: %s", ", ".join(cfg.topics))
+    logger.info("Kafka access checked: %s%s", ", ".join(granted_by_topic) or "no topic",
+                "" if len(granted_by_topic) == len(cfg.topics) else
+                f" ({len(cfg.topics) - len(granted_by_topic)} still to be created)")
 
 
 def busy_members(group: str, topics: list[str], members: list[tuple[str, str, set[str]]],
