@@ -404,7 +404,8 @@ class Pipeline:
                         typer=typer, allow=mt.allow, prefix=mt.table_prefix,
                         factory=_type_tables(cfg, spark, i, app_id),
                         reserved=static | {UNROUTED_TABLE}, key=f"routes.{i}.message_type",
-                        sample_size=cfg.route_config(i, "_").decode.infer_sample_size)
+                        sample_size=cfg.route_config(i, "_").decode.infer_sample_size,
+                        max_tables=mt.max_tables, made=type_table_names(cfg, spark, i))
                     targets.append(f"{mt.table_prefix}<{mt.field or 'record name'}>")
                 else:
                     with route_keys(i):

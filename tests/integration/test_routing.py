@@ -156,10 +156,16 @@ def test_message_type_routing_creates_a_table_per_allowed_type(spark, kafka_brok
     one = run_once(spark, data)
     assert (one.written, one.rejected) == (20, 20)
 
+    # the next run lets every type through, but makes at most 3 tables (audit-2 #10): a
+    # third type still gets one, a fourth new type and a type too long to name a table
+    # are dead letters, and the stream goes on
     second = [_typed(i, ["order", "view"][i % 2]) for i in range(40, 50)]
-    produce(bootstrap, topic, second)
+    hostile = [_typed(50, "zzz"), _typed(51, "a" * 300)]
+    produce(bootstrap, topic, second + hostile)
+    data["routes"][0]["message_type"].pop("allow")
+    data["routes"][0]["message_type"]["max_tables"] = 3
     two = run_once(spark, data)
-    assert (two.written, two.rejected) == (10, 0)
+    assert (two.written, two.rejected) == (10, 2)
 
     def table(name: str, columns: str) -> list[tuple[Any, ...]]:
         return duckdb.sql(f"SELECT {columns} FROM read_parquet('{lake}/{name}/**/*.parquet', "
@@ -177,9 +183,13 @@ def test_message_type_routing_creates_a_table_per_allowed_type(spark, kafka_brok
     bad = _unrouted(lake)
     details = sorted({r[3] for r in bad})
     assert details == ["message type 'admin' not allowed by routes.0.message_type.allow",
+                       "message type 'zzz': the route has made 3 tables "
+                       "(routes.0.message_type.max_tables)",
+                       "message type of 300 characters: its table name would be over 128",
                        "no message type field 'type'"]
     assert sorted(json.loads(bytes(r[4]))["id"] for r in bad) == [
-        i for i in range(40) if i % 4 in (2, 3)]
+        *(i for i in range(40) if i % 4 in (2, 3)), 50, 51]
+    assert not (lake / "ev_zzz").exists()
 
 
 class _Registry:

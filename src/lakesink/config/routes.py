@@ -31,6 +31,9 @@ class MessageTypeConfig(Section):
     allow: str | None = Field(default=None, description="regex (whole match) of the types "
                               "written; others are unrouted. Default: every type")
     table_prefix: str = Field(default="", description="table name = prefix + type")
+    max_tables: int = Field(default=200, ge=1, description="the most tables the route "
+                            "makes: records of further new types are unrouted (dead "
+                            "letters) instead of a table, a writer and a lease each")
 
     _pattern = field_validator("allow")(check_regex)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -114,7 +114,10 @@ class Planned:
 # (table name, samples of its records) -> the batch function of that table
 TableFactory = Callable[[str, Callable[[], list[str]]], BatchFunction]
 _TYPE = "_lakesink_type"
-_TABLE_NAME = "^[A-Za-z0-9][A-Za-z0-9_\\-.]*$"
+#: the longest table name a type makes: a path component on every store (255 bytes on
+#: local disk and HDFS) with room for the file names below it, and a catalog's name
+MAX_TABLE_NAME = 128
+_TABLE_NAME = f"^[A-Za-z0-9][A-Za-z0-9_\\-.]{{0,{MAX_TABLE_NAME - 1}}}$"
 
 
 class JsonFieldType:
@@ -219,8 +222,14 @@ class TypeTables:
 
     def __init__(self, *, typer: JsonFieldType | RecordNameType, allow: str | None,
                  prefix: str, factory: TableFactory, reserved: set[str], sample_size: int,
-                 key: str) -> None:
+                 key: str, max_tables: int = 200, made: Collection[str] = ()) -> None:
         self.typer = typer
+        #: at most this many tables: the types that have one (``made``: on storage at
+        #: start) keep theirs, a new type gets one while there is room (in name order
+        #: within a batch, so a replay of the batch decides the same)
+        self.max_tables = max_tables
+        self.made = {m[len(prefix):] for m in made}
+        self._full = False
         self.allow = allow
         self.prefix = prefix
         self.factory = factory
@@ -249,6 +258,12 @@ class TypeTables:
         if self.allow is not None:
             detail = detail.when(~kind.rlike(f"^(?:{self.allow})$"),
                                  F.concat(quoted, F.lit(f" not allowed by {self.key}.allow")))
+        long = F.length(F.concat(F.lit(self.prefix), kind)) > MAX_TABLE_NAME
+        detail = detail.when(long, F.concat(F.lit("message type of "), F.length(kind).cast(
+            "string"), F.lit(f" characters: its table name would be over {MAX_TABLE_NAME}")))
+        detail = detail.when(self._accepted(kind) & refused.isNull(), F.concat(
+            quoted, F.lit(f": the route has made {self.max_tables} tables "
+                          f"({self.key}.max_tables)")))
         return detail.otherwise(F.coalesce(refused, F.concat(
             quoted, F.lit(" does not make a table name (or names another route's table)"))))
 
@@ -262,18 +277,34 @@ class TypeTables:
         for kind in kinds:
             if kind in self.refused:
                 continue
+            if kind not in self.processors and not self._room_for(kind):
+                continue
             if kind in self.processors or self._create(kind, self._rows(typed, kind)):
                 ready.append(kind)
         return Planned(typed, ready)
+
+    def _room_for(self, kind: str) -> bool:
+        """A new type's table fits under ``max_tables`` (one made before always does)."""
+        taken = self.made | set(self.processors) | set(self.refused)  # refused count too
+        if kind in self.made or len(taken) < self.max_tables:
+            return True
+        if not self._full:
+            logger.error("routes: %s.max_tables (%d) reached: records of new message "
+                         "types are unrouted from now on (first: %r)", self.key,
+                         self.max_tables, kind)
+            self._full = True
+        return False
 
     @staticmethod
     def _rows(typed: DataFrame, kind: str) -> DataFrame:
         return typed.where(F.col(_TYPE) == F.lit(kind)).drop(_TYPE)
 
     def unrouted(self, planned: Planned) -> DataFrame:
-        accepted = self._accepted(F.col(_TYPE))
-        refused = F.col(_TYPE).isin(*self.refused) if self.refused else F.lit(False)
-        return (planned.df.where(~accepted | refused)
+        """The records of no table: no type, a type refused, or a new type past
+        ``max_tables`` (the kinds with a table are at most ``max_tables``: the filter
+        stays small however many types a hostile stream invents)."""
+        routed = F.col(_TYPE).isin(*planned.kinds) if planned.kinds else F.lit(False)
+        return (planned.df.where(~F.coalesce(routed, F.lit(False)))
                 .withColumn("detail", self._detail(F.col(_TYPE))).drop(_TYPE))
 
     def write(self, planned: Planned, batch_id: int) -> None:
