@@ -535,11 +535,12 @@ def vacuum(
     Parquet: the files compactions replaced, after maintenance.replaced_grace_s."""
     from lakesink import maintenance
     from lakesink.maintenance.delta import check_retention
+    from lakesink.tables.formats import table_format
 
     def check(cfg: Any) -> None:  # noqa: ANN401
         formats = {cfg.route_config(i).table.format for i in range(len(cfg.routes))} \
             if cfg.routes else {cfg.table.format}
-        if "delta" in formats:
+        if any(table_format(f).has_log for f in formats | {cfg.dlq.format}):
             check_retention(cfg.maintenance.vacuum_retention_hours, force=force)
 
     _maintain("vacuum", config, set_, as_json,

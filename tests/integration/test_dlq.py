@@ -142,3 +142,19 @@ def test_retention_deletes_old_dead_letters_but_not_a_replay_in_progress(
     assert letters.units() == [second]
     assert letters.read([second]).count() == 2
     assert sorted(read_ids(lake / "events", "parquet")) == list(range(5)), "the table stays"
+    # the expired dead letters' bytes leave the storage, not only the table (audit-2 #14:
+    # Delta's DELETE frees no file until the dead-letter table's own VACUUM)
+    import duckdb
+
+    def stored_values() -> list[bytes]:
+        return sorted(bytes(r[0]) for r in duckdb.sql(
+            f"SELECT value FROM read_parquet('{lake}/_rejected/events/**/*.parquet')"
+            ).fetchall())
+
+    if dlq_format == "delta":
+        assert b"{x" in stored_values()  # deleted from the log, still on storage
+        forced = load_config(flags=flatten({**data, "maintenance": {
+            "vacuum_retention_hours": 0}}), env={})
+        swept = maintenance.vacuum(forced, spark, force=True)["dead_letters_vacuum"]
+        assert swept["files_after"] == 1, swept
+    assert stored_values() == [b"[2]", b"[2]"]

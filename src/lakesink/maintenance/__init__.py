@@ -110,7 +110,10 @@ def _compactor(cfg: LakesinkConfig, spark: SparkSession) -> Any:  # noqa: ANN401
 
 def vacuum(cfg: LakesinkConfig, spark: SparkSession, *, force: bool = False,
            dry_run: bool = False) -> dict[str, Any]:
-    """The table's vacuum, then the dead letters' retention (``dlq.retention_days``)."""
+    """The table's vacuum, then the dead letters' retention (``dlq.retention_days``) and,
+    for a Delta dead-letter table, its own VACUUM (the same retention and ``force``):
+    the files of expired dead letters are deleted ``maintenance.vacuum_retention_hours``
+    after their expiry."""
     m = cfg.maintenance
     fs, layout = _parts(cfg, spark)
     if (empty := _not_started(cfg, fs, layout, "VACUUM")) is not None:
@@ -137,6 +140,18 @@ def vacuum(cfg: LakesinkConfig, spark: SparkSession, *, force: bool = False,
         report["dead_letters_expired"] = {
             "before": cutoff.isoformat(timespec="seconds"),
             ("rows" if table_format(cfg.dlq.format).has_log else "files"): expired}
+    if table_format(cfg.dlq.format).has_log:  # its DELETEs free no file until a VACUUM
+        from lakesink.maintenance import delta
+        from lakesink.tables.rejected import dead_letter_layout
+
+        letters = dead_letter_layout(layout)
+        if fs.list_files(letters.table + "/_delta_log", suffix=".json"):
+            done = delta.vacuum(spark, letters.table, letters.name,
+                                retention_hours=m.vacuum_retention_hours, force=force,
+                                dry_run=dry_run)
+            report["dead_letters_vacuum"] = {k: v for k, v in done.as_dict().items()
+                                             if k in ("operation", "files_before",
+                                                      "files_after", "metrics")}
     return report
 
 
