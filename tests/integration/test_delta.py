@@ -154,3 +154,32 @@ def test_a_delta_rs_commit_whose_version_was_taken_reads_the_log_again(spark,
     table = DeltaTable(str(root))
     assert (table.version(), table.transaction_version("app-1")) == (3, 1)
     assert sorted(delta_ids(root)) == [1, 2, 3, 100]
+
+
+def test_a_stale_spark_writer_whose_append_delta_skips_does_not_wait_forever(
+        spark, tmp_path) -> None:
+    """audit-2 #22: writer A passed its "already committed?" check, then B committed the
+    same (app id, batch); Delta skips A's append by its txn and runs no job, so the
+    batch's observation never reports. ``Observation.get`` would block A for good (a
+    py4j wait no signal interrupts); lakesink's read gives up and counts again."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from lakesink.pipeline.marker import observation_values
+
+    a, b, root, _ = _two_writers(spark, tmp_path)
+    rows = spark.range(1, 4).select(F.col("id"))
+    b_first = [lambda: b.write_batch(0, rows)]
+    a.fence = lambda: b_first and b_first.pop()()  # B commits in A's window
+    observation = Observation("stale_a")
+    seen: dict = {}
+
+    def commit_info() -> dict:
+        seen["values"] = observation_values(observation, wait_s=1.0)
+        return {}
+
+    a.write_batch(0, rows.observe(observation, F.count(F.lit(1)).alias("records")),
+                  commit_info=commit_info)
+    assert seen["values"] == {}, "Delta ran a job for a skipped append?"
+    assert sorted(delta_ids(root)) == [1, 2, 3]
+    assert spark.read.format("delta").load(str(root)).count() == 3

@@ -177,12 +177,10 @@ class Marker:
 
     def observed(self, observation: Observation, marked: DataFrame) -> BatchCounts:
         """The counts an observation collected during a write; when Spark reports none
-        (seen with tiny streaming batches), they are computed with one more pass."""
-        try:
-            values = observation.get
-        except Exception as exc:  # noqa: BLE001 - py4j surfaces Spark's assertion
-            logger.debug("observation unavailable (%s): counting again", type(exc).__name__)
-            values = {}
+        (seen with tiny streaming batches) or ran no job (a Delta append skipped by its
+        txn: a stale writer whose batch another committed), they are computed with one
+        more pass — never a wait without end."""
+        values = observation_values(observation)
         if "records" not in values:
             row = marked.agg(*self.aggregates()).first()
             values = row.asDict() if row is not None else {}
@@ -284,3 +282,31 @@ class _MarkedPlan:
     explode: Column | None  # the exploded row (exploding decoders)
     ts: Column | None  # the timestamp (with a timestamp column)
     fail: Column  # the final mark
+
+
+#: how long a finished write's observation may take to report (Spark completes it as
+#: the action ends; a write that ran no job never reports)
+OBSERVATION_WAIT_S = 5.0
+
+
+def observation_values(observation: Observation, wait_s: float = OBSERVATION_WAIT_S
+                       ) -> dict[str, Any]:
+    """The observation's metrics, or ``{}`` if none came within ``wait_s``.
+    ``Observation.get`` blocks until a job reports, with no timeout, and a py4j wait
+    cannot be interrupted (not even by SIGTERM): the JVM object's future is polled
+    instead."""
+    jo = getattr(observation, "_jo", None)  # pyspark's handle of org.apache.spark.sql.Observation
+    if jo is None:  # never attached to a frame
+        return {}
+    deadline = time.monotonic() + wait_s
+    try:
+        while not jo.future().isCompleted():
+            if time.monotonic() >= deadline:
+                logger.debug("observation %s: no metrics after %.0f s: counting again",
+                             observation._name, wait_s)
+                return {}
+            time.sleep(0.005)
+        return observation.get
+    except Exception as exc:  # noqa: BLE001 - py4j surfaces Spark's assertion
+        logger.debug("observation unavailable (%s): counting again", type(exc).__name__)
+        return {}
