@@ -19,6 +19,7 @@ from pyspark.sql import types as T
 
 from lakesink import catalog, sources
 from lakesink.config.models import LakesinkConfig
+from lakesink.config.plan import RunPlan, TableSpec, TypeRouteSpec, plan
 from lakesink.decode import Decoder, fixed_decoder, json_decoder
 from lakesink.decode.avro_registry import RegistryAvroDecoder
 from lakesink.decode.protobuf_registry import RegistryProtobufDecoder
@@ -352,7 +353,7 @@ class Pipeline:
         sources.check_access(spark, cfg.source)
         storage.apply(spark, cfg)
         if cfg.routes:
-            pipeline = cls._routed(cfg, spark)
+            pipeline = cls._routed(plan(cfg), spark)
         else:
             parts = TableParts.resolve(cfg, spark)
             checkpoint = (to_uri(cfg.checkpoint) if cfg.checkpoint
@@ -372,10 +373,11 @@ class Pipeline:
         return pipeline
 
     @classmethod
-    def _routed(cls, cfg: LakesinkConfig, spark: SparkSession) -> Pipeline:
+    def _routed(cls, run: RunPlan, spark: SparkSession) -> Pipeline:
         """One query for every route: each route's table resolved as a single table's
         is (a message-type route's tables on first sight), one checkpoint (so one app id
         keys every table's commits)."""
+        cfg = run.cfg
         checkpoint = to_uri(cfg.checkpoint or cfg.routed_checkpoint)
         fs = HadoopFS(spark, to_uri(cfg.table.base_path))
         app_id = checkpoint_app_id(fs, checkpoint)
@@ -384,16 +386,15 @@ class Pipeline:
             lease = WriterLease(fs, f"{checkpoint.rstrip('/')}/writer", app_id=app_id,
                                 ttl_s=cfg.table.writer_lease_s, table=checkpoint)
             lease.acquire()
-        static = {cfg.route_config(i).table_name for i, r in enumerate(cfg.routes)
-                  if r.message_type is None}
+        static = run.static_names()
         routes: list[Route] = []
         targets = []
         try:
-            for i, r in enumerate(cfg.routes):
+            for i, (r, spec) in enumerate(zip(cfg.routes, run.routes, strict=True)):
                 route = Route(list(r.topics), r.topic_pattern)
-                if r.message_type is not None:
-                    mt = r.message_type
-                    registry = cfg.route_config(i, "_").decode.registry
+                if isinstance(spec, TypeRouteSpec):
+                    mt = spec.message_type
+                    registry = spec.template.decode.registry
                     typer = (RecordNameType(SchemaRegistry(registry), fs,
                                             f"{checkpoint.rstrip('/')}/routes/"
                                             f"record_names_{i}",
@@ -402,14 +403,14 @@ class Pipeline:
                              else JsonFieldType(mt.field or ""))
                     route.types = TypeTables(
                         typer=typer, allow=mt.allow, prefix=mt.table_prefix,
-                        factory=_type_tables(cfg, spark, i, app_id),
+                        factory=_type_tables(spec, spark, app_id),
                         reserved=static | {UNROUTED_TABLE}, key=f"routes.{i}.message_type",
-                        sample_size=cfg.route_config(i, "_").decode.infer_sample_size,
+                        sample_size=spec.template.decode.infer_sample_size,
                         max_tables=mt.max_tables, made=type_table_names(cfg, spark, i))
                     targets.append(f"{mt.table_prefix}<{mt.field or 'record name'}>")
                 else:
                     with route_keys(i):
-                        parts = TableParts.resolve(cfg.route_config(i), spark)
+                        parts = TableParts.resolve(spec.config, spark)
                     route.processor = parts.processor(app_id)
                     _refuse_other_writers(route.processor, parts.cfg)
                     targets.append(parts.layout.table)
@@ -427,8 +428,9 @@ class Pipeline:
         plans = RoutePlans(fs, f"{checkpoint.rstrip('/')}/routes", routes_fingerprint(cfg))
         router = Router(routes, unrouted, app_id=app_id, exhaustive=exhaustive, plans=plans,
                         lease=lease)
-        headers = any(Transforms(parse_transforms(cfg.route_config(i, "_").table.transforms))
-                      .uses_headers for i in range(len(cfg.routes)))
+        headers = any(Transforms(parse_transforms(
+            (spec.config if isinstance(spec, TableSpec) else spec.template).table.transforms
+        )).uses_headers for spec in run.routes)
         return cls(cfg, spark, "routes", ", ".join(targets), checkpoint, router,
                    headers=headers)
 
@@ -531,12 +533,12 @@ class Pipeline:
             on_restart=METRICS.query_restarts.inc)
 
 
-def _type_tables(cfg: LakesinkConfig, spark: SparkSession, index: int, app_id: str
+def _type_tables(spec: TypeRouteSpec, spark: SparkSession, app_id: str
                  ) -> Callable[[str, Callable[[], list[str]]], BatchFunction]:
     """The factory of a message-type route's tables (one per type, on first sight)."""
     def make(table: str, samples: Callable[[], list[str]]) -> BatchFunction:
-        with route_keys(index):
-            parts = TableParts.resolve(cfg.route_config(index, table), spark, samples)
+        with route_keys(spec.route):
+            parts = TableParts.resolve(spec.table(table).config, spark, samples)
         return parts.processor(app_id)
     return make
 
@@ -593,8 +595,7 @@ def type_table_names(cfg: LakesinkConfig, spark: SparkSession, index: int) -> li
     storage.apply(spark, cfg)
     base = to_uri(cfg.table.base_path)
     fs = HadoopFS(spark, base)
-    static = {cfg.route_config(i).table_name.lower() for i, r in enumerate(cfg.routes)
-              if r.message_type is None}
+    static = {name.lower() for name in plan(cfg).static_names()}
     names = []
     for name in fs.list_dirs(TableLayout.of(base, "x").meta.rpartition("/")[0]):
         if (not name.startswith(mt.table_prefix) or name.startswith("_")
@@ -644,18 +645,19 @@ def _preflight_silence(cfg: LakesinkConfig) -> str:
 def _preflight_tables(cfg: LakesinkConfig) -> list[str]:
     if cfg.routes:
         done = []
-        for i, route in enumerate(cfg.routes):
+        for i, (route, spec) in enumerate(zip(cfg.routes, plan(cfg).routes, strict=True)):
             what = ", ".join(route.topics) or f"/{route.topic_pattern}/"
-            if route.message_type is not None:  # tables come with the types
-                mt = route.message_type
+            if isinstance(spec, TypeRouteSpec):  # tables come with the types
+                mt = spec.message_type
                 with route_keys(i):
-                    checks = _preflight_tables(cfg.route_config(i, mt.table_prefix + "TYPE"))[:1]
+                    checks = _preflight_tables(
+                        spec.table(mt.table_prefix + "TYPE").config)[:1]
                 checks.append(f"one table per value of {mt.what} "
                               f"({mt.table_prefix}<type>, allowed: {mt.allow or 'any'}), "
                               "created on first sight")
             else:
                 with route_keys(i):
-                    checks = _preflight_tables(cfg.route_config(i))
+                    checks = _preflight_tables(spec.config)
             done.extend(f"route {i} ({what}): {c}" for c in checks)
         done.append(f"unrouted records: {cfg.unrouted}")
         return done

@@ -410,16 +410,16 @@ def dlq_show(
 def _tables(cfg: Any, spark: Any) -> list[Any]:  # noqa: ANN401
     """One config per table: the routes' tables (a message-type route's: the tables its
     types have made so far), or the one table."""
-    if not cfg.routes:
-        return [cfg]
     from lakesink.app import type_table_names
+    from lakesink.config.plan import TableSpec, plan
 
     out = []
-    for i, route in enumerate(cfg.routes):
-        if route.message_type is None:
-            out.append(cfg.route_config(i))
+    for route in plan(cfg).routes or (TableSpec(cfg),):
+        if isinstance(route, TableSpec):
+            out.append(route.config)
         else:
-            out.extend(cfg.route_config(i, name) for name in type_table_names(cfg, spark, i))
+            out.extend(route.table(name).config
+                       for name in type_table_names(cfg, spark, route.route))
     return out
 
 
@@ -538,9 +538,9 @@ def vacuum(
     from lakesink.tables.formats import table_format
 
     def check(cfg: Any) -> None:  # noqa: ANN401
-        formats = {cfg.route_config(i).table.format for i in range(len(cfg.routes))} \
-            if cfg.routes else {cfg.table.format}
-        if any(table_format(f).has_log for f in formats | {cfg.dlq.format}):
+        from lakesink.config.plan import plan
+
+        if any(table_format(f).has_log for f in plan(cfg).formats() | {cfg.dlq.format}):
             check_retention(cfg.maintenance.vacuum_retention_hours, force=force)
 
     _maintain("vacuum", config, set_, as_json,

@@ -199,8 +199,9 @@ def status(cfg: LakesinkConfig) -> list[TableStatus]:
     from lakesink.tables.layout import TableLayout
 
     if cfg.routes:
-        configs = [cfg.route_config(i) for i, r in enumerate(cfg.routes)
-                   if r.message_type is None]
+        from lakesink.config.plan import plan
+
+        configs = [t.config for t in plan(cfg).tables]
         checkpoint = to_uri(cfg.checkpoint or cfg.routed_checkpoint)
     else:
         configs = [cfg]

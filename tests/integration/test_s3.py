@@ -241,7 +241,7 @@ def test_delta_rs_commits_on_s3_are_conditional(kafka_broker, s3_server, topic,
     from deltalake import DeltaTable, write_deltalake
 
     from lakesink.runtime.storage import delta_task_filesystem
-    from lakesink.tables.delta import delta_rs_s3_options as options_for
+    from lakesink.tables.delta_files import delta_rs_s3_options as options_for
 
     prefix = f"race-{next(_prefix)}"
     data = config_dict(kafka_broker, topic, tmp_path / "unused", format="delta")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from lakesink.tables import delta
+from lakesink.tables import delta_files
 from lakesink.tables.delta import DeltaTableWriter
 from lakesink.tables.layout import TableLayout
 
@@ -28,6 +28,6 @@ def test_a_refusal_holds_then_expires(tmp_path: Path, monkeypatch) -> None:  # n
     writer = _writer(tmp_path)
     writer._refused = ("delta-rs refused a commit twice (x)", time.monotonic())
     assert writer.files_refusal() == "delta-rs refused a commit twice (x)"
-    monkeypatch.setattr(delta, "REFUSAL_HOLD_S", 0.0)
+    monkeypatch.setattr(delta_files, "REFUSAL_HOLD_S", 0.0)
     assert writer.files_refusal() is None  # tried again: the table has no refusing feature
     assert writer._refused is None

@@ -11,6 +11,7 @@ from lakesink.config import load_config, redacted_dict
 from lakesink.errors import ConfigError
 from lakesink.sources import redis_conn
 from lakesink.sources.redis_streams import next_id, parse_id, position, previous_id
+from lakesink.config.plan import plan
 
 REDIS = {"source": {"redis": {"streams": ["sensors"]}}}
 
@@ -64,7 +65,7 @@ def test_routes_over_redis_keys(tmp_path: Path) -> None:
     data = {"source": {"redis": {"streams": ["a", "b"]}},
             "routes": [{"topics": ["a"]}, {"topics": ["b"], "table": {"name": "bee"}}]}
     cfg = load_config(write(tmp_path, data), env={})
-    assert [cfg.route_config(i).table_name for i in range(2)] == ["a", "bee"]
+    assert [plan(cfg).route(i).config.table_name for i in range(2)] == ["a", "bee"]
 
 
 def test_entry_ids_order_and_pack() -> None:
@@ -172,7 +173,7 @@ def test_the_danube_sink_toml_runs_as_a_lakesink_config(tmp_path: Path) -> None:
                                "/iot/sensors": "deltalake-iot"}
     assert (d.service_url, d.consumer_name, d.max_records_per_trigger) == (
         "http://localhost:6650", "from-env", 1000)  # CONNECTOR_NAME overrides, as there
-    payments, sensors = cfg.route_config(0), cfg.route_config(1)
+    payments, sensors = plan(cfg).route(0).config, plan(cfg).route(1).config
     assert (payments.table_name, payments.table.format, payments.table.base_path) == (
         "payments", "delta", "s3://my-bucket/tables")
     assert payments.table.metadata_column == "_danube_metadata"

@@ -8,6 +8,7 @@ import pytest
 
 from lakesink.config.loader import load_config
 from lakesink.errors import ConfigError
+from lakesink.config.plan import plan
 
 
 def _load(routes: list[dict[str, Any]], **flags: Any):  # noqa: ANN202
@@ -20,7 +21,7 @@ def test_routes_inherit_table_and_decode_and_derive_topics() -> None:
                  {"topics": ["b", "c"], "table": {"name": "bc", "format": "delta"}}],
                 **{"table.partition_by": ["location"], "table.compression": "zstd"})
     assert cfg.source.kafka.topics == ["a", "b", "c"]
-    first, second = cfg.route_config(0), cfg.route_config(1)
+    first, second = plan(cfg).route(0).config, plan(cfg).route(1).config
     assert (first.table.name, first.table.format, first.table.partition_by) == (
         "a", "parquet", ["location"])
     assert (second.table.name, second.table.format, second.table.compression) == (
@@ -37,8 +38,8 @@ def test_a_pattern_route_makes_a_pattern_subscription() -> None:
 def test_a_route_with_another_format_does_not_inherit_the_schema() -> None:
     cfg = _load([{"topics": ["a"]}, {"topics": ["b"], "decode": {"format": "string"}}],
                 **{"decode.schema": "id bigint"})
-    assert cfg.route_config(0).decode.schema_ == "id bigint"
-    assert cfg.route_config(1).decode.schema_ is None
+    assert plan(cfg).route(0).config.decode.schema_ == "id bigint"
+    assert plan(cfg).route(1).config.decode.schema_ is None
 
 
 @pytest.mark.parametrize("routes, key, message", [
@@ -91,5 +92,31 @@ def test_preflight_names_the_route() -> None:
 def test_message_type_route_configs_per_type() -> None:
     cfg = _load([{"topics": ["a", "b"], "message_type": {"field": "type",
                                                            "table_prefix": "ev_"}}])
-    assert cfg.route_config(0, "ev_order").table.name == "ev_order"
-    assert cfg.route_config(0, "ev_order").source.kafka.topics == ["a", "b"]
+    assert plan(cfg).route(0).table("ev_order").config.table.name == "ev_order"
+    assert plan(cfg).route(0).table("ev_order").config.source.kafka.topics == ["a", "b"]
+
+
+def test_the_run_plan_resolves_every_route_once() -> None:
+    """``plan(cfg)``: a spec per route, frozen; the static tables, the type routes, the
+    formats and base paths the run writes are read from it (no Spark)."""
+    import dataclasses
+
+    from lakesink.config.plan import TableSpec, TypeRouteSpec
+
+    cfg = _load([{"topics": ["a"], "table": {"format": "delta", "base_path": "/other"}},
+                 {"topics": ["b"], "message_type": {"field": "type", "table_prefix": "t_"}}],
+                **{"table.base_path": "/lake"})
+    run = plan(cfg)
+    static, typed = run.routes
+    assert isinstance(static, TableSpec) and isinstance(typed, TypeRouteSpec)
+    assert run.tables == (static,) and run.type_routes == (typed,)
+    assert (static.name, static.format, static.route) == ("a", "delta", 0)
+    assert run.static_names() == {"a"} and run.formats() == {"delta", "parquet"}
+    assert sorted(set(run.base_paths())) == ["/lake", "/other"]
+    order = typed.table("t_order")
+    assert (order.name, order.route, order.config.source.kafka.topics) == ("t_order", 1, ["b"])
+    assert order.config.routes == [] and typed.template.table.name == "_"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.routes = ()  # type: ignore[misc]
+    one = plan(_load([], **{"source.kafka.topics": ["x"]}))
+    assert one.routes == () and [t.name for t in one.tables] == ["x"]

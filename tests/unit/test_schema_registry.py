@@ -19,6 +19,7 @@ from lakesink.decode.avro_registry import avro_type, loose, reader_schema
 from lakesink.decode.registered import INCOMPATIBLE_SCHEMA, compare
 from lakesink.decode.registry import MISSING, SchemaRegistry, WriterSchema
 from lakesink.errors import ConfigError, RegistryUnavailable
+from lakesink.config.plan import plan
 
 
 class _HttpError(Exception):
@@ -172,7 +173,7 @@ def test_registry_config(tmp_path: Path) -> None:
     # a route's decode sections merge into the top level's: the registry is inherited
     routed["routes"][0]["decode"] = {"avro": {"schema_file": "x.avsc"}}
     cfg = _load(tmp_path, routed)
-    assert cfg.route_config(0).decode.registry.url == "http://r:8081"
+    assert plan(cfg).route(0).config.decode.registry.url == "http://r:8081"
 
 
 def test_registry_password_never_printed(tmp_path: Path) -> None:

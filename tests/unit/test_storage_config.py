@@ -140,7 +140,7 @@ def test_delta_rs_gets_the_tasks_s3_client_settings_and_conditional_puts() -> No
     and keys as the tasks' pyarrow client, and a conditional put of the log entry; no
     delta-rs beside delta-spark's DynamoDB log store."""
     from lakesink.runtime.storage import delta_task_filesystem
-    from lakesink.tables.delta import delta_rs_s3_options
+    from lakesink.tables.delta_files import delta_rs_s3_options
 
     env = {"S3_BUCKET": "b", "AWS_REGION": "eu-west-1", "AWS_ENDPOINT_URL": "http://minio:9000",
            "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": "s3cr3t-value"}

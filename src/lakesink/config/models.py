@@ -243,21 +243,10 @@ class LakesinkConfig(BaseSettings):
             resolved.append((table, decode))
         return resolved
 
-    def route_config(self, index: int, table_name: str | None = None) -> LakesinkConfig:
-        """The config of one route as a single-table config (its table, its decode, its
-        topics), for the parts of lakesink that serve one table. A message-type route
-        needs the ``table_name`` of one type."""
-        table, decode = self._route_sections[index]
-        route = self.routes[index]
-        if table_name is not None:
-            table = table.model_copy(update={"name": table_name})
-        source = self.source
-        if source.kafka is not None:
-            kafka = source.kafka.model_copy(update={"topics": list(route.topics),
-                                                    "topic_pattern": route.topic_pattern})
-            source = source.model_copy(update={"kafka": kafka})
-        return self.model_copy(update={"table": table, "decode": decode, "source": source,
-                                       "routes": []})
+    def route_sections(self, index: int) -> tuple[TableConfig, DecodeConfig]:
+        """Route ``index``'s table and decode sections, the top level's defaults filled
+        in (:func:`lakesink.config.plan.plan` makes them a table's settings)."""
+        return self._route_sections[index]
 
     @property
     def routed_checkpoint(self) -> str:

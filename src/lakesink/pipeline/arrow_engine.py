@@ -58,14 +58,18 @@ class ArrowEngine:
         self.ctx = ctx
         self.spec = spec
         self._said_refused: str | None = None  # why a Delta table refuses files, as said
-        self._by_format = {"parquet": self._parquet, "delta": self._delta}
 
     def write(self, df: DataFrame, batch_id: int) -> WriteOutcome | Fallback:
-        return self._by_format[self.ctx.writer.format](df, batch_id)
+        """By the table's commit protocol: stage-then-commit (Parquet) or files in place
+        committed by a log entry (Delta)."""
+        if self.ctx.writer.stages_before_commit:
+            return self._staged(df, batch_id)
+        return self._in_place(df, batch_id)
 
-    def _parquet(self, df: DataFrame, batch_id: int) -> WriteOutcome | Fallback:
+    def _staged(self, df: DataFrame, batch_id: int) -> WriteOutcome | Fallback:
         """Staged by the tasks (and Spark's writer, for the accepted suspects), then
-        published under the batch's names and its manifest (``commit_staged``)."""
+        published under the batch's names and its manifest (``commit_staged``: the
+        Parquet writer)."""
         ctx = self.ctx
         writer: Any = ctx.writer  # ParquetTableWriter
         for attempt in range(MAX_EVOLUTIONS_PER_BATCH + 1):
@@ -99,10 +103,11 @@ class ArrowEngine:
             return WriteOutcome(result, counts, info, suspects.marked)
         raise AssertionError("unreachable: the last attempt never evolves")
 
-    def _delta(self, df: DataFrame, batch_id: int) -> WriteOutcome | Fallback:
+    def _in_place(self, df: DataFrame, batch_id: int) -> WriteOutcome | Fallback:
         """Written in place by the tasks (and Spark's writer, for the accepted suspects,
-        moved in beside them); one delta-rs commit adds the files with the batch's
-        ``SetTransaction``."""
+        moved in beside them); one log commit adds the files with the batch's
+        ``SetTransaction`` (``commit_files``: the Delta writer's
+        :class:`~lakesink.tables.delta_files.DeltaFiles`)."""
         ctx = self.ctx
         writer: Any = ctx.writer  # DeltaTableWriter
         spec = self.spec()

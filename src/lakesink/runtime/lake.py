@@ -57,7 +57,7 @@ def delta_table(cfg: LakesinkConfig, uri: str) -> Any:  # noqa: ANN401 - a Delta
     from deltalake import DeltaTable
 
     from lakesink.runtime.storage import task_filesystem
-    from lakesink.tables.delta import delta_rs_s3_options
+    from lakesink.tables.delta_files import delta_rs_s3_options
 
     spec = task_filesystem(cfg, uri)
     if isinstance(spec, str) or spec[0] == "local":

@@ -112,8 +112,9 @@ def hadoop_options(cfg: LakesinkConfig) -> dict[str, str]:
     storage = cfg.storage
     opts = {**s3a_options(storage.s3), **gcs_options(storage.gcs),
             **azure_options(storage.azure)}
-    paths = [cfg.table.base_path, cfg.checkpoint or ""]
-    paths += [cfg.route_config(i, "_").table.base_path for i in range(len(cfg.routes))]
+    from lakesink.config.plan import plan
+
+    paths = [*plan(cfg).base_paths(), cfg.checkpoint or ""]
     if any(p.startswith("gs://") for p in paths):
         # the GCS connector 3.1 implements vectored reads against Hadoop 3.4's API, which
         # Hadoop 3.5 changed (NoSuchMethodError): let Parquet read ranges one by one
