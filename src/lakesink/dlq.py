@@ -38,7 +38,7 @@ from lakesink.tables.formats import table_format
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from lakesink.app import TableParts
+    from lakesink.table_parts import TableParts
     from lakesink.config.models import LakesinkConfig
 
 logger = logging.getLogger(__name__)
@@ -213,7 +213,7 @@ def show(spark: SparkSession, cfg: LakesinkConfig, *, sample: int = 5) -> dict[s
 def replay(spark: SparkSession, cfg: LakesinkConfig) -> dict[str, Any]:
     """Re-ingest the pending dead letters once (see the module docstring); a second
     replay of the same table while one runs is refused (``SecondWriterError``)."""
-    from lakesink.app import TableParts
+    from lakesink.table_parts import TableParts
     from lakesink.runtime import storage
 
     storage.apply(spark, cfg)
