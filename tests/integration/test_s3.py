@@ -113,7 +113,7 @@ def test_a_second_writer_on_one_checkpoint_is_refused(spark, s3_server, monkeypa
     both commits counting."""
     import json
 
-    from lakesink.errors import SinkError
+    from lakesink.errors import SecondWriterError
     from lakesink.tables import parquet
     from lakesink.tables.layout import TableLayout
 
@@ -127,7 +127,7 @@ def test_a_second_writer_on_one_checkpoint_is_refused(spark, s3_server, monkeypa
                                  json.dumps({"by": "the other writer"}))
 
     monkeypatch.setattr(parquet, "fault_point", other_writer_commits)
-    with pytest.raises(SinkError, match="two lakesink processes share this checkpoint"):
+    with pytest.raises(SecondWriterError, match="two lakesink processes share this checkpoint"):
         writer.write_batch(0, spark.range(10).withColumnRenamed("id", "x"))
     assert json.loads(writer.fs.read_text(layout.manifest(writer.run, 0)))["by"] == (
         "the other writer")

@@ -341,3 +341,39 @@ def test_a_stalled_writer_cannot_take_a_step_the_new_holder_already_deleted() ->
     with pytest.raises(LeaseLost):
         holder.check()
     assert holder.lost
+
+
+def test_a_frozen_writer_learns_at_the_store_that_it_was_taken_over() -> None:
+    """audit-2 #1: the clock-based check passes for a writer that renewed just before it
+    froze; the proof at the store (the lease folder's newest step) stops it before it
+    deletes or renames anything of the new holder's — also once the taker has moved the
+    lease on far enough to delete the frozen writer's own step, and not for a step of
+    its own whose answer was lost."""
+    store, clock = Store(), Clock()
+    frozen = make(store, clock)
+    frozen.acquire()
+    frozen.check()
+    frozen.prove()  # nobody else: proven
+    mine = frozen.seq
+    foreign(store, mine + 1)  # a taker's step (it watched a whole TTL on its own clock)
+    frozen.check()  # the clock alone says nothing is wrong yet
+    with pytest.raises(LeaseLost, match="taken over by host elsewhere"):
+        frozen.prove()
+    with pytest.raises(LeaseLost):
+        frozen.prove()  # lost stays lost
+
+    store2, clock2 = Store(), Clock()
+    late = make(store2, clock2)
+    late.acquire()
+    for seq in range(late.seq + 1, late.seq + 6):  # the taker renews, old steps go
+        foreign(store2, seq)
+        store2.delete(f"{FOLDER}/lease-{seq - 3:012d}.json")
+    with pytest.raises(LeaseLost):
+        late.prove()
+
+    store3, clock3 = Store(), Clock()
+    own = make(store3, clock3)
+    own.acquire()
+    store3.write_once(own._path(own.seq + 1), own._record("lost-answer"))
+    own.prove()  # its own renewal: still the holder
+    assert own.seq == 1

@@ -110,6 +110,7 @@ class BatchFunction:
         self.arrow: TaskSpec | None = None  #: the Arrow engine's spec, when it is used
         self.writer = writer
         self.rejected = rejected
+        rejected.guard = writer.prove  # the outbox is the table's: the same lease
         self.registrar = registrar
         self.app_id = app_id
         self.stats = RunStats()

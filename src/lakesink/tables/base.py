@@ -176,9 +176,18 @@ class TableWriter(ABC):
 
     def fence(self) -> None:
         """Right before a commit point: stop (``LeaseLost``) unless this writer still
-        holds its lease."""
+        holds its lease (by its clock: renewed within two thirds of the TTL)."""
         if self.lease is not None:
             self.lease.check()
+
+    def prove(self) -> None:
+        """Right before a step that deletes, renames or commits on the table's shared
+        paths (an earlier attempt's files, the dead-letter outbox, the publish, the
+        commit): :meth:`fence`, then the lease's proof at the store
+        (:meth:`~lakesink.tables.lease.WriterLease.prove`) that no one took it over."""
+        if self.lease is not None:
+            self.lease.check()
+            self.lease.prove()
 
     def close(self) -> None:
         """Release what the writer holds (its lease); the writer is done."""

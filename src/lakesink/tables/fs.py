@@ -115,6 +115,18 @@ class HadoopFS:
                 return
         raise OSError(f"could not move {src} to {dst}")
 
+    def move_new(self, src: str, dst: str) -> None:
+        """Move ``src`` to ``dst``, which must not exist (:class:`SecondWriterError` if
+        it does: another writer put it there); creates the parent folder. Unlike
+        :meth:`replace`, it never deletes a destination."""
+        from lakesink.errors import SecondWriterError
+
+        if self.exists(dst):
+            raise SecondWriterError(
+                f"{dst} exists: another writer published it while this one was about to "
+                "(two lakesink processes on one checkpoint); this one stops and leaves it")
+        self.replace(src, dst)
+
     def parquet_dictionary_columns(self, path: str) -> dict[str, bool]:
         """Column path -> whether the Parquet file at ``path`` kept a dictionary page
         for it in every row group (read from the footer only)."""

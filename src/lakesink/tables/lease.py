@@ -291,6 +291,39 @@ class WriterLease:
             "may hold the table, so this one stops before committing (the batch is redone "
             "by whoever holds the table)")
 
+    def prove(self) -> None:
+        """Prove at the store, right before a step that deletes, renames or commits on the
+        table's shared paths, that this writer's lease step is still the newest (one
+        listing of the lease folder: a LIST on S3): a writer frozen past its TTL while
+        another took the table over learns it here, before it touches the taker's
+        files, instead of by its own clock. Raises :class:`LeaseLost`.
+
+        What remains: the time between this listing and the step itself (one request),
+        and a store that lists stale (none of the stores lakesink supports: S3,
+        SeaweedFS, HDFS and local disk list what was created)."""
+        with self._lock:
+            if self.lost or self.seq is None:
+                if self.lost:
+                    raise LeaseLost(f"the writer lease of {self.table} was taken over: "
+                                    "this writer commits nothing more")
+                return
+            newest = self.newest()
+            if newest is not None and newest[0] > self.seq:
+                if newest[1].get("writer") == self.writer:  # our renewal whose answer
+                    self.seq = newest[0]                     # was lost: ours all the same
+                    return
+                self.lost = True
+                raise LeaseLost(
+                    f"the writer lease of {self.table} was taken over by host "
+                    f"{newest[1].get('host')} pid {newest[1].get('pid')} (step "
+                    f"{newest[0]}, this writer's {self.seq}): this writer stops before "
+                    "touching the table again (the batch is the new holder's)")
+            if newest is None or newest[0] < self.seq:
+                # our own step is gone: only a taker moving the lease on deletes it
+                self.lost = True
+                raise LeaseLost(f"the writer lease of {self.table} moved on without this "
+                                "writer (its step was removed): it stops")
+
     def release(self) -> None:
         self._stop.set()
         if self._thread is not None:

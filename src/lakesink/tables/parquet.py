@@ -37,9 +37,8 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from lakesink.errors import CommitMismatch, SinkError
+from lakesink.errors import CommitMismatch, SecondWriterError, SinkError
 from lakesink.faults import fault_point
-from lakesink.tables.paths import is_safe_relative_dir
 from lakesink.tables.base import (
     BatchResult,
     CommitInfo,
@@ -52,6 +51,7 @@ from lakesink.tables.fs import join
 from lakesink.tables.identity import run_tag
 from lakesink.tables.layout import TableLayout
 from lakesink.tables.manifests import read_manifest
+from lakesink.tables.paths import is_safe_relative_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -154,6 +154,7 @@ class ParquetTableWriter(TableWriter):
         land in which file of a folder may differ; correctness rests on removing what
         the pending record lists)."""
         pending_path = self.layout.pending(self.run, batch_id)
+        self.prove()  # the files below may be a new holder's: never delete them for it
         pending = self.fs.read_json(pending_path) or {}
         if pending.get("files"):
             removed = sum(self.fs.delete(p, recursive=False) for p in pending["files"])
@@ -222,11 +223,14 @@ class ParquetTableWriter(TableWriter):
             "batch_id": batch_id, "app_id": self.app_id, "rows_per_file": rows_per_file,
             "files": [join(self.layout.table, f.name) for f in files],
         })
+        self.prove()
         for i, f in enumerate(files):
             self.fence()  # a writer that lost its lease stops before its next rename
             if i == len(files) // 2 and i > 0:
                 fault_point("mid_publish", batch_id)
-            self.fs.replace(f.staged, join(self.layout.table, f.name))
+            # never onto an existing file: begin() removed this batch's earlier attempts'
+            # files, so one that is there now is another writer's
+            self.fs.move_new(f.staged, join(self.layout.table, f.name))
         fault_point("after_publish", batch_id)
 
         manifest = {
@@ -238,9 +242,9 @@ class ParquetTableWriter(TableWriter):
             **info,
         }
         path = self.layout.manifest(self.run, batch_id)
-        self.fence()
+        self.prove()
         if not self.fs.write_once(path, json.dumps(manifest, indent=1, sort_keys=True)):
-            raise SinkError(
+            raise SecondWriterError(
                 f"batch {batch_id} of app {self.app_id} was committed by another writer while "
                 f"this one published it ({path}): two lakesink processes share this "
                 "checkpoint. Stop one of them; each table needs exactly one writer.")

@@ -92,6 +92,9 @@ class RejectedWriter:
         self.format = fmt
         self.spark = spark
         self.delta: Any = None  # the dead-letter table's writer (a format with a log)
+        #: proves the data table's lease at the store before the outbox is touched (the
+        #: batch function sets it to its table writer's ``prove``)
+        self.guard: Callable[[], None] = lambda: None
         if table_format(fmt, key="dlq.format").has_log:
             assert spark is not None
             self.delta = open_writer(fmt, spark, dead_letter_layout(layout), WriterOptions(
@@ -113,6 +116,7 @@ class RejectedWriter:
 
     def discard(self, batch_id: int) -> None:
         """Drop an earlier attempt's outbox (the batch is not committed)."""
+        self.guard()
         self.fs.delete(self._outbox(batch_id))
 
     def stage(self, batch_id: int, df: DataFrame, *, expected: int | None = None,
@@ -122,6 +126,7 @@ class RejectedWriter:
         (before the table's commit) unless ``recount`` (an exact count) agrees with the
         staged rows; with ``only_if_any`` nothing is staged for none."""
         outbox = self._outbox(batch_id)
+        self.guard()
         self.fs.delete(outbox)
         if only_if_any:
             df = df.cache()

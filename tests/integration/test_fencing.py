@@ -1,0 +1,90 @@
+"""Two writers on one checkpoint (issue 40 item 1, audit-2 #1): the first freezes inside
+a destructive step of a batch while the second takes the lease over and commits the
+batch; then the first resumes. Nothing of the new holder's is deleted, no row is lost
+or twice (read back by DuckDB and Spark), and the stale writer stops with a clear
+message. The freeze is a hook in the first writer's own filesystem calls (a stall of
+the process there: GC, a partition, SIGSTOP), on local disk."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from lakesink.errors import LeaseLost, SecondWriterError
+from lakesink.tables.formats import WriterOptions, open_writer
+from lakesink.tables.layout import TableLayout
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+TTL_S = 2.0
+
+
+def _writer(spark, lake: Path) -> Any:  # noqa: ANN001, ANN401
+    writer = open_writer("parquet", spark, TableLayout.of(str(lake), "events"),
+                         WriterOptions(app_id="app-fenced", lease_s=TTL_S))
+    writer.prepare()
+    return writer
+
+
+def _ids(lake: Path) -> list[int]:
+    return sorted(r[0] for r in duckdb.sql(
+        f"SELECT id FROM read_parquet('{lake}/events/**/*.parquet')").fetchall())
+
+
+@pytest.mark.parametrize("step", ["move_new", "write_once"])
+def test_a_frozen_writer_never_touches_what_the_new_holder_committed(spark, tmp_path,
+                                                                      step) -> None:
+    """``move_new``: frozen inside its publish, after its checks (the audit's sequence
+    (a): it used to delete the holder's committed file before its rename). ``write_once``:
+    frozen right before its manifest, after its proof."""
+    lake = tmp_path / "lake"
+    rows = spark.range(0, 50).selectExpr("id", "cast(id % 5 as string) as location")
+    stale = _writer(spark, lake)
+    frozen, resume = threading.Event(), threading.Event()
+    real = getattr(stale.fs, step)
+
+    def stall(*args: Any) -> Any:  # noqa: ANN401
+        if step == "write_once" and "/manifests/" not in args[0]:
+            return real(*args)  # its lease renewals go on until the freeze
+        if not frozen.is_set():
+            stale.lease._stop.set()  # a frozen process renews nothing
+            frozen.set()
+            assert resume.wait(120)
+        return real(*args)
+
+    setattr(stale.fs, step, stall)
+    outcome: list[BaseException | None] = []
+
+    def write() -> None:
+        try:
+            stale.write_batch(0, rows)
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            outcome.append(exc)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    assert frozen.wait(120)
+    holder = _writer(spark, lake)  # waits out the TTL, then takes the lease
+    try:
+        done = holder.write_batch(0, rows)  # the batch again, from its start
+        assert done.files >= 1 and not done.skipped
+        committed = _ids(lake)
+        assert committed == list(range(50))
+        resume.set()
+        thread.join(120)
+        (error,) = outcome
+        assert isinstance(error, (SecondWriterError, LeaseLost)), error
+        print(f"fencing step={step}: the stale writer stopped with: {error}")
+        assert _ids(lake) == list(range(50)), "the stale writer changed the table"
+        assert spark.read.parquet(str(lake / "events")).count() == 50
+        assert holder.is_committed(0)
+        assert holder.write_batch(1, rows.limit(0)).files == 0  # the holder goes on
+    finally:
+        resume.set()
+        holder.close()
+        stale.close()
