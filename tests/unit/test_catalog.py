@@ -14,7 +14,7 @@ import yaml
 from lakesink.catalog import Catalog, CommittedBatch, registrar
 from lakesink.catalog.outbox import Registrar, partition_of
 from lakesink.config import load_config, redacted_dict
-from lakesink.errors import CatalogUnavailable, ConfigError
+from lakesink.errors import CatalogError, CatalogUnavailable, ConfigError
 from lakesink.tables.layout import TableLayout
 
 KAFKA = {"source": {"kafka": {"bootstrap_servers": "b:9092", "topics": ["events"]}}}
@@ -117,6 +117,9 @@ class FakeFS:
     def exists(self, path: str) -> bool:
         return path in self.files
 
+    def delete(self, path: str, *, recursive: bool = True) -> bool:  # noqa: ARG002
+        return self.files.pop(path, None) is not None
+
 
 class FakeCatalog(Catalog):
     id = "fake"
@@ -125,6 +128,7 @@ class FakeCatalog(Catalog):
         self.batches: list[tuple[str, int]] = []
         self.down = 0  # calls left that fail
         self.prepared = 0
+        self.refuse: set[int] = set()  # batches it answers with a refusal (a 4xx)
 
     def prepare(self) -> None:
         self._maybe_down()
@@ -132,6 +136,8 @@ class FakeCatalog(Catalog):
 
     def register(self, batch: CommittedBatch) -> None:
         self._maybe_down()
+        if batch.batch_id in self.refuse:
+            raise CatalogError("413 Payload Too Large: 1000 files in one request")
         self.batches.append((batch.run, batch.batch_id))
 
     def _maybe_down(self) -> None:
@@ -247,13 +253,11 @@ def test_a_long_backlog_is_registered_over_several_batches() -> None:
 
 
 def test_close_never_raises_and_an_unreadable_manifest_is_reported(caplog) -> None:
-    from lakesink.errors import CatalogError
-
     fs, clock = FakeFS(), Clock()
 
-    class Refusing(FakeCatalog):
-        def register(self, batch: CommittedBatch) -> None:
-            raise CatalogError("HTTP 401")
+    class Refusing(FakeCatalog):  # fails in a way no rule expects (a refusal is set
+        def register(self, batch: CommittedBatch) -> None:  # aside: the test above)
+            raise OSError("the outbox's store went away")
 
     fs.files[LAYOUT.manifest("r2", 0)] = ""  # a manifest emptied by a kill (older lakesink)
     catalog = FakeCatalog()
@@ -334,3 +338,26 @@ def test_validate_shows_no_password_of_a_catalog_database_url(tmp_path: Path) ->
     assert "hunter2" not in shown and "hunter3" not in shown
     assert "postgresql://lake:**********@db:5432/cat" in shown
     assert cfg.catalog.iceberg is not None and "hunter2" in cfg.catalog.iceberg.uri
+
+
+def test_a_batch_the_catalog_refuses_is_set_aside_and_ingestion_goes_on() -> None:
+    """audit-2 #13: a refusal (a 4xx, not an outage) of one committed batch used to stop
+    the run, and every restart, at the same batch. It is recorded and reported; the
+    batches after it are registered; the next start tries it again."""
+    fs, catalog, clock = FakeFS(), FakeCatalog(), Clock()
+    catalog.refuse = {1}
+    reg = make(fs, catalog, clock)
+    reg.start()
+    for b in range(3):
+        commit(fs, "r2", b)
+        reg.committed(b)  # never raises
+    assert catalog.batches == [("r2", 0), ("r2", 2)] and reg.pending == []
+    assert reg.status()["refused"] == 1 and reg.registered == 2
+    record = fs.read_json(reg.refusal("r2", 1))
+    assert "413 Payload Too Large" in record["refusal"]
+    assert not fs.exists(reg.mark("r2", 1))
+    catalog.refuse = set()  # the cause mended (a catalog limit raised)
+    again = make(fs, catalog, clock)
+    again.start()
+    assert catalog.batches[-1] == ("r2", 1) and fs.exists(again.mark("r2", 1))
+    assert not fs.exists(again.refusal("r2", 1)) and again.refused == 0

@@ -21,6 +21,14 @@ the backlog waits with exponential backoff (``catalog.retry_initial_s`` doubling
 ``catalog.retry_max_s``), logged when it starts and when it clears, and is registered
 in commit order at the first batch after the wait. At stop, one last attempt; what is
 left is registered by the next start.
+
+A batch the catalog *refuses* (a :class:`~lakesink.errors.CatalogError` from
+``register``: a 413 for a batch of thousands of folders, a footer that disagrees, a
+partition spec another tool changed) is set aside, not retried and not allowed to halt
+ingestion: ``refused/<catalog id>/<run>/<batch>.json`` records why, it is logged as an
+error and counted (``refused`` in the status), and the next start tries it again (the
+mend of the cause — a catalog setting, ``lakesink repair`` — comes first). A refusal of
+the catalog itself (``prepare``: a wrong token) still stops the run.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lakesink.catalog.base import Catalog, CatalogFile, CommittedBatch
-from lakesink.errors import CatalogUnavailable, one_line
+from lakesink.errors import CatalogError, CatalogUnavailable, one_line
 from lakesink.faults import fault_point
 from lakesink.tables.paths import unescape_value
 from lakesink.tables.fs import join
@@ -86,6 +94,7 @@ class Registrar:
         self.failures = 0
         self.next_try = 0.0
         self.registered = 0  #: batches registered by this process
+        self.refused = 0  #: batches the catalog refused in this process (set aside)
 
     # -- where things live -------------------------------------------------------------
 
@@ -95,6 +104,10 @@ class Registrar:
 
     def mark(self, run: str, batch_id: int) -> str:
         return join(self.marks, run, f"{batch_id:010d}.json")
+
+    def refusal(self, run: str, batch_id: int) -> str:
+        """Where a batch the catalog refused is recorded, with the refusal."""
+        return join(self.layout.meta, "refused", self.catalog.id, run, f"{batch_id:010d}.json")
 
     # -- the outbox --------------------------------------------------------------------
 
@@ -145,9 +158,15 @@ class Registrar:
                 self.prepared = True
             while self.pending and self.clock() - started < self.budget_s:
                 run, batch_id = self.pending[0]
-                self._register(run, batch_id)
+                try:
+                    self._register(run, batch_id)
+                except CatalogUnavailable:
+                    raise
+                except CatalogError as exc:
+                    self._set_aside(run, batch_id, exc)
+                else:
+                    done += 1
                 self.pending.pop(0)
-                done += 1
         except CatalogUnavailable as exc:
             self.registered += done
             self._failed(exc)
@@ -179,8 +198,21 @@ class Registrar:
         self.fs.write_json(self.mark(run, batch_id), {
             "batch_id": batch_id, "app_id": batch.app_id, "files": len(batch.files),
             "rows": batch.rows, "catalog": self.catalog.id})
+        if self.fs.exists(self.refusal(run, batch_id)):  # refused before, accepted now
+            self.fs.delete(self.refusal(run, batch_id), recursive=False)
         logger.info("catalog %s: batch %d registered (%d file(s), %d row(s))",
                     self.catalog.describe(), batch_id, len(batch.files), batch.rows)
+
+    def _set_aside(self, run: str, batch_id: int, exc: CatalogError) -> None:
+        """A batch the catalog refused: recorded and reported, ingestion goes on."""
+        self.refused += 1
+        why = one_line(exc, name=False)
+        self.fs.write_json(self.refusal(run, batch_id), {
+            "batch_id": batch_id, "run": run, "catalog": self.catalog.id, "refusal": why,
+            "at": time.time()})
+        logger.error("catalog %s refused batch %d (%s): it is set aside (its rows are in "
+                     "the table, not in the catalog); ingestion goes on, and the next start "
+                     "tries it again", self.catalog.describe(), batch_id, why)
 
     def _failed(self, exc: CatalogUnavailable) -> None:
         wait = min(self.retry_max_s, self.retry_initial_s * 2 ** self.failures)
@@ -209,4 +241,5 @@ class Registrar:
 
     def status(self) -> dict[str, Any]:
         return {"catalog": self.catalog.describe(), "pending": len(self.pending),
-                "registered": self.registered, "failures": self.failures}
+                "registered": self.registered, "refused": self.refused,
+                "failures": self.failures}

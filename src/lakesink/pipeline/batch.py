@@ -73,9 +73,11 @@ class RunStats:
     files: int = 0
     bytes: int = 0
     seconds: float = 0.0
-    #: with a catalog: batches registered, and committed batches still waiting at stop
+    #: with a catalog: batches registered, committed batches still waiting at stop, and
+    #: batches the catalog refused (set aside; the next start tries them again)
     registered: int | None = None
     unregistered: int | None = None
+    refused_by_catalog: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -247,6 +249,7 @@ class BatchFunction:
                 self.registrar.close()
                 self.stats.registered = self.registrar.registered
                 self.stats.unregistered = len(self.registrar.pending)
+                self.stats.refused_by_catalog = self.registrar.refused
         finally:
             self.writer.close()
             self.rejected.close()
