@@ -87,7 +87,9 @@ def test_a_frozen_writer_never_touches_what_the_new_holder_committed(spark, tmp_
         assert _ids(lake) == list(range(50)), "the stale writer changed the table"
         assert spark.read.parquet(str(lake / "events")).count() == 50
         assert holder.is_committed(0)
-        assert holder.write_batch(1, rows.limit(0)).files == 0  # the holder goes on
+        more = spark.range(50, 60).selectExpr("id", "cast(id % 5 as string) as location")
+        assert not holder.write_batch(1, more).skipped  # the holder goes on
+        assert _ids(lake) == list(range(60))
     finally:
         resume.set()
         holder.close()
