@@ -11,7 +11,7 @@ import pytest
 
 from lakesink.app import Pipeline
 from lakesink.config import load_config
-from lakesink.errors import SecondWriterError
+from lakesink.errors import ConfigError, SecondWriterError
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark, pytest.mark.s3]
 
@@ -38,6 +38,18 @@ def test_the_seed_example_environment_runs_as_is_and_takes_over(spark, kafka_bro
     send(range(60), 0)
     send(range(60, 100), 1)
     group = f"quix-{topic}"
+    # a group with no committed offset at all (a misspelt name, expired offsets) is
+    # refused: AUTO_OFFSET_RESET's latest would skip what came since the sink stopped
+    missing = {"input": topic, "KAFKA_BOOTSTRAP_SERVERS": kafka_broker.bootstrap_servers,
+               "CONSUMER_GROUP": f"{group}-misspelt", "S3_BUCKET": s3_server.bucket,
+               "S3_PREFIX": f"quix-{topic}-never", "AWS_ENDPOINT_URL": s3_server.endpoint,
+               "AWS_ACCESS_KEY_ID": s3_server.access_key, "AWS_REGION": "us-east-1",
+               "AWS_SECRET_ACCESS_KEY": s3_server.secret_key}
+    with pytest.raises(ConfigError) as no_offsets:
+        Pipeline.build(load_config(env=missing), spark).run(until_caught_up=True)
+    assert no_offsets.value.key == "source.kafka.group_id", str(no_offsets.value)
+    assert "has no committed offset" in str(no_offsets.value)
+    assert "group_missing: fallback" in str(no_offsets.value)
     quix = Consumer({"bootstrap.servers": kafka_broker.bootstrap_servers, "group.id": group,
                      "enable.auto.commit": False})
     quix.commit(offsets=[TopicPartition(topic, 0, 30)], asynchronous=False)

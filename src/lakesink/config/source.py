@@ -59,6 +59,10 @@ class KafkaSource(Section):
     group_fallback: Literal["earliest", "latest"] = Field(
         default="earliest", description="starting_offsets group: where a partition the "
         "group has no committed offset for starts")
+    group_missing: Literal["refuse", "fallback"] = Field(
+        default="refuse", description="starting_offsets group, when the group has no "
+        "committed offset at all (a misspelt group_id, offsets the broker expired): "
+        "refuse the start (default), or start every partition at group_fallback")
     require_idle_group: bool | None = Field(
         default=None, description="a new checkpoint refuses to start while group_id has "
         "active members (the tool lakesink takes over from still runs: both would write "

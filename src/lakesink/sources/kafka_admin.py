@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from lakesink.config.source import KafkaSource
-from lakesink.errors import SecondWriterError, SourceError, one_line
+from lakesink.errors import ConfigError, SecondWriterError, SourceError, one_line
 from lakesink.sources.kafka_client import client_options
 
 if TYPE_CHECKING:
@@ -243,8 +243,17 @@ def group_offsets(spark: SparkSession, cfg: KafkaSource) -> str:
                           f"{', '.join(cfg.topics)} not found, so no group position to "
                           "start from") from None
     if all(o < 0 for parts in out.values() for o in parts.values()):
+        if cfg.group_missing == "refuse":
+            raise ConfigError(
+                "source.kafka.group_id",
+                f"consumer group {cfg.group_id!r} has no committed offset for "
+                f"{', '.join(cfg.topics)}: a misspelt name, or offsets the broker expired "
+                "(offsets.retention.minutes). Starting every partition at group_fallback "
+                f"({cfg.group_fallback}) would read records twice or skip them",
+                fix="check the name; to start anyway, set source.kafka.group_missing: "
+                "fallback")
         logger.warning("consumer group %r has no committed offset for %s: every partition "
-                       "starts at %s (is the group's name right?)", cfg.group_id,
+                       "starts at %s (group_missing: fallback)", cfg.group_id,
                        ", ".join(cfg.topics), cfg.group_fallback)
     logger.info("starting at consumer group %r's committed offsets: %s", cfg.group_id,
                 json.dumps(out, sort_keys=True))
