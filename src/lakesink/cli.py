@@ -58,9 +58,22 @@ def _setup_logging(flag: str | None = None, cfg: Any = None) -> None:  # noqa: A
 
 def _load(config: Path | None, sets: list[str] | None, flags: dict[str, Any],  # noqa: ANN202
           compat: str | None = None):
+    import os
+
     from lakesink.config import load_config
 
-    return load_config(config, overrides=sets or [], flags=flags, compat=compat)
+    try:
+        return load_config(config, overrides=sets or [], flags=flags, compat=compat)
+    except ConfigError as exc:
+        given = (config is not None or sets or any(v is not None for v in flags.values())
+                 or any(k.startswith("LAKESINK_") for k in os.environ))
+        if given or not exc.key.startswith("source"):
+            raise
+        raise ConfigError(exc.key, "no configuration was given (no -c file, --set or "
+                          f"LAKESINK_* variable), so {exc.message}",
+                          fix="pass -c lakesink.yaml (examples/ has some), --set keys or "
+                          "LAKESINK_* variables; `lakesink demo` runs one against a local "
+                          "broker") from None
 
 
 def _print_config_file(cfg: Any) -> None:  # noqa: ANN401

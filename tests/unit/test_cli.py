@@ -149,3 +149,14 @@ def test_print_config_makes_a_file_that_runs_the_same(tmp_path: Path) -> None:
     assert redacted_dict(again) == redacted_dict(original)
     assert again.source.kafka.sasl.password.get_secret_value() == "hunter2"
     assert again.table.base_path == "s3a://lake/data"
+
+
+def test_run_without_any_configuration_says_so(monkeypatch) -> None:  # noqa: ANN001
+    import os
+
+    for key in [k for k in os.environ if k.startswith("LAKESINK_")]:
+        monkeypatch.delenv(key)
+    result = runner.invoke(app, ["run"])
+    assert result.exit_code == 2, result.output
+    assert "no configuration was given" in result.output
+    assert "lakesink demo" in result.output

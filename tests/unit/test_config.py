@@ -198,3 +198,20 @@ def test_a_weakened_redaction_regex_is_refused(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, BASE), env={},
                       overrides=[f"spark.conf.spark.redaction.regex={wider}"])
     assert cfg.spark.conf["spark.redaction.regex"] == wider
+
+
+@pytest.mark.parametrize(("override", "key", "hint"), [
+    ("table.partiton_by=[day]", "table.partiton_by", "did you mean 'partition_by'?"),
+    ("source.kafka.bootstrap_server=x:1", "source.kafka.bootstrap_server",
+     "did you mean 'bootstrap_servers'?"),
+    ("trigger.intervall=5s", "trigger.intervall", "did you mean 'interval'?"),
+    ("table.zzz=1", "table.zzz", None),
+])
+def test_an_unknown_key_says_which_key_was_meant(tmp_path: Path, override: str, key: str,
+                                                 hint: str | None) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, BASE), env={}, overrides=[override])
+    assert info.value.key == key
+    assert ("did you mean" in str(info.value)) == (hint is not None), str(info.value)
+    if hint:
+        assert hint in str(info.value)
