@@ -244,6 +244,13 @@ def kdi(ctx: typer.Context) -> None:
     missing files from the log, then OPTIMIZE). See docs/migrating.md."""
     from lakesink import kdi
 
+    args = list(ctx.args)
+    if "--help" in args or "-h" in args or not args:
+        from lakesink.compat.kdi import help_text
+
+        command = args[0] if args and args[0] in ("ingest", "repair") else None
+        print(help_text(command), end="")
+        raise typer.Exit(0 if args else 2)
     _setup_logging(None)
     if ctx.args[:1] == ["repair"]:
         _kdi_repair(list(ctx.args))

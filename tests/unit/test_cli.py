@@ -160,3 +160,22 @@ def test_run_without_any_configuration_says_so(monkeypatch) -> None:  # noqa: AN
     assert result.exit_code == 2, result.output
     assert "no configuration was given" in result.output
     assert "lakesink demo" in result.output
+
+
+def test_kdi_help_lists_every_flag_with_its_lakesink_key() -> None:
+    """issue 41 item 4: `--help` on kdi, kdi ingest and kdi repair (was "unknown
+    argument(s): --help", exit 2); the ingest help is the flag table."""
+    from lakesink.compat.kdi import IGNORED
+
+    ingest = runner.invoke(app, ["kdi", "ingest", "--help"])
+    assert ingest.exit_code == 0, ingest.output
+    for flag, key in (("--partition_columns", "table.partition_by"),
+                      ("-l, --allowed_latency", "trigger.interval"),
+                      ("--no_takeover", "table.other_writers: ignore")):
+        line = next(line for line in ingest.output.splitlines() if line.startswith(flag))
+        assert key in line, line
+    assert all(f"--{name}:" in ingest.output for name in IGNORED)
+    for argv in (["kdi", "--help"], ["kdi", "repair", "-h"]):
+        shown = runner.invoke(app, argv)
+        assert shown.exit_code == 0 and shown.output.startswith("Usage: lakesink kdi"), argv
+    assert "--table_url URL" in runner.invoke(app, ["kdi", "repair", "--help"]).output

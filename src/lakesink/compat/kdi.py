@@ -69,6 +69,76 @@ IGNORED = {
     **{name: why for name, (_, _, why) in _UNUSED_FLAGS.items()},
 }
 
+#: ``lakesink kdi ingest --help``: (flags, environment variable, what lakesink does with
+#: it), in kafka-delta-ingest's order; :func:`translate` is the truth this describes
+INGEST_FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("TOPIC, --topic", "KAFKA_TOPIC", "source.kafka.topics"),
+    ("TABLE_LOCATION", "TABLE_LOCATION", "table.base_path and table.name (the folder's "
+     "parent and name); the table is Delta"),
+    ("--table_base_uri", "TABLE_BASE_URI", "table.base_path: a table per Avro record name "
+     "with --avro (routes[].message_type), else the topic's table there"),
+    ("-k, --kafka", "KAFKA_BROKERS", "source.kafka.bootstrap_servers"),
+    ("-g, --consumer_group", "KAFKA_CONSUMER_GROUP", "source.kafka.group_id: a new "
+     "checkpoint refuses while the group has active members"),
+    ("-a, --app_id", "APP_ID", "the app id whose Delta txn versions the take-over starts "
+     "after"),
+    ("--seek_offsets", "KAFKA_SEEK_OFFSETS", "source.kafka.starting_offsets (where the "
+     "table's txn is not ahead)"),
+    ("-o, --auto_offset_reset", "KAFKA_AUTO_OFFSET_RESET", "source.kafka.starting_offsets "
+     "of partitions without a position (earliest, latest)"),
+    ("-l, --allowed_latency", "ALLOWED_LATENCY", "trigger.interval (seconds)"),
+    ("--partition_columns", "PARTITION_COLUMNS", "table.partition_by"),
+    ("-t, --transform", "TRANSFORMS", "table.transforms (the same text)"),
+    ("--dlq_table_location", "DLQ_TABLE_LOCATION", "dlq.format: delta (dead letters in "
+     "<base>/_rejected/<table>)"),
+    ("-c, --checkpoints", "WRITE_CHECKPOINTS", "table.delta_checkpoint_interval: 10"),
+    ("-K, --kafka_setting", "", "source.kafka.options (librdkafka names translated; "
+     "librdkafka-only settings refused with what to give instead)"),
+    ("--prometheus_port", "PROMETHEUS_PORT", "metrics.port"),
+    ("--message_type_whitelist", "MESSAGE_TYPE_WHITELIST",
+     "routes[].message_type.allow (searched, as the fork does)"),
+    ("-e, --ends_at_latest_offsets", "ENDS_AT_LATEST_OFFSETS",
+     "trigger.until_caught_up"),
+    ("--avro URL, --protobuf URL", "AVRO_REGISTRY, PROTOBUF_REGISTRY",
+     "decode.format and its registry"),
+    ("--json", "JSON_REGISTRY", "plain JSON (the default); a JSON registry is refused"),
+    ("--decompress_gzip", "DECOMPRESS_GZIP", "refused: gzip values are not supported"),
+    ("--print-config", "", "lakesink's own: print the lakesink config (with the "
+     "take-over's starting offsets) instead of running"),
+    ("--no_takeover", "", "lakesink's own: table.other_writers: ignore (start without "
+     "the table's txn offsets)"),
+)
+
+
+def help_text(command: str | None) -> str:
+    """``--help`` of ``lakesink kdi`` (``command`` None), ``kdi ingest`` or ``kdi repair``."""
+    if command == "repair":
+        return ("Usage: lakesink kdi repair --table_url URL [--optimize_target_size N]\n"
+                "       [--optimize_partition COL --optimize_partition_predicate VALUE]\n\n"
+                "The fork's repair: files the Delta log references that are gone leave the\n"
+                "table in one commit (lakesink repair --apply), then OPTIMIZE (lakesink\n"
+                "compact) with the target size (default 100000000 bytes) and, given both,\n"
+                "one partition. Variables: TABLE_URL, OPTIMIZE_TARGET_SIZE,\n"
+                "OPTIMIZE_PARTITION, OPTIMIZE_PARTITION_PREDICATE.\n")
+    if command != "ingest":
+        return ("Usage: lakesink kdi ingest [TOPIC] [TABLE_LOCATION] [flags]\n"
+                "       lakesink kdi repair --table_url URL [flags]\n\n"
+                "kafka-delta-ingest's command lines (and environment variables), run by\n"
+                "lakesink into the same Delta table, taking over from kafka-delta-ingest's\n"
+                "offsets (its txn versions). `lakesink kdi ingest --help` lists every flag\n"
+                "and what lakesink does with it. See docs/migrating.md.\n")
+    width = max(len(f) for f, _, _ in INGEST_FLAGS)
+    lines = ["Usage: lakesink kdi ingest [TOPIC] [TABLE_LOCATION] [flags]", "",
+             "Each flag falls back to its environment variable, as in kafka-delta-ingest.",
+             "", f"{'flag':<{width}}  {'variable':<24}  lakesink"]
+    for flags, var, what in INGEST_FLAGS:
+        lines.append(f"{flags:<{width}}  {var:<24}  {what}")
+    lines += ["", "Accepted and not used (a note is printed when given):"]
+    for name, why in IGNORED.items():
+        lines.append(f"  --{name}: {why}")
+    return "\n".join(lines) + "\n"
+
+
 @dataclass
 class KdiArgs:
     topic: str | None = None
