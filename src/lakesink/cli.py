@@ -548,7 +548,8 @@ def vacuum(
     force: Annotated[bool, typer.Option(
         "--force", help="Delta: allow a retention under 7 days; Parquet: no grace period."
     )] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Delta: only list.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Only count what would be deleted; delete nothing.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Delete files no longer in the table: Delta VACUUM (maintenance.vacuum_retention_hours);

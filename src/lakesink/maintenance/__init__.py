@@ -127,8 +127,10 @@ def vacuum(cfg: LakesinkConfig, spark: SparkSession, *, force: bool = False,
     else:
         from lakesink.maintenance.parquet import CompactReport, vacuum_replaced
 
-        _compactor(cfg, spark).resume_locked(CompactReport(layout.name))
-        report = vacuum_replaced(fs, layout, 0 if force else m.replaced_grace_s).as_dict()
+        if not dry_run:
+            _compactor(cfg, spark).resume_locked(CompactReport(layout.name))
+        report = vacuum_replaced(fs, layout, 0 if force else m.replaced_grace_s,
+                                 dry_run=dry_run).as_dict()
     if cfg.dlq.retention_days is not None and not dry_run:
         import datetime as dt
 

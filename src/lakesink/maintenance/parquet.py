@@ -352,20 +352,26 @@ class VacuumReport:
     compactions_vacuumed: list[int] = field(default_factory=list)
     manifests_rolled_up: int = 0  #: per-batch manifests now in a rollup file
     kept_in_grace: int = 0  #: finished compactions whose replaced files are kept for now
+    dry_run: bool = False
+    files_to_delete: int = 0  #: with ``dry_run``: what would have been deleted
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def vacuum_replaced(fs: HadoopFS, layout: TableLayout, grace_s: float) -> VacuumReport:
+def vacuum_replaced(fs: HadoopFS, layout: TableLayout, grace_s: float, *,
+                    dry_run: bool = False) -> VacuumReport:
     """Delete the files finished compactions replaced, once ``grace_s`` has passed
     since they finished (a reader that listed the table before the swap may still be
     reading them); roll complete ranges of per-batch manifests up
-    (:mod:`lakesink.tables.manifests`). Idempotent."""
+    (:mod:`lakesink.tables.manifests`). Idempotent. ``dry_run``: only count what would
+    be deleted (nothing is deleted or rolled up)."""
     from lakesink.tables.manifests import roll_up
 
     report = VacuumReport(layout.name)
-    report.manifests_rolled_up = roll_up(fs, layout)
+    report.dry_run = dry_run
+    if not dry_run:
+        report.manifests_rolled_up = roll_up(fs, layout)
     journal = Journal(fs, layout)
     now = dt.datetime.now(dt.UTC)
     for cid, states in sorted(journal.states().items()):
@@ -379,6 +385,9 @@ def vacuum_replaced(fs: HadoopFS, layout: TableLayout, grace_s: float) -> Vacuum
             report.kept_in_grace += 1
             continue
         files = fs.list_files(folder)
+        if dry_run:
+            report.files_to_delete += len(files)
+            continue
         fs.delete(folder)
         report.files_deleted += len(files)
         report.bytes_deleted += sum(f.size for f in files)
@@ -399,13 +408,16 @@ class RepairReport:
     unfinished_compactions: list[int] = field(default_factory=list)
     #: files no manifest lists yet, younger than ``min_age_s``: not judged this time
     too_young: int = 0
+    #: young files nothing accounts for (no manifest, no batch or compaction publishing
+    #: them: a foreign file readers count): a problem, not moved until ``min_age_s``
+    young_orphans: list[str] = field(default_factory=list)
     applied: bool = False
     moved_to: str | None = None
 
     @property
     def problems(self) -> int:
         return (len(self.missing) + len(self.wrong_size) + len(self.orphans)
-                + len(self.unfinished_compactions))
+                + len(self.young_orphans) + len(self.unfinished_compactions))
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "problems": self.problems}
@@ -462,8 +474,10 @@ def repair(fs: HadoopFS, layout: TableLayout, *, apply: bool, min_age_s: float
         elif disk.size != f.bytes:
             report.wrong_size.append(path)
     report.unfinished_compactions = sorted(unfinished)
-    report.orphans = sorted(p for p, f in on_disk.items() if p not in files
-                            and p not in in_flight and now_ms - f.mtime_ms >= young_ms)
+    unknown = {p: f for p, f in on_disk.items() if p not in files and p not in in_flight}
+    report.orphans = sorted(p for p, f in unknown.items() if now_ms - f.mtime_ms >= young_ms)
+    report.young_orphans = sorted(p for p, f in unknown.items()
+                                  if now_ms - f.mtime_ms < young_ms)
     if apply and report.orphans:
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
         target = join(layout.quarantine, stamp)
