@@ -181,8 +181,10 @@ class BatchFunction:
         if counts.rejected:  # staged before the commit; published now
             with phase("dead_letters", self.writer.layout.name):
                 self.rejected.publish(batch_id)
-            logger.warning("batch %d: %d record(s) rejected -> %s", batch_id,
-                           counts.rejected, self.rejected.path(batch_id))
+            # bad input is the dead-letter table's everyday work, not a warning of
+            # lakesink's: counted in the metrics and the run summary
+            logger.info("batch %d: %d record(s) rejected -> %s", batch_id,
+                        counts.rejected, self.rejected.path(batch_id))
         self._register(batch_id)
         stats = self.stats
         stats.batches += 1
