@@ -404,3 +404,25 @@ def test_a_timestamp_field_named_like_a_time_part_is_still_certified(tmp_path) -
     files = [b.column("path")[0].as_py() for b in out if b.column(0)[0].as_py() == "file"]
     assert [f.rpartition("/")[0] for f in files] == ["hour=21"]
     assert sum(b.num_rows for b in out if b.column(0)[0].as_py() == "suspect") == 1
+
+
+def test_the_suspects_budget_is_the_batchs_shared_by_its_tasks() -> None:
+    """audit-2 #8: each task handed back up to 64 MiB of suspects, so 32 partitions could
+    bring 2 GiB to a 1 GiB driver, every retry alike. Now the tasks share one batch
+    budget (a task's own cap stays the most)."""
+    from lakesink.pipeline.arrow_path import task_suspect_share
+    from lakesink.pipeline.arrow_task import (
+        BATCH_SUSPECT_BYTES,
+        BATCH_SUSPECTS,
+        MIN_TASK_SUSPECT_BYTES,
+        TaskSpec,
+    )
+
+    spec = TaskSpec(fields=(("id", "bigint", True),))
+    one = task_suspect_share(spec, 1)
+    assert one == {"max_suspects": spec.max_suspects, "suspect_bytes": spec.suspect_bytes}
+    for tasks in (2, 32, 200):
+        share = task_suspect_share(spec, tasks)
+        assert share["suspect_bytes"] * tasks <= BATCH_SUSPECT_BYTES
+        assert share["max_suspects"] * tasks <= BATCH_SUSPECTS
+    assert task_suspect_share(spec, 10_000)["suspect_bytes"] == MIN_TASK_SUSPECT_BYTES

@@ -203,9 +203,13 @@ class ArrowEngine:
 def _overflow(spec: TaskSpec, batch_id: int) -> Fallback:
     """A task had more suspects than it hands back: the Spark path judges every record
     in one pass anyway."""
-    return Fallback("batch %d: too many records the Arrow path does not certify (more "
-                    "than %d in a task): the batch takes the Spark path",
-                    (batch_id, spec.max_suspects), logging.WARNING)
+    from lakesink.pipeline.arrow_task import BATCH_SUSPECT_BYTES, BATCH_SUSPECTS
+
+    return Fallback("batch %d: too many records the Arrow path does not certify (a task "
+                    "went past its share of the batch's %d records / %d MiB, or its own "
+                    "%d): the batch takes the Spark path, which streams them",
+                    (batch_id, BATCH_SUSPECTS, BATCH_SUSPECT_BYTES >> 20, spec.max_suspects),
+                    logging.WARNING)
 
 
 def _delta_columns(spec: TaskSpec) -> dict[str, str | None]:

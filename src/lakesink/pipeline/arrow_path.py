@@ -174,12 +174,29 @@ def stage_in_tasks(df: DataFrame, spec: TaskSpec, folder: str, rows_per_file: in
                    file_tag: str = "") -> StagedByTasks:
     """Step 2: one Spark job; each task stages its good rows under ``folder``, its file
     names ending in ``file_tag``."""
+    tasks = max(1, df.rdd.getNumPartitions())
     spec = replace(spec, staging=task_path(spec.filesystem, folder), rows_per_file=rows_per_file,
-                   file_tag=file_tag)
+                   file_tag=file_tag, **task_suspect_share(spec, tasks))
     results = (df.select(*RAW_COLUMNS)
                .mapInArrow(functools.partial(_in_task, spec), RESULT_DDL)
                .toArrow())
     return StagedByTasks(results, folder)
+
+
+def task_suspect_share(spec: TaskSpec, tasks: int) -> dict[str, int]:
+    """Each of ``tasks`` tasks' share of the batch's suspect budget (records and bytes
+    handed back to the driver): the batch's together stay under
+    :data:`~lakesink.pipeline.arrow_task.BATCH_SUSPECT_BYTES`, whatever the number of
+    partitions (a task's own cap, ``spec.max_suspects``, stays the most)."""
+    from lakesink.pipeline.arrow_task import (
+        BATCH_SUSPECT_BYTES,
+        BATCH_SUSPECTS,
+        MIN_TASK_SUSPECT_BYTES,
+    )
+
+    return {"max_suspects": max(1, min(spec.max_suspects, BATCH_SUSPECTS // tasks)),
+            "suspect_bytes": max(MIN_TASK_SUSPECT_BYTES,
+                                 min(spec.suspect_bytes, BATCH_SUSPECT_BYTES // tasks))}
 
 
 def warm_workers(spark: SparkSession, spec: TaskSpec) -> float:

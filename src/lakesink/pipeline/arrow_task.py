@@ -72,8 +72,14 @@ BLOCK_BYTES = 64 << 20
 CHUNK_BYTES = 256 << 20
 #: a failed parse of at least this many records is scanned for malformed ones first
 SCAN_MIN_RECORDS = 64
-#: suspects' bytes a task hands back to the driver at most (else: overflow)
-SUSPECT_BYTES = 64 << 20
+#: suspects' bytes (and records) *one batch's* tasks hand back to the driver at most,
+#: together: every task gets its share (:func:`~lakesink.pipeline.arrow_path.
+#: stage_in_tasks`); past it the batch takes the Spark path, which streams them. A
+#: per-task cap alone would bring tasks x cap to a 1 GiB driver (audit-2 #8)
+BATCH_SUSPECT_BYTES = 128 << 20
+BATCH_SUSPECTS = 200_000
+#: a task's share never goes below this (a batch of many tiny tasks still certifies some)
+MIN_TASK_SUSPECT_BYTES = 256 << 10
 #: timestamps Spark and Arrow both represent: years 0001-9999, in microseconds
 _MIN_US, _MAX_US = -62135596800 * 10**6, 253402300799 * 10**6
 #: an epoch number as text (Spark's ``trim`` removes spaces only; anything else, such as
@@ -115,6 +121,7 @@ class TaskSpec:
     block_rows: int = 65_536  # records per pyarrow.json parse (fewer if they are big)
     chunk_rows: int = 262_144  # records decoded and written at a time (bounds memory)
     max_suspects: int = 50_000  # per task; beyond, the batch takes the Spark path
+    suspect_bytes: int = 64 << 20  # per task; beyond, the batch takes the Spark path
     derived: tuple[str, ...] = field(default=())
     #: appended to file names (a Delta table's files are written in place, so their
     #: names carry the batch and the run)
@@ -174,7 +181,7 @@ def run_task(spec: TaskSpec, batches: Iterable[pa.RecordBatch], task: int,
             suspects = raw.filter(pc.invert(ok))
             handed += suspects.num_rows
             handed_bytes += suspects.nbytes
-            if handed > spec.max_suspects or handed_bytes > SUSPECT_BYTES:
+            if handed > spec.max_suspects or handed_bytes > spec.suspect_bytes:
                 raise TooManySuspects
             if good.num_rows:
                 out += [_file(*written)
