@@ -361,3 +361,33 @@ def test_a_batch_the_catalog_refuses_is_set_aside_and_ingestion_goes_on() -> Non
     again.start()
     assert catalog.batches[-1] == ("r2", 1) and fs.exists(again.mark("r2", 1))
     assert not fs.exists(again.refusal("r2", 1)) and again.refused == 0
+
+
+def test_a_batch_whose_files_a_compaction_merged_registers_the_merged_file() -> None:
+    """audit-2 #4: a Hive catalog enabled on a compacted table (or down for longer than
+    maintenance.min_age_s while cron compacts) read a batch's files where they had been,
+    failed forever and held every later batch back. The batch's files are followed
+    through the compaction journal to the file that holds their rows now."""
+    fs, catalog, clock = FakeFS(), FakeCatalog(), Clock()
+    seen: list[tuple[int, list[str]]] = []
+
+    class Folders(FakeCatalog):
+        def register(self, batch: CommittedBatch) -> None:
+            seen.append((batch.batch_id, [f.relative for f in batch.files]))
+
+    for b in range(3):
+        commit(fs, "r2", b)
+    merged = [f"day=1/part-{b:010d}-r2-0.parquet" for b in (0, 1)]
+    fs.write_json(f"{LAYOUT.compactions}/0000000000.json", {
+        "id": 0, "output": "day=1/part-c0000000000-00000.parquet",
+        "inputs": [{"path": p, "rows": 3, "bytes": 10} for p in merged]})
+    fs.write_json(f"{LAYOUT.compactions}/0000000000.outcome.json", {
+        "id": 0, "outcome": "done",
+        "outputs": [{"path": "day=1/part-c0000000000-00000.parquet", "rows": 6,
+                     "bytes": 15}]})
+    reg = make(fs, Folders(), clock)
+    reg.start()
+    assert seen == [(0, ["day=1/part-c0000000000-00000.parquet"]),
+                    (1, ["day=1/part-c0000000000-00000.parquet"]),
+                    (2, ["day=1/part-0000000002-r2-0.parquet"])]
+    assert reg.pending == [] and catalog.batches == []

@@ -193,6 +193,7 @@ class Registrar:
             return
         batch = committed_batch(manifest, table=self.layout.name, location=self.layout.table,
                                 run=run, null_value=self.null_value)
+        batch = self._current(batch)
         self.catalog.register(batch)
         fault_point("after_registration", batch_id)
         self.fs.write_json(self.mark(run, batch_id), {
@@ -202,6 +203,32 @@ class Registrar:
             self.fs.delete(self.refusal(run, batch_id), recursive=False)
         logger.info("catalog %s: batch %d registered (%d file(s), %d row(s))",
                     self.catalog.describe(), batch_id, len(batch.files), batch.rows)
+
+    def _current(self, batch: CommittedBatch) -> CommittedBatch:
+        """The batch with the files that hold its rows *now*: a file a compaction merged
+        (before the batch was registered: a catalog enabled on a compacted table, an
+        outage longer than ``maintenance.min_age_s``) is the compaction's output, in the
+        same folder (audit-2 #4: it was read where it had been, failing forever). Only a
+        catalog that registers folders (Hive) ever sees such a batch: the others refuse
+        a compacted table."""
+        from dataclasses import replace
+
+        from lakesink.tables.manifests import compacted_into
+
+        into = compacted_into(self.fs, self.layout)
+        if not into or not any(f.relative in into for f in batch.files):
+            return batch
+        files: dict[str, CatalogFile] = {}
+        for f in batch.files:
+            now = into.get(f.relative)
+            if now is None:
+                files[f.relative] = f
+            elif now.path not in files:
+                files[now.path] = CatalogFile(
+                    path=join(self.layout.table, now.path), relative=now.path,
+                    bytes=now.bytes, rows=now.rows,
+                    partition=partition_of(now.path, self.null_value))
+        return replace(batch, files=tuple(files.values()))
 
     def _set_aside(self, run: str, batch_id: int, exc: CatalogError) -> None:
         """A batch the catalog refused: recorded and reported, ingestion goes on."""

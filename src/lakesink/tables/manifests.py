@@ -125,6 +125,33 @@ class TableFile:
     bytes: int
 
 
+def compacted_into(fs: HadoopFS, layout: TableLayout) -> dict[str, TableFile]:
+    """Each file a committed compaction replaced -> the file that holds its rows now
+    (followed through later compactions). One listing of the compaction journal;
+    empty for a table never compacted."""
+    out: dict[str, TableFile] = {}
+    states: dict[int, set[str]] = {}
+    for f in fs.list_files(layout.compactions, suffix=".json"):
+        stem, _, state = f.relative.removesuffix(".json").partition(".")
+        if stem.isdigit():
+            states.setdefault(int(stem), set()).add(state)
+    for cid in sorted(states):
+        if "outcome" not in states[cid]:
+            continue
+        done = fs.read_json(join(layout.compactions, f"{cid:010d}.outcome.json")) or {}
+        if done.get("outcome") != "done":
+            continue
+        plan = fs.read_json(join(layout.compactions, f"{cid:010d}.json")) or {}
+        (output,) = done["outputs"]
+        merged = TableFile(output["path"], int(output["rows"]), int(output["bytes"]))
+        for e in plan.get("inputs", []):
+            out[e["path"]] = merged
+        for path, into in list(out.items()):  # an earlier output merged again
+            if into.path in out and out[into.path] is not into:
+                out[path] = out[into.path]
+    return out
+
+
 def apply_compactions(files: dict[str, TableFile],
                       compactions: Iterable[tuple[dict[str, Any], dict[str, Any]]]
                       ) -> dict[str, TableFile]:
