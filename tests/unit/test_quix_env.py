@@ -136,3 +136,12 @@ def test_the_token_goes_only_over_https() -> None:
         fetch({"Quix__Sdk__Token": "t", "Quix__Workspace__Id": "ws",
                "Quix__Portal__Api": "http://portal.example.com/"})
     assert refused.value.key == "Quix__Portal__Api"
+
+
+def test_a_group_that_committed_nothing_starts_at_the_reset_only_when_it_is_given() -> None:
+    """known-open L5: the sink's default latest would skip what came since it stopped."""
+    told = load_config(env=SEED).source.kafka
+    assert (told.group_fallback, told.group_missing) == ("earliest", "fallback")
+    untold = load_config(env={k: v for k, v in SEED.items()
+                              if k != "AUTO_OFFSET_RESET"}).source.kafka
+    assert (untold.group_fallback, untold.group_missing) == ("latest", "refuse")

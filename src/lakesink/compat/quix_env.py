@@ -34,7 +34,9 @@ __Json``                          the prefix ``<workspace>/data-lake/time-series
                                   ``CONSUMER_GROUP``'s committed offsets (where the Quix
                                   sink stopped), so nothing is read twice
 ``AUTO_OFFSET_RESET`` (latest)    ``source.kafka.group_fallback``: partitions the group
-                                  never committed
+                                  never committed; given, also a group that committed
+                                  nothing (``group_missing: fallback``); unset, such a
+                                  group is refused (latest would skip records)
 ``COMMIT_INTERVAL`` (30)          ``trigger.interval`` in seconds (30 when unset)
 ``BATCH_SIZE``                    accepted and ignored (a cap per trigger would throttle)
 ``KAFKA_VALUE_DESERIALIZER``      must be ``json`` (the sink's only working one)
@@ -104,6 +106,11 @@ def translate(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
         # a new checkpoint starts where the Quix sink's group stopped: nothing twice
         "starting_offsets": "group",
         "group_fallback": _offset_reset(env.get("AUTO_OFFSET_RESET") or "latest"),
+        # a group with no committed offset at all (a new deployment, or a misspelt or
+        # expired group): AUTO_OFFSET_RESET given says where to start; unset, the
+        # sink's default latest would skip what came since a Quix sink stopped
+        "group_missing": "fallback" if (env.get("AUTO_OFFSET_RESET") or "").strip()
+        else "refuse",
     }
     extra_env: dict[str, str] = {}
     servers = env.get("KAFKA_BOOTSTRAP_SERVERS") or env.get("Quix__Broker__Address")
