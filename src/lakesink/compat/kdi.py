@@ -240,6 +240,35 @@ def translate(a: KdiArgs) -> tuple[dict[str, Any], list[str]]:
         flags["metrics.port"] = a.prometheus_port
     if a.ends_at_latest_offsets:
         flags["trigger.until_caught_up"] = True
+    kafka_security(a, flags)
+    registry = [(f, u) for f, u in (("avro", a.avro_registry), ("protobuf", a.protobuf_registry))
+                if u is not None]
+    if a.json_registry:
+        raise ConfigError("--json", "a JSON schema registry is not supported: give --json "
+                          "with no value (plain JSON) or --avro <registry URL>")
+    if len(registry) > 1:
+        raise ConfigError("--avro", "give one of --avro and --protobuf")
+    if registry:
+        fmt, url = registry[0]
+        if not url:
+            raise ConfigError(f"--{fmt}", "needs the schema registry's URL")
+        flags["decode.format"] = fmt
+        flags[f"decode.{fmt}.registry.url"] = url
+    notes = [f"--{k} ({IGNORED[k]})" for k in a.given_ignored if k in IGNORED]
+    if a.max_messages_per_batch:
+        notes.append(f"--max_messages_per_batch ({IGNORED['max_messages_per_batch']})")
+    if a.dlq_table_location:
+        notes.append(f"--dlq_table_location (dead letters go to <base>/_rejected/"
+                     f"{name or '<table>'}, a "
+                     "Delta table with dlq.format delta)")
+        flags["dlq.format"] = "delta"
+    return flags, notes
+
+
+def kafka_security(a: KdiArgs, flags: dict[str, Any]) -> None:
+    """``-K`` settings and the ``KAFKA_DELTA_INGEST_*`` TLS/SCRAM variables into
+    ``flags``: librdkafka's names as the Java client's, librdkafka-only settings
+    refused with what to give instead."""
     options: dict[str, str] = {}
     mechanism = None
     for setting in a.kafka_settings:
@@ -281,28 +310,6 @@ def translate(a: KdiArgs) -> tuple[dict[str, Any], list[str]]:
         options["sasl.mechanism"] = mechanism
     if options:
         flags["source.kafka.options"] = options
-    registry = [(f, u) for f, u in (("avro", a.avro_registry), ("protobuf", a.protobuf_registry))
-                if u is not None]
-    if a.json_registry:
-        raise ConfigError("--json", "a JSON schema registry is not supported: give --json "
-                          "with no value (plain JSON) or --avro <registry URL>")
-    if len(registry) > 1:
-        raise ConfigError("--avro", "give one of --avro and --protobuf")
-    if registry:
-        fmt, url = registry[0]
-        if not url:
-            raise ConfigError(f"--{fmt}", "needs the schema registry's URL")
-        flags["decode.format"] = fmt
-        flags[f"decode.{fmt}.registry.url"] = url
-    notes = [f"--{k} ({IGNORED[k]})" for k in a.given_ignored if k in IGNORED]
-    if a.max_messages_per_batch:
-        notes.append(f"--max_messages_per_batch ({IGNORED['max_messages_per_batch']})")
-    if a.dlq_table_location:
-        notes.append(f"--dlq_table_location (dead letters go to <base>/_rejected/"
-                     f"{name or '<table>'}, a "
-                     "Delta table with dlq.format delta)")
-        flags["dlq.format"] = "delta"
-    return flags, notes
 
 
 def secret_env(a: KdiArgs, env: Mapping[str, str]) -> dict[str, str]:
