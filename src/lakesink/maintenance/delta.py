@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lakesink.errors import ConfigError
+from lakesink.maintenance.base import Maintainer, table_commits
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -161,3 +162,42 @@ def repair(table: Any, name: str, *, apply: bool) -> DeltaReport:  # noqa: ANN40
     report.files_after = len(table.file_uris())
     report.seconds = round(time.monotonic() - started, 3)
     return report
+
+
+class DeltaMaintainer(Maintainer):
+    """Delta's own OPTIMIZE, VACUUM and FSCK (see the module's docstring); its commits
+    under the table's writer lease where the table needs one."""
+
+    def nothing_to_do(self, operation: str) -> dict[str, Any] | None:
+        """A table with no commit yet (a stream that has not committed its first batch):
+        said in one line instead of Delta's "not a Delta table" error."""
+        if self.fs.list_files(self.layout.table + "/_delta_log", suffix=".json"):
+            return None
+        return {"table": self.layout.name, "format": "delta", "operation": operation,
+                "nothing_to_do": "the table has no commit yet"}
+
+    def _commits(self) -> Any:  # noqa: ANN401 - a context manager
+        return table_commits(self.cfg, self.spark, self.fs, self.layout, "delta")
+
+    def compact(self, *, partition: tuple[str, str] | None,
+                target_file_size: int | None) -> dict[str, Any]:
+        with self._commits():
+            return optimize(self.spark, self.layout.table, self.layout.name,
+                            zorder_by=self.cfg.maintenance.zorder_by,
+                            target_file_size=target_file_size
+                            or self.cfg.table.target_file_size,
+                            partition=partition).as_dict()
+
+    def vacuum(self, *, force: bool, dry_run: bool) -> dict[str, Any]:
+        return vacuum(self.spark, self.layout.table, self.layout.name,  # no commit: no lease
+                      retention_hours=self.cfg.maintenance.vacuum_retention_hours,
+                      force=force, dry_run=dry_run).as_dict()
+
+    def repair(self, *, apply: bool) -> dict[str, Any]:
+        import contextlib
+
+        from lakesink.runtime.lake import delta_table
+
+        with self._commits() if apply else contextlib.nullcontext():
+            return repair(delta_table(self.cfg, self.layout.table), self.layout.name,
+                          apply=apply).as_dict()

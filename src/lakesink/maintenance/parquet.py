@@ -43,8 +43,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lakesink.errors import SinkError
+from lakesink.errors import ConfigError, SinkError
 from lakesink.faults import fault_point
+from lakesink.maintenance.base import Maintainer
 from lakesink.tables.fs import join
 from lakesink.tables.manifests import TableFile, apply_compactions
 
@@ -502,3 +503,43 @@ def _committed_since(fs: HadoopFS, layout: TableLayout, path: str) -> bool:
     except ValueError:
         return True  # unreadable: leave the file be
     return bool(manifest) and any(e["path"] == path for e in manifest.get("files", []))
+
+
+#: default "small" without a target file size: Parquet files below it are merged
+DEFAULT_SMALL = 64 * 1024 * 1024
+
+
+class ParquetMaintainer(Maintainer):
+    """lakesink's own compaction journal, replaced-file vacuum and repair (see the
+    module's docstring). A compaction a crash left open is resumed first by each."""
+
+    def compactor(self) -> ParquetCompactor:
+        m, table = self.cfg.maintenance, self.cfg.table
+        target = int(table.target_file_size or 2 * DEFAULT_SMALL)
+        small = int(m.small_file_size or target // 2)
+        return ParquetCompactor(self.spark, self.fs, self.layout, small=small, target=target,
+                                min_age_s=m.min_age_s, compression=table.compression)
+
+    def compact(self, *, partition: tuple[str, str] | None,
+                target_file_size: int | None) -> dict[str, Any]:
+        if partition is not None:
+            raise ConfigError("partition", "compacting one partition is for Delta tables")
+        catalog = self.cfg.catalog.type
+        if catalog in ("iceberg", "quix"):
+            raise ConfigError("catalog.type", f"compacting a Parquet table registered in a "
+                              f"{catalog} catalog is not supported yet: the catalog lists "
+                              "the files compaction replaces (a Hive catalog, which lists "
+                              "folders, is fine)")
+        return self.compactor().run().as_dict()
+
+    def vacuum(self, *, force: bool, dry_run: bool) -> dict[str, Any]:
+        if not dry_run:
+            self.compactor().resume_locked(CompactReport(self.layout.name))
+        grace = 0 if force else self.cfg.maintenance.replaced_grace_s
+        return vacuum_replaced(self.fs, self.layout, grace, dry_run=dry_run).as_dict()
+
+    def repair(self, *, apply: bool) -> dict[str, Any]:
+        if apply:  # a compaction a crash left open is finished (or undone) first
+            self.compactor().resume_locked(CompactReport(self.layout.name))
+        return repair(self.fs, self.layout, apply=apply,
+                      min_age_s=self.cfg.maintenance.min_age_s).as_dict()

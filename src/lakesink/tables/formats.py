@@ -20,7 +20,10 @@ and says what the rest of lakesink needs to know of it:
   carry their types; a Delta table needs its type-widening feature turned on;
 * whether two drivers may commit to one table on S3 (``one_driver_on_s3``): a Delta log
   with the single-driver log store loses a commit when two do, so its writers hold a
-  whole-table lease there.
+  whole-table lease there;
+* its **maintenance** (``maintainer``: ``compact``, ``vacuum``, ``repair``), named by
+  import path (the maintenance package sits above the tables): lakesink's own journal
+  for Parquet, Delta's own commands for Delta.
 
 Adding a format is adding a :class:`TableFormat` here and its writer module.
 """
@@ -83,6 +86,15 @@ class TableFormat(ABC):
     widens_by_default: ClassVar[bool]
     #: one driver may commit to the table on S3 (with the single-driver log store)
     one_driver_on_s3: ClassVar[bool]
+    #: ``module:Class`` of its :class:`~lakesink.maintenance.base.Maintainer`
+    maintainer: ClassVar[str]
+
+    def maintainer_class(self) -> type[Any]:
+        """The format's :class:`~lakesink.maintenance.base.Maintainer` (imported now)."""
+        import importlib
+
+        module, _, name = self.maintainer.partition(":")
+        return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
 
     @abstractmethod
     def open_writer(self, spark: SparkSession, layout: TableLayout,
@@ -95,6 +107,7 @@ class ParquetFormat(TableFormat):
     has_log = False
     widens_by_default = True
     one_driver_on_s3 = False
+    maintainer = "lakesink.maintenance.parquet:ParquetMaintainer"
 
     def open_writer(self, spark: SparkSession, layout: TableLayout,
                     options: WriterOptions) -> TableWriter:
@@ -108,6 +121,7 @@ class DeltaFormat(TableFormat):
     has_log = True
     widens_by_default = False
     one_driver_on_s3 = True
+    maintainer = "lakesink.maintenance.delta:DeltaMaintainer"
 
     def open_writer(self, spark: SparkSession, layout: TableLayout,
                     options: WriterOptions) -> TableWriter:

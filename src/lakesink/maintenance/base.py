@@ -1,0 +1,73 @@
+"""What a table format's maintenance does (:class:`Maintainer`), and what every format's
+shares: the table it works on, the writer lease around its commits.
+
+Each :class:`~lakesink.tables.formats.TableFormat` names its maintainer
+(``TableFormat.maintainer``: Parquet's in :mod:`lakesink.maintenance.parquet`, with
+lakesink's own journal; Delta's in :mod:`lakesink.maintenance.delta`, Delta's own
+commands); :mod:`lakesink.maintenance` runs it for every table of a config and adds
+what is the same for every format (the dead letters' retention).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lakesink.config.models import LakesinkConfig
+    from lakesink.tables.fs import HadoopFS
+    from lakesink.tables.layout import TableLayout
+
+
+class Maintainer(ABC):
+    """One table's ``compact``, ``vacuum`` and ``repair``. Each returns the report as a
+    dict; ``nothing_to_do`` (a table with no commit yet) short-cuts all three."""
+
+    def __init__(self, cfg: LakesinkConfig, spark: SparkSession, fs: HadoopFS,
+                 layout: TableLayout) -> None:
+        self.cfg = cfg
+        self.spark = spark
+        self.fs = fs
+        self.layout = layout
+
+    def nothing_to_do(self, operation: str) -> dict[str, Any] | None:
+        """The report of ``operation`` on a table that holds nothing to maintain yet (None:
+        there is something)."""
+        return None
+
+    @abstractmethod
+    def compact(self, *, partition: tuple[str, str] | None,
+                target_file_size: int | None) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def vacuum(self, *, force: bool, dry_run: bool) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def repair(self, *, apply: bool) -> dict[str, Any]: ...
+
+
+@contextlib.contextmanager
+def table_commits(cfg: LakesinkConfig, spark: SparkSession, fs: HadoopFS,
+                  layout: TableLayout, fmt: str) -> Iterator[None]:
+    """Around a maintenance command's commits to ``layout``'s table (of format ``fmt``):
+    the whole-table writer lease when the table needs one (Delta on S3 with the
+    single-driver log store, where two drivers committing at once lose a commit):
+    refused while a stream writes there."""
+    from lakesink.runtime.storage import lease_options
+    from lakesink.tables.lease import WriterLease
+
+    options = lease_options(cfg, fmt)
+    if not options["lease_per_table"]:
+        yield
+        return
+    lease = WriterLease(fs, layout.lease(None), app_id="lakesink-maintenance",
+                        ttl_s=options["lease_s"], table=layout.table)
+    lease.acquire()
+    try:
+        yield
+    finally:
+        lease.release()
