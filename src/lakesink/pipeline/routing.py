@@ -79,11 +79,11 @@ class Route:
             return list(self.types.processors.values())
         return [self.processor] if self.processor is not None else []
 
-    def plan(self, df: DataFrame) -> Planned:
+    def plan(self, df: DataFrame, batch_id: int) -> Planned:
         """Decide where the route's records go, before anything is written (a
         message-type route sets up the tables of new types here)."""
         if self.types is not None:
-            return self.types.plan(df)
+            return self.types.plan(df, batch_id)
         return Planned(df, [])
 
     def unrouted(self, planned: Planned) -> DataFrame | None:
@@ -127,7 +127,7 @@ class JsonFieldType:
         self.field = field
         self.missing = f"no message type field '{field}'"
 
-    def column(self, df: DataFrame) -> Column:
+    def column(self, df: DataFrame, batch_id: int) -> Column:  # noqa: ARG002
         return F.get_json_object(F.col("value").cast("string"), f"$.{self.field}")
 
     def samples(self, rows: DataFrame, kind: str, size: int) -> list[str]:
@@ -164,11 +164,13 @@ class RecordNameType:
         # the single file of earlier versions (rewritten whole per new id), then the
         # per-id files, which win
         stored = fs.read_json(f"{self.names_dir}.json") or {}
-        self.names: dict[int, str | None] = {int(k): v for k, v in stored.items()}
+        #: resolved names only: an id the registry did not know (an older version's
+        #: ``null``) is asked again, its misses kept per batch (:meth:`column`)
+        self.names: dict[int, str] = {int(k): v for k, v in stored.items() if v}
         for f in fs.list_files(self.names_dir, suffix=".json"):
             stem = f.relative.removesuffix(".json")
-            if stem.isdigit():
-                self.names[int(stem)] = self._read(int(stem))
+            if stem.isdigit() and (name := self._read(int(stem))) is not None:
+                self.names[int(stem)] = name
 
     def _read(self, sid: int) -> str | None:
         value = self.fs.read_json(f"{self.names_dir}/{sid}.json")
@@ -180,26 +182,48 @@ class RecordNameType:
     def _kind(self, name: str) -> str:
         return name.rsplit(".", 1)[-1] if self.short else name
 
-    def _record(self, sid: int, name: str | None) -> str | None:
+    def _record(self, sid: int, name: str) -> str:
         """``sid``'s type as recorded: ``name`` if this writer is the first."""
-        if self.fs.write_once(f"{self.names_dir}/{sid}.json", json.dumps({"name": name})):
+        path = f"{self.names_dir}/{sid}.json"
+        if self.fs.write_once(path, json.dumps({"name": name})):
             return name
-        return self._read(sid)
+        recorded = self._read(sid)
+        if recorded is None:  # an older version recorded a miss for good: replace it
+            self.fs.delete(path, recursive=False)
+            return self._record(sid, name)
+        return recorded
 
-    def column(self, df: DataFrame) -> Column:
+    def _misses(self, batch_id: int) -> str:
+        return f"{self.names_dir}/misses/{batch_id:010d}.json"
+
+    def column(self, df: DataFrame, batch_id: int) -> Column:
+        """Each record's type by its schema id. A name once resolved is recorded for
+        good (the first writer's wins); an id the registry does not know is recorded as
+        a miss of *this batch* only (write-once, before any table commits it), so a
+        replay of the batch routes it the same way while later batches ask again
+        (audit-2 #9: a miss used to be recorded for good)."""
         sid = schema_id(F.col("value"))
         framed = confluent_framed(F.col("value"))
         ids = [int(r[0]) for r in df.where(framed).select(sid).distinct().collect()]
-        new = [i for i in ids if i not in self.names]
+        recorded = self.fs.read_json(self._misses(batch_id))
+        missed = set(recorded) if isinstance(recorded, list) else set()
+        new = [i for i in ids if i not in self.names and i not in missed]
         if new:
             self.registry.lookup(new)
             for i in new:
                 writer = self.registry.known.get(i)
-                self.names[i] = self._record(
-                    i, writer.record_name if isinstance(writer, WriterSchema) else None)
+                if isinstance(writer, WriterSchema):
+                    self.names[i] = self._record(i, writer.record_name)
+                else:
+                    missed.add(i)
+        if missed and recorded is None:
+            if not self.fs.write_once(self._misses(batch_id), json.dumps(sorted(missed))):
+                again = self.fs.read_json(self._misses(batch_id))  # a racing attempt's
+                missed = set(again) if isinstance(again, list) else missed
+            self.fs.delete(self._misses(batch_id - KEEP_PLANS), recursive=False)
         kind = F.lit(None).cast("string")
         for i, name in sorted(self.names.items()):
-            if name is not None:
+            if i not in missed:
                 kind = F.when(sid == F.lit(i), F.lit(self._kind(name))).otherwise(kind)
         return F.when(framed, kind)
 
@@ -267,10 +291,10 @@ class TypeTables:
         return detail.otherwise(F.coalesce(refused, F.concat(
             quoted, F.lit(" does not make a table name (or names another route's table)"))))
 
-    def plan(self, df: DataFrame) -> Planned:
+    def plan(self, df: DataFrame, batch_id: int) -> Planned:
         """The batch's records with their type, and the types with a table (a new
         type's table is set up here; one that cannot be is refused)."""
-        typed = df.withColumn(_TYPE, self.typer.column(df))
+        typed = df.withColumn(_TYPE, self.typer.column(df, batch_id))
         accepted = self._accepted(F.col(_TYPE))
         kinds = sorted(r[0] for r in typed.where(accepted).select(_TYPE).distinct().collect())
         ready = []
@@ -414,7 +438,7 @@ class Router:
         try:
             # plan first: a message-type route sets up its tables here, so that a
             # restarted batch sees which of them already hold it
-            plans = [r.plan(tagged.where(F.col(_ROUTE) == F.lit(i)).drop(_ROUTE))
+            plans = [r.plan(tagged.where(F.col(_ROUTE) == F.lit(i)).drop(_ROUTE), batch_id)
                      for i, r in enumerate(self.routes)]
             replay = any(r.committed(batch_id) for r in self.routes)
             if self.lease is not None:
