@@ -180,6 +180,27 @@ def test_a_key_added_to_the_configuration_joins_without_a_batch(redis_server, ke
         0, 1, 2, 3]
 
 
+def test_a_stream_removed_and_added_back_goes_on_from_its_position(redis_server,
+                                                                   key) -> None:
+    """audit-2 #7: a stream taken out of the configuration and put back was read again
+    from starting_position (earliest: its rows twice). Its position stays in the
+    offsets while it is out, and it goes on from there."""
+    other = key + "-b"
+    add(redis_server, key, range(3))
+    add(redis_server, other, range(100, 110))
+    both = RedisStreamsReader(options(redis_server, [key, other]))
+    start = both.initialOffset()
+    read = both.latestOffset(start, ReadAllAvailable())
+    assert sorted(ids(both, start, read)) == [0, 1, 2, *range(100, 110)]
+    alone = RedisStreamsReader(options(redis_server, [key]))
+    add(redis_server, key, range(3, 5))
+    out = alone.latestOffset(read, ReadAllAvailable())
+    assert other in out and ids(alone, read, out) == [3, 4]
+    add(redis_server, other, range(110, 112))
+    back = RedisStreamsReader(options(redis_server, [key, other]))
+    assert ids(back, out, back.latestOffset(out, ReadAllAvailable())) == [110, 111]
+
+
 def test_a_trimmed_stream_read_from_the_start_is_no_loss(redis_server, key) -> None:
     add(redis_server, key, range(10))
     redis_server.client().xtrim(key, maxlen=4, approximate=False)

@@ -238,7 +238,9 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     stop = {"id": as_text(page[-1][0]), "d": stop["d"],
                             "n": begin["n"] + len(page) if exact else -1}
             end[key] = stop if _id(stop) > _id(begin) else begin
-        return end
+        for key, position in start.items():  # a stream no longer configured keeps its
+            end.setdefault(key, position)    # position: added back, it goes on from
+        return end                           # there, not from starting_position
 
     def reportLatestOffset(self) -> dict[str, Position] | None:  # noqa: N802
         """Each stream's end (Spark's progress ``latestOffset``): with the batch's end
