@@ -147,8 +147,11 @@ def status(
         grid = Table(title=f"{t.table} ({t.format}) {t.path}", show_header=False)
         grid.add_row("last batch", "—" if t.last_batch is None
                      else f"{t.last_batch} at {t.last_commit}")
-        grid.add_row("committed", f"{t.batches} batch(es), {t.rows} row(s), "
-                     f"{t.files} file(s)")
+        grid.add_row("committed", f"{t.batches:,} batch(es), {t.rows:,} row(s), "
+                     f"{t.files:,} file(s)" + (f" of {t.mean_file_bytes / 1024:,.0f} KiB "
+                                               "on average" if t.mean_file_bytes else ""))
+        if t.hint:
+            grid.add_row("hint", t.hint)
         grid.add_row("schema version", str(t.schema_version or "—"))
         grid.add_row("dead letters", ", ".join(f"{r}: {n}" for r, n in
                                                sorted(t.rejected.items())) or "none")

@@ -41,6 +41,10 @@ class TableStatus:
     last_commit: str | None = None
     rows: int = 0
     files: int = 0
+    bytes: int = 0
+    mean_file_bytes: int | None = None
+    #: said when the table's files are many and small (readers pay per file)
+    hint: str | None = None
     schema_version: int | None = None
     rejected: dict[str, int] = field(default_factory=dict)
     lag: dict[str, int] | None = None  # "topic/partition" -> records behind
@@ -66,7 +70,23 @@ def table_status(cfg: LakesinkConfig, app_id: str | None = None) -> TableStatus:
     else:  # lakesink's manifests do
         _parquet(status, fs, meta)
     status.rejected = _rejected(fs, f"{root}/_rejected/{layout.name}")
+    if status.files:
+        status.mean_file_bytes = status.bytes // status.files
+        status.hint = small_files_hint(status.files, status.mean_file_bytes)
     return status
+
+
+#: a table of at least this many files whose mean size is under SMALL_FILE_BYTES gets
+#: the hint (a reader opens each file: small files cost more than their bytes)
+SMALL_FILES = 20
+SMALL_FILE_BYTES = 8 << 20
+
+
+def small_files_hint(files: int, mean_bytes: int) -> str | None:
+    if files < SMALL_FILES or mean_bytes >= SMALL_FILE_BYTES:
+        return None
+    return (f"{files} files of {mean_bytes / 1024:,.0f} KiB on average: small files slow "
+            "readers down; `lakesink compact` merges them (docs/maintenance.md)")
 
 
 def _parquet(status: TableStatus, fs: pafs.FileSystem, meta: str) -> None:
@@ -102,6 +122,7 @@ def _parquet(status: TableStatus, fs: pafs.FileSystem, meta: str) -> None:
                                       for p, o in done))
     status.files = len(files)
     status.rows = sum(f.rows for f in files.values())
+    status.bytes = sum(f.bytes for f in files.values())
     if latest is not None:
         status.last_batch = latest.get("batch_id")
         status.last_commit = latest.get("committed_at")
@@ -118,6 +139,8 @@ def _delta(status: TableStatus, uri: str, cfg: LakesinkConfig, app_id: str | Non
         return
     actions = table.get_add_actions(flatten=True)
     status.files = actions.num_rows
+    if "size_bytes" in actions.column_names:
+        status.bytes = int(sum(v or 0 for v in actions.column("size_bytes").to_pylist()))
     if "num_records" in actions.column_names:
         status.rows = int(sum(v or 0 for v in actions.column("num_records").to_pylist()))
     history = table.history()

@@ -42,6 +42,8 @@ def test_status_reports_the_table_and_its_lag(spark, kafka_broker, topic, tmp_pa
     (table,) = json.loads(result.stdout)
     assert (table["table"], table["format"], table["rows"]) == ("events", fmt, 120)
     assert table["batches"] == stats.batches and table["files"] >= 1
+    assert table["mean_file_bytes"] == table["bytes"] // table["files"] > 0
+    assert table["hint"] is None  # a few files: nothing to say
     assert table["last_batch"] == stats.batches - 1 and table["last_commit"]
     assert table["rejected"] == {"malformed_json": 1, "not_an_object": 1}
     assert table["schema_version"] == 1

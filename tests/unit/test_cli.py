@@ -179,3 +179,12 @@ def test_kdi_help_lists_every_flag_with_its_lakesink_key() -> None:
         shown = runner.invoke(app, argv)
         assert shown.exit_code == 0 and shown.output.startswith("Usage: lakesink kdi"), argv
     assert "--table_url URL" in runner.invoke(app, ["kdi", "repair", "--help"]).output
+
+
+def test_the_small_file_hint_speaks_only_of_many_small_files() -> None:
+    from lakesink.status import small_files_hint
+
+    assert small_files_hint(3, 1000) is None
+    assert small_files_hint(500, 64 << 20) is None
+    hint = small_files_hint(534, 12_000)
+    assert hint is not None and "534 files of 12 KiB" in hint and "lakesink compact" in hint
