@@ -215,6 +215,16 @@ def lag(cfg: LakesinkConfig, checkpoint: str) -> dict[str, int]:
     return {(f"{k}/{p}" if p else k): n for (k, p), n in sorted(out.items())}
 
 
+def _at_once(source: Any) -> Any:  # noqa: ANN401 - a SourceConfig
+    """``source`` with its server tried once (``connect_timeout_s`` 0)."""
+    for name in ("kafka", "redis", "danube"):
+        section = getattr(source, name, None)
+        if section is not None:
+            return source.model_copy(update={
+                name: section.model_copy(update={"connect_timeout_s": 0.0})})
+    return source
+
+
 def status(cfg: LakesinkConfig) -> list[TableStatus]:
     """Every (static) table of ``cfg``, with the lag of the query's checkpoint."""
     from lakesink.tables.fs import to_uri
@@ -239,6 +249,9 @@ def status(cfg: LakesinkConfig) -> list[TableStatus]:
     if cfg.source.kafka is not None or cfg.source.redis is not None \
             or cfg.source.danube is not None:
         try:
+            # once, not for source.*.connect_timeout_s: a refused connection is said at
+            # once instead of after the start-up wait of `run`
+            source_kind(_at_once(cfg.source)).check_reachable()
             behind = lag(cfg, checkpoint)
         except Exception as exc:  # noqa: BLE001 - the rest of the status still shows
             error = one_line(exc, 200)

@@ -188,3 +188,20 @@ def test_the_small_file_hint_speaks_only_of_many_small_files() -> None:
     assert small_files_hint(500, 64 << 20) is None
     hint = small_files_hint(534, 12_000)
     assert hint is not None and "534 files of 12 KiB" in hint and "lakesink compact" in hint
+
+
+def test_status_says_at_once_that_the_broker_refuses(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """issue 41 item 7: `status` waited source.kafka.connect_timeout_s (30 s) in silence
+    for a broker that refuses; it now tries once (a retry would sleep: refused here)."""
+    import json
+    import time
+
+    def no_waiting(_: float) -> None:
+        raise AssertionError("status waited for the broker")
+
+    monkeypatch.setattr(time, "sleep", no_waiting)
+    result = runner.invoke(app, ["status", "-c", str(write(tmp_path, GOOD)), "--json",
+                                 "--set", f"table.base_path={tmp_path}"])
+    assert result.exit_code == 0, result.output
+    (table,) = json.loads(result.output)
+    assert "no Kafka broker reachable at 127.0.0.1:1 (" in table["lag_error"], table

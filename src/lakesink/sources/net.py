@@ -23,6 +23,6 @@ def wait_for_tcp(hosts: list[tuple[str, int]], timeout_s: float, *, what: str,
             except OSError as exc:
                 last_error = f"{host}:{port}: {exc.strerror or exc}"
         if time.monotonic() >= deadline:
-            raise SourceError(f"{what} after {timeout_s:.0f}s ({last_error}); check {key} "
-                              "and the network")
+            waited = f" after {timeout_s:.0f}s" if timeout_s >= 1 else ""
+            raise SourceError(f"{what}{waited} ({last_error}); check {key} and the network")
         time.sleep(1.0)

@@ -85,9 +85,10 @@ def check_reachable(cfg: RedisSource) -> None:
         except redis.RedisError as exc:
             last = str(exc)
         if time.monotonic() >= deadline:
-            raise SourceError(f"no Redis server reachable at {cfg.host}:{cfg.port} after "
-                              f"{cfg.connect_timeout_s:.0f}s ({last}); check "
-                              "source.redis.host / port and the network")
+            waited = (f" after {cfg.connect_timeout_s:.0f}s" if cfg.connect_timeout_s >= 1
+                      else "")
+            raise SourceError(f"no Redis server reachable at {cfg.host}:{cfg.port}{waited} "
+                              f"({last}); check source.redis.host / port and the network")
         time.sleep(1.0)
 
 
