@@ -307,6 +307,11 @@ class WriterLease:
                     raise LeaseLost(f"the writer lease of {self.table} was taken over: "
                                     "this writer commits nothing more")
                 return
+            steps = [int(f.relative[len("lease-"):-len(".json")])
+                     for f in self.fs.list_files(self.folder, suffix=".json")
+                     if f.relative.startswith("lease-")]
+            if steps and max(steps) == self.seq:
+                return  # one listing, no read: the common case
             newest = self.newest()
             if newest is not None and newest[0] > self.seq:
                 if newest[1].get("writer") == self.writer:  # our renewal whose answer
