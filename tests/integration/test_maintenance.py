@@ -196,6 +196,71 @@ def test_kill_at_each_compaction_step_then_resume(spark, pristine, tmp_path, poi
           f"files_before={report['files_before']} files_after=3 lost=0 duplicated=0 resumed={'forward' if report['rolled_forward'] else 'back'}")
 
 
+def test_a_stalled_compactor_and_the_one_that_took_its_lease(spark, pristine,
+                                                             tmp_path) -> None:
+    """known-open T2: compactor A stalls between publishing its merged file and its
+    outcome, past its lease; compactor B takes the lease, rolls A's compaction back and
+    compacts; A resumes and stops (its outcome is refused), nothing lost or twice."""
+    import threading
+
+    from lakesink.maintenance import parquet
+    from lakesink.tables import lease as lease_module
+    from lakesink.tables.fs import HadoopFS
+    from lakesink.tables.layout import TableLayout
+
+    source, source_table = pristine
+    shutil.copytree(source_table.parent, tmp_path / "lake")
+    table = tmp_path / "lake" / "events"
+    layout = TableLayout.of(str(tmp_path / "lake"), "events")
+
+    def compactor() -> parquet.ParquetCompactor:
+        return parquet.ParquetCompactor(spark, HadoopFS(spark, layout.base), layout,
+                                        small=1 << 30, target=1 << 30, min_age_s=0,
+                                        compression="snappy", lease_s=2.0)
+
+    stalled, go = threading.Event(), threading.Event()
+    a = compactor()
+    real_point = parquet.fault_point
+
+    def stall(name: str, *args: object) -> None:
+        if name == "compact_after_publish" and not stalled.is_set():
+            a.lease._stop.set()  # a stalled process renews nothing
+            stalled.set()
+            assert go.wait(120)
+        real_point(name, *args)
+
+    outcome: list[BaseException | None] = []
+
+    def run_a() -> None:
+        try:
+            a.run()
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            outcome.append(exc)
+
+    parquet.fault_point = stall
+    try:
+        thread = threading.Thread(target=run_a)
+        thread.start()
+        assert stalled.wait(120)
+        lease_module._HELD.pop(a.lease.folder, None)  # B is another process
+        b = compactor().run()
+        assert b.rolled_back == [0] and b.compactions >= 1 and b.rows == N, b
+        go.set()
+        thread.join(120)
+    finally:
+        go.set()
+        parquet.fault_point = real_point
+    (error,) = outcome
+    assert error is not None and ("rolled back by another compactor" in str(error)
+                                  or "lease" in str(error)), error
+    print(f"stalled compactor: {error}")
+    assert_every_row_once(spark, table)
+    assert maintenance.repair(cfg_of({**source, "table": {
+        **source["table"], "base_path": str(tmp_path / "lake")}}), spark,
+        apply=False)["problems"] == 0
+
+
 def test_delta_optimize_vacuum_and_repair(spark, kafka_broker, topic, tmp_path) -> None:
     from deltalake import DeltaTable
 
