@@ -110,6 +110,17 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
                 del flags["table.base_path"]
                 env = {**s3.env(), "S3_BUCKET": "lake", "S3_PREFIX": "demo"}
             cfg = load_config(overrides=[], flags=flags, env=env)
+            if s3 is None:  # the config it ran, for the commands it suggests at the end
+                from lakesink.config.loader import config_file_text
+
+                lake.mkdir(parents=True, exist_ok=True)
+                written = lake / DEMO_CONFIG
+                header = "# what `lakesink demo` ran"
+                if not written.exists() or written.read_text().startswith(header):
+                    written.write_text(  # never a file of the user's
+                        f"{header} (its broker is gone: `status` says so as the\n"
+                        "# lag; every other command works on the lake as it is)\n"
+                        + config_file_text(cfg))
             t = time.monotonic()
             spark = build_spark_session(master=cfg.spark.master,
                                         driver_memory=cfg.spark.driver_memory)
@@ -128,6 +139,29 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
         summarize(lake, console, table_format)
     server = "redis-server" if source == "redis" else "broker"
     console.print(f"[green]done[/] in {time.monotonic() - started:.1f}s; {server} stopped.")
+    if s3 is None:
+        next_steps(lake, console, table_format)
+
+
+#: the config the demo ran, in its lake folder
+DEMO_CONFIG = "demo.yaml"
+
+
+def next_steps(lake: Path, console: Console, table_format: str) -> None:
+    """What to try next on the lake the demo wrote (its config is ``<lake>/demo.yaml``)."""
+    config = lake / DEMO_CONFIG
+    glob = (f"delta_scan('{lake}/{TOPIC}')" if table_format == "delta"
+            else f"read_parquet('{lake}/{TOPIC}/**/*.parquet', hive_partitioning=true)")
+    console.print("next:", highlight=False)
+    for command, what in (
+            (f"lakesink status -c {config}", "the table: batches, rows, files, dead letters"),
+            (f"lakesink dlq show -c {config}", "the rejected record and why"),
+            (f"lakesink compact -c {config}", "merge the small files"),
+            (f"duckdb -c \"SELECT location, count(*) FROM {glob} GROUP BY 1\"",
+             "read it with DuckDB"),
+            ("lakesink run -c lakesink.yaml", "your own topic: README \"Configuration\"")):
+        console.print(f"  {command}\n      {what}", highlight=False, markup=False,
+                      soft_wrap=True)
 
 
 #: what the demo wrote under a lake folder (written after each run): only that is cleared

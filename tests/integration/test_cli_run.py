@@ -103,6 +103,19 @@ def test_demo_command(tmp_path, fmt, storage, source) -> None:
     assert "rows 3,000, distinct event ids 3,000" in result.stdout
     assert "1 x malformed_json" in result.stdout  # the demo's deliberate bad record
     assert ("redis-server stopped" if source == "redis" else "broker stopped") in result.stdout
+    if storage == "local":  # it leads somewhere: the config it ran, the next commands
+        config = tmp_path / "lake" / "demo.yaml"
+        assert f"lakesink status -c {config}" in result.stdout
+        import json
+
+        from typer.testing import CliRunner
+
+        from lakesink.cli import app
+
+        shown = CliRunner().invoke(app, ["status", "-c", str(config), "--json"])
+        assert shown.exit_code == 0, shown.output
+        (table,) = json.loads(shown.output)
+        assert (table["rows"], table["format"]) == (3000, fmt), table
 
 
 def test_config_error_exit_2_before_spark(tmp_path) -> None:
