@@ -356,8 +356,10 @@ def demo(
         str, typer.Option("--source", help="Where the events come from: kafka (a local KRaft "
                           "broker) or redis (a local redis-server, one stream).")
     ] = "kafka",
+    set_: SetOpt = None,
 ) -> None:
-    """Start a local broker, produce sample sensor events, ingest them, show the result."""
+    """Start a local broker, produce sample sensor events, ingest them, show the result.
+    --set and LAKESINK_* variables apply as for run (e.g. --set metrics.port=9100)."""
     _setup_logging()
     from lakesink.demo import run_demo
 
@@ -369,7 +371,8 @@ def demo(
         if source not in ("kafka", "redis"):
             raise ConfigError("--source", f"must be kafka or redis (got {source!r})")
         run_demo(events=events, lake=lake, partitions=partitions, console=out,
-                 table_format=table_format, storage=storage, source=source)
+                 table_format=table_format, storage=storage, source=source,
+                 overrides=set_ or [])
     except ConfigError as exc:
         _fail_config(exc)
     except LakesinkError as exc:

@@ -79,7 +79,11 @@ def sensor_events(n: int, *, seed: int = 7, bad_every: int = 0) -> Iterator[tupl
 
 def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
              table_format: str = "parquet", storage: str = "local",
-             source: str = "kafka") -> None:
+             source: str = "kafka", overrides: list[str] | None = None) -> None:
+    """``overrides`` (``--set``) and the ``LAKESINK_*`` variables apply over the demo's
+    own settings, as for ``lakesink run``."""
+    import os
+
     from lakesink.app import Pipeline
     from lakesink.local.s3server import SeaweedS3
     from lakesink.runtime.spark import build_spark_session
@@ -109,7 +113,10 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
             if s3 is not None:  # the lake's place and the client, as the AWS/Quix variables
                 del flags["table.base_path"]
                 env = {**s3.env(), "S3_BUCKET": "lake", "S3_PREFIX": "demo"}
-            cfg = load_config(overrides=[], flags=flags, env=env)
+            cfg = load_config(overrides=overrides or [], flags=flags,
+                              env={**{k: v for k, v in os.environ.items()
+                                      if k.startswith("LAKESINK_")}, **env},
+                              compat="off")
             if s3 is None:  # the config it ran, for the commands it suggests at the end
                 from lakesink.config.loader import config_file_text
 

@@ -94,9 +94,17 @@ def test_sigterm_stops_after_the_batch_then_restart_is_exact(kafka_broker, topic
 def test_demo_command(tmp_path, fmt, storage, source) -> None:
     """The README's demo, small: its own broker (and S3 server), ingest, DuckDB summary,
     everything stopped."""
+    extra = ["--set", "table.compression=zstd"] if (fmt, source) == ("parquet", "redis") \
+        else []  # --set applies as for run
     result = run_cli("demo", "--events", "3000", "--lake", str(tmp_path / "lake"),
-                     "--format", fmt, "--storage", storage, "--source", source)
+                     "--format", fmt, "--storage", storage, "--source", source, *extra)
     assert result.returncode == 0, result.stderr[-3000:]
+    if extra:
+        import duckdb
+
+        codecs = duckdb.sql("SELECT DISTINCT compression FROM parquet_metadata("
+                            f"'{tmp_path}/lake/sensors/**/*.parquet')").fetchall()
+        assert codecs == [("ZSTD",)], codecs
     if storage == "s3":
         assert "DuckDB over S3: s3://lake/demo/sensors" in result.stdout
         assert not (tmp_path / "lake").exists()
