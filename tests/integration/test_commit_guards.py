@@ -25,6 +25,7 @@ from tests.fixtures.services import (
     json_events,
     read_ids,
     run_cli,
+    run_cli_here,
     write_config,
 )
 
@@ -213,12 +214,12 @@ def test_dlq_commands_with_a_message_type_route(spark, kafka_broker, topic, tmp_
             [(b"k", b'{"type": "order", "id": "seven", "ts_ms": 1795000000000}')])
     assert run_once(spark, data).rejected == 1
     cfg = write_config(tmp_path / "c.yaml", data)
-    shown = run_cli("dlq", "show", "-c", str(cfg), "--json")
+    shown = run_cli_here("dlq", "show", "-c", str(cfg), "--json")
     assert shown.returncode == 0, shown.stderr[-2000:]
     (summary,) = json.loads(shown.stdout)
     assert summary["table"].endswith("/ev_order")
     assert summary["by_reason"] == {"schema_mismatch": 1}
-    replayed = run_cli("dlq", "replay", "-c", str(cfg))
+    replayed = run_cli_here("dlq", "replay", "-c", str(cfg))
     assert replayed.returncode == 0, replayed.stderr[-2000:]
     (result,) = json.loads(replayed.stdout)
     assert (result["table"], result["records"], result["rejected"]) == ("ev_order", 1, 1)

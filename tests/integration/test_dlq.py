@@ -14,7 +14,7 @@ from lakesink import dlq
 from lakesink.config import load_config
 from lakesink.local.services import produce
 from tests.fixtures.runs import flatten
-from tests.fixtures.services import config_dict, json_events, read_ids, run_cli, write_config
+from tests.fixtures.services import config_dict, json_events, read_ids, run_cli_here, write_config
 from tests.integration.test_ingest import run_once
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
@@ -103,7 +103,7 @@ def test_dlq_show_cli(spark, kafka_broker, topic, tmp_path) -> None:
     data = config_dict(kafka_broker, topic, lake)
     assert run_once(spark, data).rejected == 1
     cfg = write_config(tmp_path / "c.yaml", data)
-    shown = run_cli("dlq", "show", "-c", str(cfg), "--json")
+    shown = run_cli_here("dlq", "show", "-c", str(cfg), "--json")
     assert shown.returncode == 0, shown.stderr[-2000:]
     summary = json.loads(shown.stdout)
     assert summary["by_reason"] == {"malformed_json": 1}

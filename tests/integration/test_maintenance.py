@@ -21,6 +21,7 @@ from tests.fixtures.services import (
     duckdb_ids,
     produce_events,
     run_cli,
+    run_cli_here,
     write_config,
 )
 from tests.integration.test_ingest import run_once
@@ -147,13 +148,13 @@ def test_repair_finds_a_deleted_file_and_moves_a_planted_orphan(
                                apply=True)
     assert young["young_orphans"] == ["location=oslo/part-foreign.parquet"], young
     assert young["orphans"] == [] and young["problems"] == 2 and orphan.exists()
-    dry = run_cli("repair", "-c", str(cfg), "--json", timeout=300)
+    dry = run_cli_here("repair", "-c", str(cfg), "--json")
     assert dry.returncode == 1, dry.stderr[-2000:]
     (report,) = json.loads(dry.stdout)
     rel = files[0].relative_to(table).as_posix()
     assert report["missing"] == [rel] and report["orphans"] == ["location=oslo/part-foreign.parquet"]
     assert report["problems"] == 2 and orphan.exists(), "a dry run moves nothing"
-    fixed = run_cli("repair", "-c", str(cfg), "--apply", "--json", timeout=300)
+    fixed = run_cli_here("repair", "-c", str(cfg), "--apply", "--json")
     assert fixed.returncode == 1  # problems were found (and the orphan moved)
     (report,) = json.loads(fixed.stdout)
     assert report["applied"] and not orphan.exists()
@@ -280,8 +281,8 @@ def test_delta_optimize_vacuum_and_repair(spark, kafka_broker, topic, tmp_path) 
     # the ingestion's txn keying is untouched: a replayed batch adds nothing
     assert replay_last_batch(spark, data, tmp_path / "lake") == 0
     assert sorted(delta_ids(table)) == list(range(N))
-    refused = run_cli("vacuum", "-c", str(write_config(tmp_path / "c.yaml", {
-        **data, "maintenance": {"vacuum_retention_hours": 0}})), timeout=300)
+    refused = run_cli_here("vacuum", "-c", str(write_config(tmp_path / "c.yaml", {
+        **data, "maintenance": {"vacuum_retention_hours": 0}})))
     assert refused.returncode == 2 and "maintenance.vacuum_retention_hours" in refused.stderr
     vac = maintenance.vacuum(cfg_of({**data, "maintenance": {"vacuum_retention_hours": 0}}),
                              spark, force=True)
