@@ -36,11 +36,11 @@ def _ids(lake: Path) -> list[int]:
         f"SELECT id FROM read_parquet('{lake}/events/**/*.parquet')").fetchall())
 
 
-@pytest.mark.parametrize("step", ["move_new", "write_once"])
+@pytest.mark.parametrize("step", ["replace", "write_once"])
 def test_a_frozen_writer_never_touches_what_the_new_holder_committed(spark, tmp_path,
                                                                       step) -> None:
-    """``move_new``: frozen inside its publish, after its checks (the audit's sequence
-    (a): it used to delete the holder's committed file before its rename). ``write_once``:
+    """``replace``: frozen inside its publish, after its checks (the audit's sequence
+    (a): it deleted the holder's committed file before its rename). ``write_once``:
     frozen right before its manifest, after its proof."""
     lake = tmp_path / "lake"
     rows = spark.range(0, 50).selectExpr("id", "cast(id % 5 as string) as location")

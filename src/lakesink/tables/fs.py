@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import SparkSession
 
 
@@ -97,14 +99,19 @@ class HadoopFS:
     def rename(self, src: str, dst: str) -> bool:
         return bool(self.fs.rename(self._p(src), self._p(dst)))
 
-    def replace(self, src: str, dst: str) -> None:
+    def replace(self, src: str, dst: str, *,
+                before_delete: Callable[[], None] | None = None) -> None:
         """Move ``src`` to ``dst``, replacing what is there; creates the parent folder.
+        ``before_delete`` is called right before an existing ``dst`` is deleted (a writer
+        proves there that the file is still its own to replace).
 
         A rename is atomic on local disk and HDFS, so readers see the old file or the
         new one, never a partial one.
         """
         self.mkdirs(dst.rpartition("/")[0])
         if self.exists(dst):
+            if before_delete is not None:
+                before_delete()
             self.delete(dst, recursive=False)
         if self.rename(src, dst):
             return
@@ -114,18 +121,6 @@ class HadoopFS:
             if util.copy(self.fs, self._p(src), self.fs, self._p(dst), True, True, self._conf):
                 return
         raise OSError(f"could not move {src} to {dst}")
-
-    def move_new(self, src: str, dst: str) -> None:
-        """Move ``src`` to ``dst``, which must not exist (:class:`SecondWriterError` if
-        it does: another writer put it there); creates the parent folder. Unlike
-        :meth:`replace`, it never deletes a destination."""
-        from lakesink.errors import SecondWriterError
-
-        if self.exists(dst):
-            raise SecondWriterError(
-                f"{dst} exists: another writer published it while this one was about to "
-                "(two lakesink processes on one checkpoint); this one stops and leaves it")
-        self.replace(src, dst)
 
     def parquet_dictionary_columns(self, path: str) -> dict[str, bool]:
         """Column path -> whether the Parquet file at ``path`` kept a dictionary page

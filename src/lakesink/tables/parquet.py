@@ -228,9 +228,11 @@ class ParquetTableWriter(TableWriter):
             self.fence()  # a writer that lost its lease stops before its next rename
             if i == len(files) // 2 and i > 0:
                 fault_point("mid_publish", batch_id)
-            # never onto an existing file: begin() removed this batch's earlier attempts'
-            # files, so one that is there now is another writer's
-            self.fs.move_new(f.staged, join(self.layout.table, f.name))
+            # a file already there is an earlier attempt's of this batch (the same rows
+            # under the same name: replaced) — unless another writer took the table over
+            # meanwhile: the lease is proven at the store right before the delete
+            self.fs.replace(f.staged, join(self.layout.table, f.name),
+                            before_delete=self.prove)
         fault_point("after_publish", batch_id)
 
         manifest = {
