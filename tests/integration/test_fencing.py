@@ -48,14 +48,16 @@ def test_a_frozen_writer_never_touches_what_the_new_holder_committed(spark, tmp_
     frozen, resume = threading.Event(), threading.Event()
     real = getattr(stale.fs, step)
 
-    def stall(*args: Any) -> Any:  # noqa: ANN401
-        if step == "write_once" and "/manifests/" not in args[0]:
-            return real(*args)  # its lease renewals go on until the freeze
+    def stall(*args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
+        target = args[0] if step == "write_once" else args[1]
+        if ("/manifests/" not in target if step == "write_once"
+                else "/.lakesink/" in target):
+            return real(*args, **kwargs)  # bookkeeping before the step frozen in
         if not frozen.is_set():
             stale.lease._stop.set()  # a frozen process renews nothing
             frozen.set()
             assert resume.wait(120)
-        return real(*args)
+        return real(*args, **kwargs)
 
     setattr(stale.fs, step, stall)
     outcome: list[BaseException | None] = []
