@@ -101,13 +101,13 @@ class Pipeline:
     def build(cls, cfg: LakesinkConfig, spark: SparkSession) -> Pipeline:
         sources.check_reachable(cfg.source)
         sources.check_access(spark, cfg.source)
-        storage.apply(spark, cfg)
+        run_plan = plan(cfg)
+        storage.apply(spark, cfg.storage, run_plan.paths())
         if cfg.routes:
-            pipeline = cls._routed(plan(cfg), spark)
+            pipeline = cls._routed(run_plan, spark)
         else:
             parts = TableParts.resolve(cfg, spark)
-            checkpoint = (to_uri(cfg.checkpoint) if cfg.checkpoint
-                          else parts.layout.default_checkpoint)
+            checkpoint = run_plan.checkpoint_uri()
             app_id = checkpoint_app_id(parts.fs, checkpoint)
             processor = parts.processor(app_id)
             _refuse_other_writers(processor, cfg)
@@ -128,7 +128,7 @@ class Pipeline:
         is (a message-type route's tables on first sight), one checkpoint (so one app id
         keys every table's commits)."""
         cfg = run.cfg
-        checkpoint = to_uri(cfg.checkpoint or cfg.routed_checkpoint)
+        checkpoint = run.checkpoint_uri()
         fs = HadoopFS(spark, to_uri(cfg.table.base_path))
         app_id = checkpoint_app_id(fs, checkpoint)
         lease = None
@@ -168,7 +168,7 @@ class Pipeline:
             unrouted = (None if cfg.unrouted == "drop" else RejectedWriter(
                 fs, TableLayout.of(cfg.table.base_path, UNROUTED_TABLE), app_id=app_id,
                 fmt=cfg.dlq.format, spark=spark,
-                lease=storage.lease_options(cfg, cfg.dlq.format)))
+                lease=storage.lease_options(cfg.storage, cfg.table, cfg.dlq.format)))
         except BaseException:
             Router(routes, None, app_id=app_id, lease=lease).close()  # a refused start
             raise  # holds no lease
@@ -235,7 +235,7 @@ class Pipeline:
         stop = stop or StopRequest()
         caught_up = self._caught_up(until_caught_up)
         observer = Observer.start(self.cfg, self.spark, f"lakesink_{self.name}")
-        progress = (CatchUpProgress(backlog(self.cfg, self.checkpoint),
+        progress = (CatchUpProgress(backlog(self.cfg.source.kafka, self.cfg.storage, self.checkpoint),
                                     lambda: self.stats.records).start()
                     if caught_up else None)
         beside = self._silence_beside(caught_up, stop)
@@ -342,7 +342,7 @@ def type_table_names(cfg: LakesinkConfig, spark: SparkSession, index: int) -> li
     and that no other route (or the unrouted records) owns."""
     mt = cfg.routes[index].message_type
     assert mt is not None
-    storage.apply(spark, cfg)
+    storage.apply(spark, cfg.storage, plan(cfg).paths())
     base = to_uri(cfg.table.base_path)
     fs = HadoopFS(spark, base)
     static = {name.lower() for name in plan(cfg).static_names()}

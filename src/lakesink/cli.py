@@ -130,11 +130,12 @@ def status(
     """Per table: the last committed batch and its time, batches, rows, files, dead
     letters by reason, schema version and the source's lag (Kafka per partition; Redis streams
     and lists; Danube) — without Spark."""
+    from lakesink.config.plan import plan
     from lakesink.status import status as read_status
 
     try:
         cfg = _load(config, set_, {})
-        tables = read_status(cfg)
+        tables = read_status(plan(cfg))
     except ConfigError as exc:
         _fail_config(exc)
         return
@@ -388,14 +389,15 @@ app.add_typer(dlq_app, name="dlq")
 def _spark(cfg: Any, *, suffix: str = ""):  # noqa: ANN202
     """The SparkSession of a command, from the config's ``spark`` section."""
     from lakesink.catalog.hive import spark_conf as catalog_conf
+    from lakesink.config.plan import plan
     from lakesink.runtime import storage
     from lakesink.runtime.spark import build_spark_session
 
     return build_spark_session(
         master=cfg.spark.master, app_name=cfg.spark.app_name + suffix,
-        conf={**storage.spark_conf(cfg), **catalog_conf(cfg.catalog), **cfg.spark.conf},
+        conf={**storage.spark_conf(cfg.storage), **catalog_conf(cfg.catalog), **cfg.spark.conf},
         driver_memory=cfg.spark.driver_memory, log_level=cfg.spark.log_level,
-        storage_uris=storage.uris(cfg))
+        storage_uris=storage.uris(plan(cfg).paths()))
 
 
 def _dlq_session(config: Path | None, set_: list[str] | None, flags: dict[str, Any]):  # noqa: ANN202
@@ -601,6 +603,7 @@ def jars(
 ) -> None:
     """The connector jars a run of this config needs, comma-separated: for
     spark-submit's --jars (only the storage connectors its paths use)."""
+    from lakesink.config.plan import plan
     from lakesink.runtime import storage
     from lakesink.runtime.jars import connector_jars, unused_storage_artifacts
 
@@ -609,7 +612,7 @@ def jars(
     except ConfigError as exc:
         _fail_config(exc)
         return
-    skip = unused_storage_artifacts(storage.uris(cfg))
+    skip = unused_storage_artifacts(storage.uris(plan(cfg).paths()))
     print(",".join(str(j) for j in connector_jars(skip)))
 
 

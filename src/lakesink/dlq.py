@@ -186,7 +186,7 @@ def show(spark: SparkSession, cfg: LakesinkConfig, *, sample: int = 5) -> dict[s
 
     from lakesink.runtime import storage
 
-    storage.apply(spark, cfg)
+    storage.apply(spark, cfg.storage, [cfg.table.base_path])
     layout = TableLayout.of(cfg.table.base_path, cfg.table_name)
     letters = DeadLetters(spark, HadoopFS(spark, layout.base), layout, cfg.dlq.format)
     pending = letters.pending()
@@ -216,7 +216,7 @@ def replay(spark: SparkSession, cfg: LakesinkConfig) -> dict[str, Any]:
     from lakesink.table_parts import TableParts
     from lakesink.runtime import storage
 
-    storage.apply(spark, cfg)
+    storage.apply(spark, cfg.storage, [cfg.table.base_path])
     parts = TableParts.resolve(cfg, spark)
     letters = DeadLetters(spark, parts.fs, parts.layout, cfg.dlq.format)
     lock = letters.lock()

@@ -105,16 +105,12 @@ def checkpoint_is_new(cfg: Any) -> bool:  # noqa: ANN401
     import pyarrow.fs as pafs
 
     from lakesink.runtime.lake import filesystem
-    from lakesink.tables.fs import to_uri
-    from lakesink.tables.layout import TableLayout
+    from lakesink.config.plan import plan
 
-    if cfg.checkpoint or cfg.routes:
-        checkpoint = to_uri(cfg.checkpoint or cfg.routed_checkpoint)
-    else:
-        checkpoint = TableLayout.of(cfg.table.base_path, cfg.table_name).default_checkpoint
+    checkpoint = plan(cfg).checkpoint_uri()
     from lakesink.tables.identity import STARTED_DIRS
 
-    fs, root = filesystem(cfg, checkpoint)
+    fs, root = filesystem(cfg.storage, checkpoint)
     for folder in STARTED_DIRS:  # as has_started: hidden and _-prefixed names skipped
         found = fs.get_file_info(pafs.FileSelector(f"{root}/{folder}", recursive=True,
                                                    allow_not_found=True))
@@ -134,7 +130,7 @@ def refuse_type_tables(cfg: Any) -> None:  # noqa: ANN401
     from lakesink.runtime.lake import filesystem
     from lakesink.tables.fs import to_uri
 
-    fs, root = filesystem(cfg, to_uri(cfg.table.base_path))
+    fs, root = filesystem(cfg.storage, to_uri(cfg.table.base_path))
     found = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
     tables = sorted(f.base_name for f in found if f.type == pafs.FileType.Directory
                     and fs.get_file_info(f"{f.path}/_delta_log").type
@@ -223,7 +219,7 @@ def table_txn_versions(cfg: Any, app_id: str, topic: str  # noqa: ANN401
     partitions = topic_partitions(cfg, topic)
     uri = f"{cfg.table.base_path.rstrip('/')}/{cfg.table.name}"
     try:
-        table = delta_table(cfg, uri)
+        table = delta_table(cfg.storage, uri)
     except TableNotFoundError:  # no table yet: nothing to take over
         return dict(partitions), 0
     return ({p: table.transaction_version(f"{app_id}-{p}") for p in partitions},

@@ -260,11 +260,11 @@ class TableParts:
             app_id=app_id, partition_by=tuple(table.partition_by),
             compression=table.compression, files_per_partition=table.files_per_partition,
             target_file_size=table.target_file_size, null_value=table.null_partition_value,
-            **storage.lease_options(self.cfg),
+            **storage.lease_options(self.cfg.storage, self.cfg.table),
             checkpoint_interval=table.delta_checkpoint_interval,
             merge_schema=table.schema_evolution == "add_columns",
             type_widening=table.widening,
-            task_filesystem=storage.delta_task_filesystem(self.cfg, layout.base)))
+            task_filesystem=storage.delta_task_filesystem(self.cfg.storage, layout.base)))
         writer.prepare()
         try:
             registrar = catalog.registrar(self.cfg.catalog, table, self.fs, layout,
@@ -280,10 +280,10 @@ class TableParts:
             store_schema=schema_store(self.fs, layout), writer=writer,
             rejected=RejectedWriter(self.fs, layout, app_id=app_id, fmt=self.cfg.dlq.format,
                                     spark=spark,
-                                    lease=storage.lease_options(self.cfg, self.cfg.dlq.format)),
+                                    lease=storage.lease_options(self.cfg.storage, self.cfg.table, self.cfg.dlq.format)),
             app_id=app_id,
             source_columns=self.source_columns, transforms=self.transforms,
             engine=table.engine,
-            task_filesystem=storage.task_filesystem(self.cfg, layout.base),
+            task_filesystem=storage.task_filesystem(self.cfg.storage, layout.base),
             registrar=registrar,
         )

@@ -260,7 +260,7 @@ def test_s3_scheme_writes_are_conditional(spark, s3_server) -> None:
                                  "source.kafka.topics=t",
                                  f"table.base_path=s3://{s3_server.bucket}/cond"],
                       env=s3_server.env())
-    storage.apply(spark, cfg)
+    storage.apply(spark, cfg.storage, [cfg.table.base_path])
     for scheme in ("s3", "s3a"):
         fs = HadoopFS(spark, f"{scheme}://{s3_server.bucket}/cond")
         assert fs.s3a, f"{scheme}:// is not recognised as S3A"
@@ -299,8 +299,8 @@ def test_a_delta_dead_letter_table_on_s3_has_one_writer(spark, s3_server) -> Non
     cfg = load_config(overrides=["source.kafka.bootstrap_servers=a:1", "source.kafka.topics=t",
                                  f"table.base_path={base}", "table.format=parquet",
                                  "dlq.format=delta"], env=s3_server.env())
-    storage.apply(spark, cfg)
-    lease = storage.lease_options(cfg, cfg.dlq.format)
+    storage.apply(spark, cfg.storage, [cfg.table.base_path])
+    lease = storage.lease_options(cfg.storage, cfg.table, cfg.dlq.format)
     # a Delta dead-letter table on S3 needs one writer, whatever the data table's format
     assert lease["lease_s"] > 0 and lease["lease_per_table"]
     layout = TableLayout.of(base, "events")

@@ -76,9 +76,10 @@ def run_once(spark: Any, data: dict[str, Any], env: dict[str, str]) -> Any:  # n
 
 def lag_over(data: dict[str, Any], env: dict[str, str]) -> Any:  # noqa: ANN401
     """``lakesink status``'s lag, read with librdkafka over the same listener."""
+    from lakesink.config.plan import plan
     from lakesink.status import status
 
-    [table] = status(load_config(flags=flatten(data), env=env))
+    [table] = status(plan(load_config(flags=flatten(data), env=env)))
     return table.lag_error or table.lag
 
 

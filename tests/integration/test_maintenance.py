@@ -96,9 +96,10 @@ def test_parquet_compaction_keeps_every_row_and_the_manifests_true(
     assert maintenance.compact(cfg, spark)["compactions"] == 0
     checked = maintenance.repair(cfg, spark, apply=False)
     assert checked["problems"] == 0 and checked["rows_checked"] == N
+    from lakesink.config.plan import plan
     from lakesink.status import status
 
-    (st,) = status(cfg)
+    (st,) = status(plan(cfg))
     assert (st.rows, st.files) == (N, 3)
     # the replaced files wait outside the table for the grace period, then go
     replaced = tmp_path / "lake" / ".lakesink" / "events" / "replaced"
@@ -330,9 +331,10 @@ def test_manifests_roll_up_and_every_batch_stays_committed(spark, kafka_broker, 
     monkeypatch.setattr(HadoopFS, "delete", real_delete)
     assert (folder / run / "rollup-0000000001.json").exists()
     assert (folder / run / "0000000004.json").exists()  # in the rollup and on its own
+    from lakesink.config.plan import plan
     from lakesink.status import status
 
-    (half,) = status(cfg)
+    (half,) = status(plan(cfg))
     assert (half.batches, half.rows) == (BATCHES, N)
     assert maintenance.repair(cfg, spark, apply=False)["problems"] == 0
     assert replay_last_batch(spark, data, tmp_path / "lake") == 0
@@ -348,9 +350,10 @@ def test_manifests_roll_up_and_every_batch_stays_committed(spark, kafka_broker, 
     assert manifests.read_manifest(fs, layout, run, 10) is None
     assert maintenance.vacuum(cfg, spark)["manifests_rolled_up"] == 0, "idempotent"
     # everything that reads the bookkeeping reads the rollups too
+    from lakesink.config.plan import plan
     from lakesink.status import status
 
-    (st,) = status(cfg)
+    (st,) = status(plan(cfg))
     assert (st.batches, st.rows) == (BATCHES, N)
     assert maintenance.repair(cfg, spark, apply=False)["problems"] == 0
     assert maintenance.compact(cfg, spark)["rows"] == N

@@ -15,6 +15,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from lakesink.app import Pipeline
 from lakesink.config import load_config
+from lakesink.config.plan import plan
 from lakesink.sources.offsets import lag
 from lakesink.sources.redis_streams import position
 from lakesink.status import status
@@ -104,7 +105,7 @@ def test_a_stream_through_a_group_every_entry_once(spark, redis_server, tmp_path
     assert (group["lag"], group["entries-read"]) == (0, N + 2)
     assert client.xlen(key) == N + 2, "entries stay in the stream (trim_on_commit is off)"
     redis_events(redis_server, key, range(N, N + 40))  # not read yet: lakesink status
-    (table,) = status(load_config(flags=flatten(data), env={}))  # counts them as lag
+    (table,) = status(plan(load_config(flags=flatten(data), env={})))  # counts them as lag
     assert table.lag == {key: 40} and table.rows == N, table
 
 
@@ -133,7 +134,7 @@ def test_lists_consumed_once_and_only_after_the_batch_is_durable(spark, redis_se
     assert progress.lags[-1] == {("jobs-a", ""): 0, ("jobs-b", ""): 0}
     # the lists go on: status sees what waits, a second run takes only what came since
     redis_events(redis_server, "jobs-b", range(1500, 1600), kind="list")
-    (table,) = status(load_config(flags=flatten(data), env={}))
+    (table,) = status(plan(load_config(flags=flatten(data), env={})))
     assert table.lag == {"jobs-a": 0, "jobs-b": 100} and table.lag_error is None
     run_once(spark, data)
     assert sorted(read_ids(lake / "events", "parquet")) == list(range(1600))

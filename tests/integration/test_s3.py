@@ -221,10 +221,10 @@ def test_dynamodb_log_store_needs_its_jar(spark, kafka_broker, s3_server, topic,
     data["table"].pop("base_path")
     data["storage"] = {"s3": {"delta_log_store": "dynamodb", "dynamodb_table": "locks"}}
     cfg = load_config(flags=flatten(data), env=_env(s3_server, f"ddb-{next(_prefix)}"))
-    conf = storage.spark_conf(cfg)
+    conf = storage.spark_conf(cfg.storage)
     assert conf["spark.delta.logStore.s3a.impl"] == "io.delta.storage.S3DynamoDBLogStore"
     assert conf["spark.io.delta.storage.S3DynamoDBLogStore.ddb.tableName"] == "locks"
-    assert storage.writer_lease_s(cfg) == 0  # several writers: no lease
+    assert storage.writer_lease_s(cfg.storage, cfg.table) == 0  # several writers: no lease
     with pytest.raises(ConfigError) as err:
         Pipeline.build(cfg, spark)
     assert err.value.key == "storage.s3.delta_log_store"
@@ -247,7 +247,7 @@ def test_delta_rs_commits_on_s3_are_conditional(kafka_broker, s3_server, topic,
     data = config_dict(kafka_broker, topic, tmp_path / "unused", format="delta")
     data["table"].pop("base_path")
     cfg = load_config(flags=flatten(data), env=_env(s3_server, prefix))
-    kind, kwargs = delta_task_filesystem(cfg, cfg.table.base_path)
+    kind, kwargs = delta_task_filesystem(cfg.storage, cfg.table.base_path)
     assert kind == "s3"
     options = options_for(kwargs)
     assert options["aws_conditional_put"] == "etag"

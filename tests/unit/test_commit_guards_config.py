@@ -11,6 +11,7 @@ import pytest
 from lakesink.config.loader import load_config
 from lakesink.config.secrets import is_secret_key, redact
 from lakesink.errors import ConfigError
+from lakesink.config.plan import plan
 from lakesink.runtime.storage import hadoop_options
 from lakesink.sources.kafka_client import client_options
 
@@ -100,7 +101,7 @@ def test_ordinary_options_are_not_secrets(option: str) -> None:
 def test_secret_options_reach_the_client_from_the_environment_only() -> None:
     cfg = _load(env={"LAKESINK_STORAGE__S3__SECRET_OPTIONS": '{"fs.s3a.encryption.key": "k1"}',
                      "LAKESINK_SOURCE__KAFKA__SECRET_OPTIONS": '{"ssl.key.password": "p1"}'})
-    opts = hadoop_options(cfg)
+    opts = hadoop_options(cfg.storage, plan(cfg).paths())
     assert opts["fs.s3a.encryption.key"] == "k1"
     assert redact(opts)["fs.s3a.encryption.key"] == "**********"
     assert client_options(cfg.source.kafka)["ssl.key.password"] == "p1"

@@ -8,6 +8,7 @@ import pytest
 
 from lakesink.config import load_config, redacted_dict
 from lakesink.errors import ConfigError
+from lakesink.config.plan import plan
 from lakesink.runtime.storage import describe, hadoop_options
 
 BASE = ["source.kafka.bootstrap_servers=a:1", "source.kafka.topics=t"]
@@ -19,7 +20,7 @@ def test_quix_variables_set_the_lake_and_the_client() -> None:
            "AWS_SECRET_ACCESS_KEY": "s3cr3t-value"}
     cfg = load_config(overrides=BASE, env=env)
     assert cfg.table.base_path == "s3a://my-bucket/data/lake"
-    opts = hadoop_options(cfg)
+    opts = hadoop_options(cfg.storage, plan(cfg).paths())
     assert opts["fs.s3a.endpoint"] == "http://minio.local:9000"
     assert opts["fs.s3a.endpoint.region"] == "eu-west-1"
     assert opts["fs.s3a.path.style.access"] == "true"
@@ -38,7 +39,7 @@ def test_an_explicit_base_path_wins_over_s3_bucket() -> None:
 
 def test_aws_without_keys_uses_the_default_chain() -> None:
     cfg = load_config(overrides=BASE, env={})
-    opts = hadoop_options(cfg)
+    opts = hadoop_options(cfg.storage, plan(cfg).paths())
     assert "fs.s3a.access.key" not in opts and "fs.s3a.aws.credentials.provider" not in opts
     assert "fs.s3a.endpoint" not in opts and opts["fs.s3a.path.style.access"] == "false"
 
@@ -48,7 +49,7 @@ def test_profile_and_https_endpoint_and_extra_options() -> None:
                                  "storage.s3.path_style_access=false",
                                  "storage.s3.options.multipart.size=64M"],
                       env={"AWS_PROFILE": "prod"})
-    opts = hadoop_options(cfg)
+    opts = hadoop_options(cfg.storage, plan(cfg).paths())
     assert opts["fs.s3a.connection.ssl.enabled"] == "true"
     assert opts["fs.s3a.path.style.access"] == "false"
     assert opts["fs.s3a.aws.credentials.provider"].endswith("ProfileAWSCredentialsProvider")
@@ -80,7 +81,7 @@ def test_gcs_settings_map_to_the_connector() -> None:
     cfg = load_config(overrides=[*BASE, "storage.gcs.service_account_keyfile=/k.json",
                                  "storage.gcs.endpoint=http://127.0.0.1:4443"],
                       env={"GOOGLE_CLOUD_PROJECT": "proj"})
-    opts = hadoop_options(cfg)
+    opts = hadoop_options(cfg.storage, plan(cfg).paths())
     assert opts["fs.gs.impl"] == "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem"
     assert opts["fs.gs.project.id"] == "proj"
     assert opts["fs.gs.auth.type"] == "SERVICE_ACCOUNT_JSON_KEYFILE"
@@ -95,7 +96,7 @@ def test_gcs_settings_map_to_the_connector() -> None:
 ])
 def test_parquet_vectored_reads_are_off_when_any_table_is_on_gcs(where: list[str]) -> None:
     cfg = load_config(overrides=[*BASE, *where], env={})
-    assert hadoop_options(cfg)["parquet.hadoop.vectored.io.enabled"] == "false"
+    assert hadoop_options(cfg.storage, plan(cfg).paths())["parquet.hadoop.vectored.io.enabled"] == "false"
 
 
 @pytest.mark.parametrize("env, auth", [
@@ -106,7 +107,7 @@ def test_parquet_vectored_reads_are_off_when_any_table_is_on_gcs(where: list[str
 ])
 def test_azure_credentials_map_per_account(env: dict[str, str], auth: str | None) -> None:
     cfg = load_config(overrides=BASE, env=env)
-    opts = hadoop_options(cfg)
+    opts = hadoop_options(cfg.storage, plan(cfg).paths())
     host = "acct.dfs.core.windows.net"
     assert opts.get(f"fs.azure.account.auth.type.{host}") == auth
     if auth == "OAuth":
@@ -145,7 +146,7 @@ def test_delta_rs_gets_the_tasks_s3_client_settings_and_conditional_puts() -> No
     env = {"S3_BUCKET": "b", "AWS_REGION": "eu-west-1", "AWS_ENDPOINT_URL": "http://minio:9000",
            "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": "s3cr3t-value"}
     cfg = load_config(overrides=[*BASE, "table.format=delta"], env=env)
-    kind, kwargs = delta_task_filesystem(cfg, cfg.table.base_path)
+    kind, kwargs = delta_task_filesystem(cfg.storage, cfg.table.base_path)
     assert kind == "s3"
     assert delta_rs_s3_options(kwargs) == {
         "aws_region": "eu-west-1", "aws_conditional_put": "etag",
@@ -153,13 +154,13 @@ def test_delta_rs_gets_the_tasks_s3_client_settings_and_conditional_puts() -> No
         "aws_allow_http": "true", "aws_access_key_id": "AKIAEXAMPLE",
         "aws_secret_access_key": "s3cr3t-value"}
     no_keys = load_config(overrides=[*BASE, "table.base_path=s3a://b/x"], env={})
-    kind, kwargs = delta_task_filesystem(no_keys, no_keys.table.base_path)
+    kind, kwargs = delta_task_filesystem(no_keys.storage, no_keys.table.base_path)
     assert delta_rs_s3_options(kwargs) == {  # AWS itself; keys from the default chain
         "aws_region": "us-east-1", "aws_conditional_put": "etag",
         "aws_virtual_hosted_style_request": "true"}
     dynamo = load_config(overrides=[*BASE, "table.format=delta",
                                     "storage.s3.delta_log_store=dynamodb"], env=env)
-    refused = delta_task_filesystem(dynamo, dynamo.table.base_path)
+    refused = delta_task_filesystem(dynamo.storage, dynamo.table.base_path)
     assert isinstance(refused, str) and "dynamodb" in refused
 
 
@@ -175,5 +176,5 @@ def test_delta_tables_delta_rs_cannot_address_keep_spark_writer(flags, why) -> N
     from lakesink.runtime.storage import delta_task_filesystem
 
     cfg = load_config(overrides=[*BASE, "table.format=delta", *flags], env={})
-    refused = delta_task_filesystem(cfg, cfg.table.base_path)
+    refused = delta_task_filesystem(cfg.storage, cfg.table.base_path)
     assert isinstance(refused, str) and why in refused

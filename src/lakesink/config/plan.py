@@ -23,6 +23,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from lakesink.config.models import LakesinkConfig
     from lakesink.config.routes import MessageTypeConfig
+    from lakesink.config.source import SourceConfig
+    from lakesink.config.storage import StorageConfig
+    from lakesink.config.table import DlqConfig, TableConfig
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,18 @@ class TableSpec:
     @property
     def format(self) -> str:
         return self.config.table.format
+
+    @property
+    def table(self) -> TableConfig:
+        return self.config.table
+
+    @property
+    def storage(self) -> StorageConfig:
+        return self.config.storage
+
+    @property
+    def dlq(self) -> DlqConfig:
+        return self.config.dlq
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,30 @@ class RunPlan:
     def formats(self) -> set[str]:
         """Every table format the run writes."""
         return {r.format for r in self.routes} if self.routes else {self.cfg.table.format}
+
+    @property
+    def storage(self) -> StorageConfig:
+        return self.cfg.storage
+
+    @property
+    def source(self) -> SourceConfig:
+        return self.cfg.source
+
+    def checkpoint_uri(self) -> str:
+        """The run's checkpoint: ``checkpoint``, else the default of a routed config
+        (one query for every route) or of the one table (in its ``.lakesink`` folder)."""
+        from lakesink.tables.fs import to_uri
+        from lakesink.tables.layout import TableLayout
+
+        cfg = self.cfg
+        if cfg.checkpoint or cfg.routes:
+            return to_uri(cfg.checkpoint or cfg.routed_checkpoint)
+        return TableLayout.of(cfg.table.base_path, cfg.table_name).default_checkpoint
+
+    def paths(self) -> list[str]:
+        """Every path the run reads or writes: the tables' base paths and the
+        checkpoint (as configured: not yet URIs)."""
+        return [p for p in (*self.base_paths(), self.cfg.checkpoint) if p]
 
     def base_paths(self) -> list[str]:
         """Every table base path (the routes' own ones too)."""

@@ -60,7 +60,7 @@ def table_commits(cfg: LakesinkConfig, spark: SparkSession, fs: HadoopFS,
     from lakesink.runtime.storage import lease_options
     from lakesink.tables.lease import WriterLease
 
-    options = lease_options(cfg, fmt)
+    options = lease_options(cfg.storage, cfg.table, fmt)
     if not options["lease_per_table"]:
         yield
         return

@@ -20,12 +20,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lakesink.config.models import LakesinkConfig
+    from lakesink.config.source import KafkaSource
+    from lakesink.config.storage import StorageConfig
 
 logger = logging.getLogger(__name__)
 
 
-def backlog(cfg: LakesinkConfig, checkpoint: str) -> int | None:
+def backlog(kafka: KafkaSource | None, storage: StorageConfig, checkpoint: str) -> int | None:
     """Records a caught-up run has ahead of it (None: not a Kafka source, or the broker
     could not say)."""
     from confluent_kafka import Consumer, TopicPartition
@@ -33,12 +34,11 @@ def backlog(cfg: LakesinkConfig, checkpoint: str) -> int | None:
     from lakesink.sources.kafka_client import librdkafka_conf
     from lakesink.status import checkpoint_offsets
 
-    kafka = cfg.source.kafka
     if kafka is None:
         return None
     try:
-        done = checkpoint_offsets(cfg, checkpoint)
-        consumer = Consumer(librdkafka_conf(cfg.source.kafka))
+        done = checkpoint_offsets(storage, checkpoint)
+        consumer = Consumer(librdkafka_conf(kafka))
         try:
             meta = consumer.list_topics(timeout=kafka.connect_timeout_s)
             topics = kafka.topics or [t for t in meta.topics

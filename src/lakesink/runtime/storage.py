@@ -14,11 +14,14 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from pydantic import SecretStr
     from pyspark.sql import SparkSession
 
-from lakesink.config.models import LakesinkConfig
-from lakesink.config.storage import AzureStorage, GcsStorage, S3Storage
+    from lakesink.config.table import TableConfig
+
+from lakesink.config.storage import AzureStorage, GcsStorage, S3Storage, StorageConfig
 from lakesink.config.secrets import redact
 from lakesink.errors import ConfigError
 from lakesink.tables.formats import table_format
@@ -108,64 +111,60 @@ def azure_options(azure: AzureStorage) -> dict[str, str]:
     return opts
 
 
-def hadoop_options(cfg: LakesinkConfig) -> dict[str, str]:
-    storage = cfg.storage
+def hadoop_options(storage: StorageConfig, uris: Iterable[str] = ()) -> dict[str, str]:
+    """The Hadoop options of the storage sections, for a run on ``uris`` (its tables'
+    base paths and its checkpoint)."""
     opts = {**s3a_options(storage.s3), **gcs_options(storage.gcs),
             **azure_options(storage.azure)}
-    from lakesink.config.plan import plan
-
-    paths = [*plan(cfg).base_paths(), cfg.checkpoint or ""]
-    if any(p.startswith("gs://") for p in paths):
+    if any(p.startswith("gs://") for p in uris):
         # the GCS connector 3.1 implements vectored reads against Hadoop 3.4's API, which
         # Hadoop 3.5 changed (NoSuchMethodError): let Parquet read ranges one by one
         opts["parquet.hadoop.vectored.io.enabled"] = "false"
     return opts
 
 
-def uris(cfg: LakesinkConfig) -> list[str]:
-    """Every path the run reads or writes: table base paths (routes' too) and the
-    checkpoint."""
+def uris(paths: Iterable[str]) -> list[str]:
+    """``paths`` (e.g. :meth:`~lakesink.config.plan.RunPlan.paths`) as URIs."""
     from lakesink.tables.fs import to_uri
 
-    paths = [cfg.table.base_path, *(r.table.get("base_path") for r in cfg.routes)]
-    if cfg.checkpoint:
-        paths.append(cfg.checkpoint)
-    return [to_uri(p) for p in paths if p]
+    return list(dict.fromkeys(to_uri(p) for p in paths if p))
 
 
 def on_s3(path: str) -> bool:
     return path.startswith(("s3a://", "s3://"))
 
 
-def writer_lease_s(cfg: LakesinkConfig, fmt: str | None = None) -> float:
+def writer_lease_s(storage: StorageConfig, table: TableConfig,
+                   fmt: str | None = None) -> float:
     """The TTL of the lease of a writer of a ``fmt`` table (default: ``table.format``)
     under ``table.base_path`` (0: none): every table has one, except a Delta table on S3
     with the DynamoDB log store (several writers by design)."""
-    if (table_format(fmt or cfg.table.format).one_driver_on_s3
-            and cfg.storage.s3.delta_log_store == "dynamodb" and on_s3(cfg.table.base_path)):
+    if (table_format(fmt or table.format).one_driver_on_s3
+            and storage.s3.delta_log_store == "dynamodb" and on_s3(table.base_path)):
         return 0.0
-    return cfg.table.writer_lease_s
+    return table.writer_lease_s
 
 
-def lease_options(cfg: LakesinkConfig, fmt: str | None = None) -> dict[str, Any]:
+def lease_options(storage: StorageConfig, table: TableConfig,
+                  fmt: str | None = None) -> dict[str, Any]:
     """The lease keywords of a writer of a ``fmt`` table (default: ``table.format``;
     dead-letter tables pass ``dlq.format``): its TTL, and whether the lease covers the
     whole table (Delta on S3 with the single-driver log store, where two writers of any
     checkpoints lose commits) or one checkpoint's writer (elsewhere: a dead-letter
     replay, under its own app id, may write beside a running stream)."""
-    whole = (table_format(fmt or cfg.table.format).one_driver_on_s3
-             and on_s3(cfg.table.base_path)
-             and cfg.storage.s3.delta_log_store == "single_driver")
-    return {"lease_s": writer_lease_s(cfg, fmt), "lease_per_table": whole}
+    whole = (table_format(fmt or table.format).one_driver_on_s3
+             and on_s3(table.base_path)
+             and storage.s3.delta_log_store == "single_driver")
+    return {"lease_s": writer_lease_s(storage, table, fmt), "lease_per_table": whole}
 
 
 #: Delta's multi-writer log store for S3 (jar: io.delta:delta-storage-s3-dynamodb)
 DYNAMODB_LOG_STORE = "io.delta.storage.S3DynamoDBLogStore"
 
 
-def spark_conf(cfg: LakesinkConfig) -> dict[str, str]:
+def spark_conf(storage: StorageConfig) -> dict[str, str]:
     """Spark settings the storage sections imply (set before the session starts)."""
-    s3 = cfg.storage.s3
+    s3 = storage.s3
     if s3.delta_log_store != "dynamodb":
         return {}
     prefix = "spark.io.delta.storage.S3DynamoDBLogStore"
@@ -178,10 +177,10 @@ def spark_conf(cfg: LakesinkConfig) -> dict[str, str]:
     return conf
 
 
-def check_log_store(spark: SparkSession, cfg: LakesinkConfig) -> None:
+def check_log_store(spark: SparkSession, storage: StorageConfig) -> None:
     """The DynamoDB log store's class must be on the classpath (it is not in Delta's
     own jars); a ConfigError (exit 2) before any data moves, else."""
-    if cfg.storage.s3.delta_log_store != "dynamodb":
+    if storage.s3.delta_log_store != "dynamodb":
         return
     jvm = spark.sparkContext._jvm
     assert jvm is not None
@@ -204,10 +203,11 @@ def describe(opts: dict[str, str]) -> dict[str, str]:
     return redact(opts)
 
 
-def apply(spark: SparkSession, cfg: LakesinkConfig) -> None:
-    """Set the storage options on the session's Hadoop configuration."""
-    check_log_store(spark, cfg)
-    opts = hadoop_options(cfg)
+def apply(spark: SparkSession, storage: StorageConfig, uris: Iterable[str] = ()) -> None:
+    """Set the storage options on the session's Hadoop configuration (for a run on
+    ``uris``: see :func:`hadoop_options`)."""
+    check_log_store(spark, storage)
+    opts = hadoop_options(storage, uris)
     conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
     for key, value in opts.items():
         conf.set(key, value)
@@ -220,7 +220,7 @@ _CREDENTIAL_OPTIONS = ("aws.credentials.provider", "assumed.role", "custom.signe
                        "bucket.", "delegation.token")
 
 
-def task_filesystem(cfg: LakesinkConfig, base: str) -> tuple[str, dict[str, Any]] | str:
+def task_filesystem(storage: StorageConfig, base: str) -> tuple[str, dict[str, Any]] | str:
     """How the Arrow path's tasks write under ``base``: ``("local", {})``, ``("s3",
     pyarrow.fs.S3FileSystem keywords)``, or why they cannot (the table then keeps
     Spark's writer). The keywords hold secrets: they travel with the task function, as
@@ -230,7 +230,7 @@ def task_filesystem(cfg: LakesinkConfig, base: str) -> tuple[str, dict[str, Any]
     if not on_s3(base):
         return f"the Arrow path writes to local disk and S3; {base.split(':', 1)[0]}:// " \
             "keeps Spark's writer"
-    s3 = cfg.storage.s3
+    s3 = storage.s3
     if s3.profile:
         return "storage.s3.profile is read by S3A only; the table keeps Spark's writer"
     odd = [k for k in {**s3.options, **s3.secret_options}
@@ -253,18 +253,18 @@ def task_filesystem(cfg: LakesinkConfig, base: str) -> tuple[str, dict[str, Any]
     return "s3", kwargs
 
 
-def delta_task_filesystem(cfg: LakesinkConfig, base: str) -> tuple[str, dict[str, Any]] | str:
+def delta_task_filesystem(storage: StorageConfig, base: str) -> tuple[str, dict[str, Any]] | str:
     """:func:`task_filesystem` for a Delta table, whose Arrow-path batches delta-rs
     commits: on S3 with conditional puts, so not beside delta-spark's DynamoDB log
     store (several writers by design, coordinated by a lock delta-rs would not take)."""
-    if on_s3(base) and cfg.storage.s3.delta_log_store == "dynamodb":
+    if on_s3(base) and storage.s3.delta_log_store == "dynamodb":
         return ("storage.s3.delta_log_store: dynamodb: delta-spark's DynamoDB log store "
                 "coordinates the writers; the table keeps Spark's writer")
     if on_s3(base) and any(c in base for c in "#%?"):
         # delta-rs reads its table location as a URL, S3A and pyarrow take it literally
         return "the table's S3 path holds #, % or ?; the table keeps Spark's writer"
-    found = task_filesystem(cfg, base)
-    if not isinstance(found, str) and found[0] == "s3" and cfg.storage.s3.endpoint \
+    found = task_filesystem(storage, base)
+    if not isinstance(found, str) and found[0] == "s3" and storage.s3.endpoint \
             and found[1].get("force_virtual_addressing"):
         # delta-rs' S3 client wants the bucket inside such an endpoint; not tested here
         return ("storage.s3.endpoint with virtual-host addressing "

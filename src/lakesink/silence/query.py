@@ -281,6 +281,6 @@ def _table_writer(cfg: LakesinkConfig, spark: SparkSession, app_id: str) -> Tabl
     layout = TableLayout.of(cfg.table.base_path, cfg.silence.table)
     writer = open_writer(cfg.table.format, spark, layout, WriterOptions(
         app_id=app_id, compression=cfg.table.compression, files_per_partition=1,
-        **storage.lease_options(cfg), merge_schema=False))
+        **storage.lease_options(cfg.storage, cfg.table), merge_schema=False))
     writer.prepare()
     return writer

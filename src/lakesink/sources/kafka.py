@@ -34,9 +34,11 @@ def source_options(cfg: KafkaSource) -> dict[str, str]:
     return opts
 
 
-def check_reachable(cfg: KafkaSource) -> None:
-    """Fail with a clear error when no bootstrap server accepts a TCP connection in time."""
-    wait_for_tcp(bootstrap_hosts(cfg.bootstrap_servers), cfg.connect_timeout_s,
+def check_reachable(cfg: KafkaSource, timeout_s: float | None = None) -> None:
+    """Fail with a clear error when no bootstrap server accepts a TCP connection within
+    ``timeout_s`` (default ``connect_timeout_s``; 0: tried once)."""
+    wait_for_tcp(bootstrap_hosts(cfg.bootstrap_servers),
+                 cfg.connect_timeout_s if timeout_s is None else timeout_s,
                  what=f"no Kafka broker reachable at {cfg.bootstrap_servers}",
                  key="source.kafka.bootstrap_servers")
 

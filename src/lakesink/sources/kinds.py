@@ -34,8 +34,10 @@ class SourceKind(Protocol):
     def describe(self) -> str:
         """What is read, for logs (no secrets)."""
 
-    def check_reachable(self) -> None:
-        """Fail with a clear error when the source's server does not answer in time."""
+    def check_reachable(self, timeout_s: float | None = None) -> None:
+        """Fail with a clear error when the source's server does not answer within
+        ``timeout_s`` (default: the kind's ``connect_timeout_s``, the wait of a start;
+        0: tried once, as ``lakesink status`` does)."""
 
     def check_access(self, spark: SparkSession) -> None:
         """Refuse at start, with one line, a source that answers but will not let us
@@ -101,10 +103,10 @@ class KafkaKind:
     def describe(self) -> str:
         return str(self.kafka.topics or self.kafka.topic_pattern)
 
-    def check_reachable(self) -> None:
+    def check_reachable(self, timeout_s: float | None = None) -> None:
         from lakesink.sources import kafka
 
-        kafka.check_reachable(self.kafka)
+        kafka.check_reachable(self.kafka, timeout_s)
 
     def check_access(self, spark: SparkSession) -> None:
         """Authentication, TLS trust, READ on the topics
@@ -168,10 +170,10 @@ class RedisKind:
                  else ""]
         return f"redis {r.host}:{r.port}/{r.db} " + " ".join(p for p in parts if p)
 
-    def check_reachable(self) -> None:
+    def check_reachable(self, timeout_s: float | None = None) -> None:
         from lakesink.sources import redis_conn
 
-        redis_conn.check_reachable(self.redis)
+        redis_conn.check_reachable(self.redis, timeout_s)
 
     def check_access(self, spark: SparkSession) -> None:
         pass
@@ -249,8 +251,9 @@ class DanubeKind:
     def describe(self) -> str:
         return f"danube {self.danube.service_url} {self.danube.topics}"
 
-    def check_reachable(self) -> None:
-        _check_tcp(self.danube.service_url, self.danube.connect_timeout_s,
+    def check_reachable(self, timeout_s: float | None = None) -> None:
+        _check_tcp(self.danube.service_url,
+                   self.danube.connect_timeout_s if timeout_s is None else timeout_s,
                    "source.danube.service_url")
 
     def check_access(self, spark: SparkSession) -> None:

@@ -67,13 +67,14 @@ def source_options(cfg: RedisSource, keys: list[str], **extra: str) -> dict[str,
     return opts
 
 
-def check_reachable(cfg: RedisSource) -> None:
-    """Fail with a clear error when the server does not answer PING in time (a wrong
-    password fails at once, naming the setting)."""
+def check_reachable(cfg: RedisSource, timeout_s: float | None = None) -> None:
+    """Fail with a clear error when the server does not answer PING within
+    ``timeout_s`` (default ``connect_timeout_s``; 0: tried once); a wrong password fails
+    at once, naming the setting."""
     import redis
 
     conn = Conn.of(source_options(cfg, []))
-    deadline = time.monotonic() + cfg.connect_timeout_s
+    deadline = time.monotonic() + (cfg.connect_timeout_s if timeout_s is None else timeout_s)
     while True:
         try:
             conn.client().ping()

@@ -21,6 +21,9 @@ and says what the rest of lakesink needs to know of it:
 * whether two drivers may commit to one table on S3 (``one_driver_on_s3``): a Delta log
   with the single-driver log store loses a commit when two do, so its writers hold a
   whole-table lease there;
+* what the table **holds** (``read_contents``: batches, rows, files, bytes), read
+  without Spark from its own source of truth: lakesink's manifests for Parquet, the log
+  for Delta (:mod:`lakesink.tables.contents`);
 * its **maintenance** (``maintainer``: ``compact``, ``vacuum``, ``repair``), named by
   import path (the maintenance package sits above the tables): lakesink's own journal
   for Parquet, Delta's own commands for Delta.
@@ -38,9 +41,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from lakesink.errors import ConfigError
 
 if TYPE_CHECKING:
+    import pyarrow.fs as pafs
     from pyspark.sql import SparkSession
 
     from lakesink.tables.base import TableWriter
+    from lakesink.tables.contents import OpenLog, TableContents
     from lakesink.tables.layout import TableLayout
 
 
@@ -101,6 +106,13 @@ class TableFormat(ABC):
                     options: WriterOptions) -> TableWriter:
         """The format's writer of ``layout``'s table (not prepared yet)."""
 
+    @abstractmethod
+    def read_contents(self, fs: pafs.FileSystem, meta: str, layout: TableLayout,
+                      open_log: OpenLog, app_id: str | None) -> TableContents:
+        """What ``layout``'s table holds, read without Spark: ``fs`` and ``meta`` (the
+        table's ``.lakesink`` folder as a path of ``fs``) for lakesink's own files,
+        ``open_log`` for a log; ``app_id``: the checkpoint's."""
+
 
 class ParquetFormat(TableFormat):
     name = "parquet"
@@ -114,6 +126,12 @@ class ParquetFormat(TableFormat):
         from lakesink.tables.parquet import ParquetTableWriter
 
         return ParquetTableWriter(spark, layout, **options.common())
+
+    def read_contents(self, fs: pafs.FileSystem, meta: str, layout: TableLayout,
+                      open_log: OpenLog, app_id: str | None) -> TableContents:
+        from lakesink.tables.contents import from_manifests
+
+        return from_manifests(fs, meta)
 
 
 class DeltaFormat(TableFormat):
@@ -132,6 +150,12 @@ class DeltaFormat(TableFormat):
                                 merge_schema=options.merge_schema,
                                 type_widening=options.type_widening,
                                 task_filesystem=options.task_filesystem)
+
+    def read_contents(self, fs: pafs.FileSystem, meta: str, layout: TableLayout,
+                      open_log: OpenLog, app_id: str | None) -> TableContents:
+        from lakesink.tables.contents import from_delta_log
+
+        return from_delta_log(open_log, layout.table, app_id)
 
 
 #: the formats by name
