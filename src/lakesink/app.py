@@ -19,7 +19,7 @@ from pyspark.sql import types as T
 
 from lakesink import sources
 from lakesink.config.models import LakesinkConfig
-from lakesink.config.plan import RunPlan, TableSpec, TypeRouteSpec, plan
+from lakesink.config.plan import RunPlan, TypeRouteSpec, plan
 from lakesink.decode import fixed_decoder
 from lakesink.decode.registry import SchemaRegistry
 from lakesink.decode.schema import declared_schema
@@ -116,7 +116,7 @@ class Pipeline:
         if cfg.silence.enabled:
             try:
                 pipeline.silence = SilenceQuery.build(
-                    cfg, spark, default_checkpoint=pipeline.checkpoint.rstrip("/") + "_silence")
+                    run_plan, spark, default_checkpoint=pipeline.checkpoint.rstrip("/") + "_silence")
             except BaseException:
                 pipeline.processor.close()  # a refused start holds no writer lease
                 raise
@@ -179,7 +179,7 @@ class Pipeline:
         router = Router(routes, unrouted, app_id=app_id, exhaustive=exhaustive, plans=plans,
                         lease=lease)
         headers = any(Transforms(parse_transforms(
-            (spec.config if isinstance(spec, TableSpec) else spec.template).table.transforms
+            spec.config.table.transforms
         )).uses_headers for spec in run.routes)
         return cls(cfg, spark, "routes", ", ".join(targets), checkpoint, router,
                    headers=headers)
@@ -234,8 +234,9 @@ class Pipeline:
         nothing twice — up to ``retry.restarts`` times in a row without progress."""
         stop = stop or StopRequest()
         caught_up = self._caught_up(until_caught_up)
-        observer = Observer.start(self.cfg, self.spark, f"lakesink_{self.name}")
-        progress = (CatchUpProgress(backlog(self.cfg.source.kafka, self.cfg.storage, self.checkpoint),
+        observer = Observer.start(plan(self.cfg), self.spark, f"lakesink_{self.name}")
+        progress = (CatchUpProgress(backlog(self.cfg.source.kafka, self.cfg.storage,
+                                            self.checkpoint),
                                     lambda: self.stats.records).start()
                     if caught_up else None)
         beside = self._silence_beside(caught_up, stop)

@@ -282,6 +282,7 @@ def _kdi_repair(argv: list[str]) -> None:
     from lakesink import maintenance
     from lakesink.compat import kdi
     from lakesink.config import load_config
+    from lakesink.config.plan import TableSpec
 
     log = logging.getLogger("lakesink.kdi")
     try:
@@ -291,9 +292,10 @@ def _kdi_repair(argv: list[str]) -> None:
                         "kafka-delta-ingest does", args.partial_filter)
         cfg = load_config(flags=kdi.repair_flags(args), compat="off")
         spark = _spark(cfg, suffix="-repair")
-        _print_report("repair", maintenance.repair(cfg, spark, apply=True))
+        spec = TableSpec(cfg)
+        _print_report("repair", maintenance.repair(spec, spark, apply=True))
         _print_report("compact", maintenance.compact(
-            cfg, spark, partition=args.partition, target_file_size=args.optimize_target_size))
+            spec, spark, partition=args.partition, target_file_size=args.optimize_target_size))
     except ConfigError as exc:
         if exc.key == "partition":  # the flag that named it
             exc = ConfigError("--optimize_partition", exc.message)
@@ -436,7 +438,7 @@ def dlq_show(
 
 
 def _tables(cfg: Any, spark: Any) -> list[Any]:  # noqa: ANN401
-    """One config per table: the routes' tables (a message-type route's: the tables its
+    """A spec per table: the routes' tables (a message-type route's: the tables its
     types have made so far), or the one table."""
     from lakesink.app import type_table_names
     from lakesink.config.plan import TableSpec, plan
@@ -444,9 +446,9 @@ def _tables(cfg: Any, spark: Any) -> list[Any]:  # noqa: ANN401
     out = []
     for route in plan(cfg).routes or (TableSpec(cfg),):
         if isinstance(route, TableSpec):
-            out.append(route.config)
+            out.append(route)
         else:
-            out.extend(route.table(name).config
+            out.extend(route.table(name)
                        for name in type_table_names(cfg, spark, route.route))
     return out
 
@@ -482,7 +484,7 @@ def dlq_replay(
 
     try:
         cfg, spark = _dlq_session(config, set_, _common_flags(None, None, table, base_path, None))
-        results = [dlq.replay(spark, c) | ({"table": c.table_name} if cfg.routes else {})
+        results = [dlq.replay(spark, c) | ({"table": c.name} if cfg.routes else {})
                    for c in _tables(cfg, spark)]
         result = results if cfg.routes else results[0]
     except ConfigError as exc:
@@ -495,7 +497,7 @@ def dlq_replay(
 
 def _maintain(what: str, config: Path | None, set_: list[str] | None, as_json: bool,
               each: Any, check: Any = None) -> None:  # noqa: ANN401
-    """Run ``each(cfg, spark)`` for every table of the config; print the reports.
+    """Run ``each(spec, spark)`` for every table of the config; print the reports.
     Exit 1 when a report counts problems (``repair``) or a table failed; 2 when
     ``check(cfg)`` (before Spark starts) or the config refuses."""
     _setup_logging()

@@ -157,8 +157,7 @@ DEMO_CONFIG = "demo.yaml"
 def next_steps(lake: Path, console: Console, table_format: str) -> None:
     """What to try next on the lake the demo wrote (its config is ``<lake>/demo.yaml``)."""
     config = lake / DEMO_CONFIG
-    glob = (f"delta_scan('{lake}/{TOPIC}')" if table_format == "delta"
-            else f"read_parquet('{lake}/{TOPIC}/**/*.parquet', hive_partitioning=true)")
+    glob = FORMATS[table_format].duckdb_scan(f"{lake}/{TOPIC}")
     console.print("next:", highlight=False)
     for command, what in (
             (f"lakesink status -c {config}", "the table: batches, rows, files, dead letters"),

@@ -38,8 +38,8 @@ from lakesink.tables.formats import table_format
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from lakesink.config.plan import TableSpec
     from lakesink.table_parts import TableParts
-    from lakesink.config.models import LakesinkConfig
 
 logger = logging.getLogger(__name__)
 
@@ -180,15 +180,15 @@ class DeadLetters:
         return self.spark.read.parquet(*[join(self.layout.rejected, n) for n in names])
 
 
-def show(spark: SparkSession, cfg: LakesinkConfig, *, sample: int = 5) -> dict[str, Any]:
+def show(spark: SparkSession, spec: TableSpec, *, sample: int = 5) -> dict[str, Any]:
     """Pending dead letters by reason with a sample, and how many were replayed."""
     from pyspark.sql import functions as F
 
     from lakesink.runtime import storage
 
-    storage.apply(spark, cfg.storage, [cfg.table.base_path])
-    layout = TableLayout.of(cfg.table.base_path, cfg.table_name)
-    letters = DeadLetters(spark, HadoopFS(spark, layout.base), layout, cfg.dlq.format)
+    storage.apply(spark, spec.storage, [spec.table.base_path])
+    layout = TableLayout.of(spec.table.base_path, spec.name)
+    letters = DeadLetters(spark, HadoopFS(spark, layout.base), layout, spec.dlq.format)
     pending = letters.pending()
     replayed = letters.replayed()
     out: dict[str, Any] = {"table": layout.table, "pending_files": len(pending),
@@ -210,15 +210,15 @@ def show(spark: SparkSession, cfg: LakesinkConfig, *, sample: int = 5) -> dict[s
     return out
 
 
-def replay(spark: SparkSession, cfg: LakesinkConfig) -> dict[str, Any]:
+def replay(spark: SparkSession, spec: TableSpec) -> dict[str, Any]:
     """Re-ingest the pending dead letters once (see the module docstring); a second
     replay of the same table while one runs is refused (``SecondWriterError``)."""
     from lakesink.table_parts import TableParts
     from lakesink.runtime import storage
 
-    storage.apply(spark, cfg.storage, [cfg.table.base_path])
-    parts = TableParts.resolve(cfg, spark)
-    letters = DeadLetters(spark, parts.fs, parts.layout, cfg.dlq.format)
+    storage.apply(spark, spec.storage, [spec.table.base_path])
+    parts = TableParts.resolve(spec.config, spark)
+    letters = DeadLetters(spark, parts.fs, parts.layout, spec.dlq.format)
     lock = letters.lock()
     lock.acquire()  # one replay at a time: both would plan the same pending letters
     try:

@@ -14,6 +14,7 @@ import pytest
 
 from lakesink.app import Pipeline
 from lakesink.config import load_config
+from lakesink.config.plan import TableSpec
 from lakesink.errors import ConfigError
 from lakesink.local.services import produce
 from lakesink.tables import fs as fs_module
@@ -244,10 +245,10 @@ def test_a_second_dlq_replay_is_refused_while_one_runs(spark, kafka_broker, topi
     held.acquire()  # a replay in this (live) process
     try:
         with pytest.raises(SecondWriterError, match="Two replays at once"):
-            dlq.replay(spark, cfg)
+            dlq.replay(spark, TableSpec(cfg))
     finally:
         held.release()
-    result = dlq.replay(spark, cfg)
+    result = dlq.replay(spark, TableSpec(cfg))
     assert (result["records"], result["rejected"]) == (1, 1)
 
 

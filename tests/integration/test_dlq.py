@@ -12,6 +12,7 @@ import pytest
 
 from lakesink import dlq
 from lakesink.config import load_config
+from lakesink.config.plan import TableSpec
 from lakesink.local.services import produce
 from tests.fixtures.runs import flatten
 from tests.fixtures.services import config_dict, json_events, read_ids, run_cli_here, write_config
@@ -48,7 +49,7 @@ def test_fix_config_replay_rows_appear_once(spark, kafka_broker, topic, tmp_path
     assert (first.written, first.rejected) == (30, 8)
 
     cfg = load_config(flags=flatten(strict), env={})
-    shown = dlq.show(spark, cfg)
+    shown = dlq.show(spark, TableSpec(cfg))
     assert shown["by_reason"] == {"unknown_field": 6, "malformed_json": 1, "not_an_object": 1}
     assert shown["replayed_records"] == 0 and len(shown["sample"]) == 5
 
@@ -56,14 +57,14 @@ def test_fix_config_replay_rows_appear_once(spark, kafka_broker, topic, tmp_path
     fixed = config_dict(kafka_broker, topic, lake, format=fmt)
     fixed["dlq"] = {"format": dlq_format}
     fixed_cfg = load_config(flags=flatten(fixed), env={})
-    result = dlq.replay(spark, fixed_cfg)
+    result = dlq.replay(spark, TableSpec(fixed_cfg))
     assert (result["records"], result["written"], result["rejected"]) == (8, 6, 2)
     ids = read_ids(lake / "events", fmt)
     assert sorted(ids) == list(range(36))
     sites = _site_values(lake, fmt)
     assert {i for i, s in sites.items() if s == "north"} == set(range(30, 36))
 
-    after = dlq.show(spark, fixed_cfg)
+    after = dlq.show(spark, TableSpec(fixed_cfg))
     assert after["replayed_records"] == 8
     assert after["by_reason"] == {"malformed_json": 1, "not_an_object": 1}  # failed again
 
@@ -73,12 +74,12 @@ def test_fix_config_replay_rows_appear_once(spark, kafka_broker, topic, tmp_path
     plan["state"] = "planned"
     plan_file.write_text(json.dumps(plan))
     (plan_file.parent / f".{plan_file.name}.crc").unlink(missing_ok=True)  # Hadoop's checksum
-    resumed = dlq.replay(spark, fixed_cfg)
+    resumed = dlq.replay(spark, TableSpec(fixed_cfg))
     assert resumed["replay"] == plan["replay"] and resumed["resumed"]
     assert sorted(read_ids(lake / "events", fmt)) == list(range(36))
 
     # the next replay takes only the two that failed again
-    again = dlq.replay(spark, fixed_cfg)
+    again = dlq.replay(spark, TableSpec(fixed_cfg))
     assert (again["records"], again["written"], again["rejected"]) == (2, 0, 2)
     assert sorted(read_ids(lake / "events", fmt)) == list(range(36))
 
@@ -135,7 +136,7 @@ def test_retention_deletes_old_dead_letters_but_not_a_replay_in_progress(
     letters.save({"replay": 0, "state": "planned", "files": [second],
                   "planned_at": "2026-11-29T00:00:00+00:00"})
     time.sleep(2)
-    report = maintenance.vacuum(cfg, spark)
+    report = maintenance.vacuum(TableSpec(cfg), spark)
     expired = report["dead_letters_expired"]
     assert expired[("rows" if dlq_format == "delta" else "files")] == (3 if dlq_format == "delta"
                                                                         else 1), report
@@ -155,6 +156,6 @@ def test_retention_deletes_old_dead_letters_but_not_a_replay_in_progress(
         assert b"{x" in stored_values()  # deleted from the log, still on storage
         forced = load_config(flags=flatten({**data, "maintenance": {
             "vacuum_retention_hours": 0}}), env={})
-        swept = maintenance.vacuum(forced, spark, force=True)["dead_letters_vacuum"]
+        swept = maintenance.vacuum(TableSpec(forced), spark, force=True)["dead_letters_vacuum"]
         assert swept["files_after"] == 1, swept
     assert stored_values() == [b"[2]", b"[2]"]

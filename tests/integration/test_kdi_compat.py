@@ -153,13 +153,14 @@ def test_the_forks_repair_command_runs_as_is(spark, tmp_path) -> None:
     (table / purged.split("/events/", 1)[1]).unlink()
     from lakesink import maintenance
     from lakesink.config import load_config
+    from lakesink.config.plan import TableSpec
     from lakesink.compat.kdi import parse_repair, repair_flags
 
     args = parse_repair(["repair", "--optimize_partition", "p",
                          "--optimize_partition_predicate", "a"], {"TABLE_URL": str(table)})
     cfg = load_config(flags=repair_flags(args), env={}, compat="off")
-    fsck = maintenance.repair(cfg, spark, apply=True)  # what `lakesink kdi repair` runs
-    optimize = maintenance.compact(cfg, spark, partition=args.partition,
+    fsck = maintenance.repair(TableSpec(cfg), spark, apply=True)  # what `lakesink kdi repair` runs
+    optimize = maintenance.compact(TableSpec(cfg), spark, partition=args.partition,
                                    target_file_size=args.optimize_target_size)
     after = DeltaTable(str(table))
     files = after.file_uris()

@@ -13,6 +13,7 @@ import pytest
 
 from lakesink import maintenance
 from lakesink.config import load_config
+from lakesink.config.plan import TableSpec
 from lakesink.faults import COMPACT_POINTS
 from tests.fixtures.runs import flatten
 from tests.fixtures.services import (
@@ -78,9 +79,9 @@ def test_parquet_compaction_keeps_every_row_and_the_manifests_true(
     before = parquet_files(table)
     assert len(before) >= 3 * BATCHES  # one per folder per batch (or more)
     cfg = cfg_of(data)
-    young = maintenance.compact(cfg_of({**data, "maintenance": {"min_age_s": 3600}}), spark)
+    young = maintenance.compact(TableSpec(cfg_of({**data, "maintenance": {"min_age_s": 3600}})), spark)
     assert young["compactions"] == 0 and young["folders_too_young"] == 3
-    report = maintenance.compact(cfg, spark)
+    report = maintenance.compact(TableSpec(cfg), spark)
     after = parquet_files(table)
     assert len(after) == 3 and report["files_after"] == 3
     assert report["files_before"] == report["files_merged"] == len(before)
@@ -93,8 +94,8 @@ def test_parquet_compaction_keeps_every_row_and_the_manifests_true(
     assert replay_last_batch(spark, data, tmp_path / "lake") == 0
     assert sorted(duckdb_ids(table)) == list(range(N))
     # nothing more to merge; the bookkeeping agrees with the files
-    assert maintenance.compact(cfg, spark)["compactions"] == 0
-    checked = maintenance.repair(cfg, spark, apply=False)
+    assert maintenance.compact(TableSpec(cfg), spark)["compactions"] == 0
+    checked = maintenance.repair(TableSpec(cfg), spark, apply=False)
     assert checked["problems"] == 0 and checked["rows_checked"] == N
     from lakesink.config.plan import plan
     from lakesink.status import status
@@ -104,12 +105,12 @@ def test_parquet_compaction_keeps_every_row_and_the_manifests_true(
     # the replaced files wait outside the table for the grace period, then go
     replaced = tmp_path / "lake" / ".lakesink" / "events" / "replaced"
     assert len(list(replaced.rglob("*.parquet"))) == len(before)
-    counted = maintenance.vacuum(cfg, spark, force=True, dry_run=True)  # deletes nothing
+    counted = maintenance.vacuum(TableSpec(cfg), spark, force=True, dry_run=True)  # deletes nothing
     assert counted["files_to_delete"] == len(before) and counted["files_deleted"] == 0
     assert len(list(replaced.rglob("*.parquet"))) == len(before)
-    kept = maintenance.vacuum(cfg, spark)
+    kept = maintenance.vacuum(TableSpec(cfg), spark)
     assert kept["files_deleted"] == 0 and kept["kept_in_grace"] == 3
-    gone = maintenance.vacuum(cfg, spark, force=True)
+    gone = maintenance.vacuum(TableSpec(cfg), spark, force=True)
     assert gone["files_deleted"] == len(before) and not list(replaced.rglob("*.parquet"))
     assert_every_row_once(spark, table)
     # new batches land beside the merged files; the next compaction takes them
@@ -130,7 +131,7 @@ def test_parquet_compaction_keeps_every_row_and_the_manifests_true(
         return groups
 
     monkeypatch.setattr(ParquetCompactor, "plan", plan_then_a_batch)
-    beside = maintenance.compact(cfg, spark)
+    beside = maintenance.compact(TableSpec(cfg), spark)
     assert beside["files_merged"] == 3 + added and beside["rows"] == N + 120
     assert sorted(duckdb_ids(table)) == list(range(N + 120))
 
@@ -145,7 +146,7 @@ def test_repair_finds_a_deleted_file_and_moves_a_planted_orphan(
     shutil.copy(files[1], orphan)
     # a fresh foreign file is a problem whatever its age (readers count its rows), but
     # only an old one is moved: a young one could still be explained by a live batch
-    young = maintenance.repair(cfg_of({**data, "maintenance": {"min_age_s": 3600}}), spark,
+    young = maintenance.repair(TableSpec(cfg_of({**data, "maintenance": {"min_age_s": 3600}})), spark,
                                apply=True)
     assert young["young_orphans"] == ["location=oslo/part-foreign.parquet"], young
     assert young["orphans"] == [] and young["problems"] == 2 and orphan.exists()
@@ -161,7 +162,7 @@ def test_repair_finds_a_deleted_file_and_moves_a_planted_orphan(
     assert report["applied"] and not orphan.exists()
     moved = list((tmp_path / "lake" / ".lakesink" / "events" / "quarantine").rglob("*.parquet"))
     assert [p.name for p in moved] == ["part-foreign.parquet"]
-    again = maintenance.repair(cfg_of(data), spark, apply=False)
+    again = maintenance.repair(TableSpec(cfg_of(data)), spark, apply=False)
     assert again["orphans"] == [] and again["missing"] == [rel]
 
 
@@ -187,7 +188,7 @@ def test_kill_at_each_compaction_step_then_resume(spark, pristine, tmp_path, poi
     assert f"fault injection: killing the process group at {point}" in crashed.stderr
     if point in ("compact_after_journal", "compact_after_staging"):
         assert sorted(duckdb_ids(table)) == list(range(N)), "nothing visible changed yet"
-    report = maintenance.compact(cfg_of(data), spark)  # resumes first, then goes on
+    report = maintenance.compact(TableSpec(cfg_of(data)), spark)  # resumes first, then goes on
     resumed = report["rolled_back"] + report["rolled_forward"]
     assert resumed == [0], report
     assert (report["rolled_forward"] == [0]) == (point in ("compact_after_done",
@@ -258,8 +259,8 @@ def test_a_stalled_compactor_and_the_one_that_took_its_lease(spark, pristine,
                                   or "lease" in str(error)), error
     print(f"stalled compactor: {error}")
     assert_every_row_once(spark, table)
-    assert maintenance.repair(cfg_of({**source, "table": {
-        **source["table"], "base_path": str(tmp_path / "lake")}}), spark,
+    assert maintenance.repair(TableSpec(cfg_of({**source, "table": {
+        **source["table"], "base_path": str(tmp_path / "lake")}})), spark,
         apply=False)["problems"] == 0
 
 
@@ -269,13 +270,13 @@ def test_delta_optimize_vacuum_and_repair(spark, kafka_broker, topic, tmp_path) 
     # before the first commit (a stream that has not committed yet): nothing to do,
     # said in one line, not Delta's "not a Delta table" error
     empty = cfg_of(config_dict(kafka_broker, topic, tmp_path / "empty", format="delta"))
-    for report in (maintenance.compact(empty, spark), maintenance.vacuum(empty, spark),
-                   maintenance.repair(empty, spark, apply=True)):
+    for report in (maintenance.compact(TableSpec(empty), spark), maintenance.vacuum(TableSpec(empty), spark),
+                   maintenance.repair(TableSpec(empty), spark, apply=True)):
         assert report["nothing_to_do"] == "the table has no commit yet", report
     data, table = _small_batches(spark, kafka_broker, topic, tmp_path, "delta")
     cfg = cfg_of(data)
     before = len(DeltaTable(str(table)).file_uris())
-    report = maintenance.compact(cfg_of({**data, "maintenance": {"zorder_by": []}}), spark)
+    report = maintenance.compact(TableSpec(cfg_of({**data, "maintenance": {"zorder_by": []}})), spark)
     assert report["files_before"] == before >= BATCHES and report["files_after"] == 3, report
     assert sorted(delta_ids(table)) == list(range(N))
     assert spark.read.format("delta").load(str(table)).count() == N
@@ -285,16 +286,16 @@ def test_delta_optimize_vacuum_and_repair(spark, kafka_broker, topic, tmp_path) 
     refused = run_cli_here("vacuum", "-c", str(write_config(tmp_path / "c.yaml", {
         **data, "maintenance": {"vacuum_retention_hours": 0}})))
     assert refused.returncode == 2 and "maintenance.vacuum_retention_hours" in refused.stderr
-    vac = maintenance.vacuum(cfg_of({**data, "maintenance": {"vacuum_retention_hours": 0}}),
+    vac = maintenance.vacuum(TableSpec(cfg_of({**data, "maintenance": {"vacuum_retention_hours": 0}})),
                              spark, force=True)
     assert vac["applied"]
     assert sorted(delta_ids(table)) == list(range(N))
     # a file of the log deleted behind Delta's back: repair reports, then removes it
     live = DeltaTable(str(table)).file_uris()
     Path(live[0].removeprefix("file://")).unlink()
-    dry = maintenance.repair(cfg, spark, apply=False)
+    dry = maintenance.repair(TableSpec(cfg), spark, apply=False)
     assert dry["problems"] == 1 and not dry["applied"]
-    fixed = maintenance.repair(cfg, spark, apply=True)
+    fixed = maintenance.repair(TableSpec(cfg), spark, apply=True)
     assert fixed["applied"] and fixed["version_after"] == fixed["version_before"] + 1
     assert len(delta_ids(table)) < N  # readable again, without the lost file's rows
     assert spark.read.format("delta").load(str(table)).count() == len(delta_ids(table))
@@ -327,7 +328,7 @@ def test_manifests_roll_up_and_every_batch_stays_committed(spark, kafka_broker, 
 
     monkeypatch.setattr(HadoopFS, "delete", killed_at_batch_4)
     with pytest.raises(Killed):
-        maintenance.vacuum(cfg, spark)
+        maintenance.vacuum(TableSpec(cfg), spark)
     monkeypatch.setattr(HadoopFS, "delete", real_delete)
     assert (folder / run / "rollup-0000000001.json").exists()
     assert (folder / run / "0000000004.json").exists()  # in the rollup and on its own
@@ -336,9 +337,9 @@ def test_manifests_roll_up_and_every_batch_stays_committed(spark, kafka_broker, 
 
     (half,) = status(plan(cfg))
     assert (half.batches, half.rows) == (BATCHES, N)
-    assert maintenance.repair(cfg, spark, apply=False)["problems"] == 0
+    assert maintenance.repair(TableSpec(cfg), spark, apply=False)["problems"] == 0
     assert replay_last_batch(spark, data, tmp_path / "lake") == 0
-    report = maintenance.vacuum(cfg, spark)
+    report = maintenance.vacuum(TableSpec(cfg), spark)
     assert report["manifests_rolled_up"] == 5, report  # 4, 5 and 6-8: the rest of 0-8
     names = sorted(p.name for p in (folder / run).iterdir())
     assert names == ["0000000009.json"] + [
@@ -348,15 +349,15 @@ def test_manifests_roll_up_and_every_batch_stays_committed(spark, kafka_broker, 
     assert manifests.read_manifest(fs, layout, run, 3) == first
     assert manifests.read_manifest(fs, layout, run, 9) is not None
     assert manifests.read_manifest(fs, layout, run, 10) is None
-    assert maintenance.vacuum(cfg, spark)["manifests_rolled_up"] == 0, "idempotent"
+    assert maintenance.vacuum(TableSpec(cfg), spark)["manifests_rolled_up"] == 0, "idempotent"
     # everything that reads the bookkeeping reads the rollups too
     from lakesink.config.plan import plan
     from lakesink.status import status
 
     (st,) = status(plan(cfg))
     assert (st.batches, st.rows) == (BATCHES, N)
-    assert maintenance.repair(cfg, spark, apply=False)["problems"] == 0
-    assert maintenance.compact(cfg, spark)["rows"] == N
+    assert maintenance.repair(TableSpec(cfg), spark, apply=False)["problems"] == 0
+    assert maintenance.compact(TableSpec(cfg), spark)["rows"] == N
     assert replay_last_batch(spark, data, tmp_path / "lake") == 0
     produce_events(kafka_broker, topic, range(N, N + 60))
     assert run_once(spark, data).written == 60

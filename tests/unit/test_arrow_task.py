@@ -14,14 +14,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from lakesink.pipeline import arrow_task
+from lakesink.pipeline import arrow_json
+from lakesink.pipeline.arrow_json import decode, well_formed
 from lakesink.pipeline.arrow_task import (
     TaskSpec,
-    decode,
     folder_names,
     run_task,
     timestamp_micros,
-    well_formed,
     write_folders,
 )
 from lakesink.pipeline.partitioning import partition_path, time_parts, to_utc
@@ -88,8 +87,8 @@ def test_malformed_records_cost_a_scan_and_one_parse_per_run(tmp_path, monkeypat
     for i in bad:
         values[i] = values[i][:9]  # cut short: not well-formed
     calls = []
-    real = arrow_task._parse
-    monkeypatch.setattr(arrow_task, "_parse", lambda *a: calls.append(a[2] - a[1]) or real(*a))
+    real = arrow_json._parse
+    monkeypatch.setattr(arrow_json, "_parse", lambda *a: calls.append(a[2] - a[1]) or real(*a))
     decoded, ok = decode(_spec(tmp_path, block_rows=4096), pa.array(values, pa.binary()))
     failed = [i for i, good in enumerate(ok.to_pylist()) if not good]
     assert failed == bad

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
+import typing
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -18,6 +20,32 @@ Compression = Literal["snappy", "zstd", "gzip", "lz4", "none"]
 
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-.]*$")
+
+
+def did_you_mean(model: type[BaseModel] | None, loc: list[str]) -> str:
+    """`` (did you mean 'x'?)`` for an unknown key ``loc`` (its path from ``model``)
+    close to a key of its section, else ``""``."""
+
+    def model_in(annotation: Any) -> type[BaseModel] | None:  # noqa: ANN401
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            return annotation
+        for arg in typing.get_args(annotation):
+            found = model_in(arg)
+            if found is not None:
+                return found
+        return None
+
+    for part in loc[:-1]:
+        if part.isdigit() or model is None:
+            continue  # a list's index: the same model
+        fields = {f.alias or n: f for n, f in model.model_fields.items()}
+        field = fields.get(part)
+        model = model_in(field.annotation) if field is not None else None
+    if model is None or not loc:
+        return ""
+    names = [f.alias or n for n, f in model.model_fields.items()]
+    close = difflib.get_close_matches(loc[-1], names, n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def split_list(value: Any) -> Any:

@@ -252,33 +252,12 @@ def _check_env_names(env: Mapping[str, str]) -> None:
 
 
 def did_you_mean(loc: list[str]) -> str:
-    """`` (did you mean 'x'?)`` for an unknown key ``loc`` close to a key of its section,
-    else ``""``."""
-    import difflib
-
+    """`` (did you mean 'x'?)`` for an unknown key ``loc`` (from the top of the config)
+    close to a key of its section, else ``""``."""
+    from lakesink.config.base import did_you_mean as close_key
     from lakesink.config.models import LakesinkConfig
 
-    def model_in(annotation: Any) -> type[BaseModel] | None:  # noqa: ANN401
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            return annotation
-        for arg in typing.get_args(annotation):
-            found = model_in(arg)
-            if found is not None:
-                return found
-        return None
-
-    model: type[BaseModel] | None = LakesinkConfig
-    for part in loc[:-1]:
-        if part.isdigit() or model is None:
-            continue  # a list's index: the same model
-        fields = {f.alias or n: f for n, f in model.model_fields.items()}
-        field = fields.get(part)
-        model = model_in(field.annotation) if field is not None else None
-    if model is None or not loc:
-        return ""
-    names = [f.alias or n for n, f in model.model_fields.items()]
-    close = difflib.get_close_matches(loc[-1], names, n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+    return close_key(LakesinkConfig, loc)
 
 
 def _describe(error: Mapping[str, Any]) -> tuple[str, str]:

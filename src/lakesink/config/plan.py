@@ -25,7 +25,11 @@ if TYPE_CHECKING:
     from lakesink.config.routes import MessageTypeConfig
     from lakesink.config.source import SourceConfig
     from lakesink.config.storage import StorageConfig
-    from lakesink.config.table import DlqConfig, TableConfig
+    from lakesink.config.catalog import CatalogConfig
+    from lakesink.config.observe import MetricsConfig, TelemetryConfig
+    from lakesink.config.run import RetryConfig, TriggerConfig
+    from lakesink.config.silence import SilenceConfig
+    from lakesink.config.table import DlqConfig, MaintenanceConfig, TableConfig
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,14 @@ class TableSpec:
     def dlq(self) -> DlqConfig:
         return self.config.dlq
 
+    @property
+    def maintenance(self) -> MaintenanceConfig:
+        return self.config.maintenance
+
+    @property
+    def catalog(self) -> CatalogConfig:
+        return self.config.catalog
+
 
 @dataclass(frozen=True)
 class TypeRouteSpec:
@@ -74,6 +86,12 @@ class TypeRouteSpec:
     @property
     def format(self) -> str:
         return self.template.table.format
+
+    @property
+    def config(self) -> LakesinkConfig:
+        """The settings every type's table shares (the template: its table's name is a
+        placeholder)."""
+        return self.template
 
 
 @dataclass(frozen=True)
@@ -112,6 +130,32 @@ class RunPlan:
     def source(self) -> SourceConfig:
         return self.cfg.source
 
+    @property
+    def table_defaults(self) -> TableConfig:
+        """The top-level table section: the one table, or the routes' defaults (and
+        where the silence table is written)."""
+        return self.cfg.table
+
+    @property
+    def silence(self) -> SilenceConfig:
+        return self.cfg.silence
+
+    @property
+    def retry(self) -> RetryConfig:
+        return self.cfg.retry
+
+    @property
+    def trigger(self) -> TriggerConfig:
+        return self.cfg.trigger
+
+    @property
+    def metrics(self) -> MetricsConfig:
+        return self.cfg.metrics
+
+    @property
+    def telemetry(self) -> TelemetryConfig:
+        return self.cfg.telemetry
+
     def checkpoint_uri(self) -> str:
         """The run's checkpoint: ``checkpoint``, else the default of a routed config
         (one query for every route) or of the one table (in its ``.lakesink`` folder)."""
@@ -132,8 +176,7 @@ class RunPlan:
         """Every table base path (the routes' own ones too)."""
         paths = [self.cfg.table.base_path]
         for r in self.routes:
-            config = r.config if isinstance(r, TableSpec) else r.template
-            paths.append(config.table.base_path)
+            paths.append(r.config.table.base_path)
         return paths
 
 

@@ -12,7 +12,7 @@ from pydantic import (
     model_validator,
 )
 
-from lakesink.config.base import NAME, Section, StrList, check_regex, split_list
+from lakesink.config.base import NAME, Section, StrList, check_regex, did_you_mean, split_list
 from lakesink.config.decode import DecodeConfig
 
 
@@ -132,7 +132,7 @@ def merged_section(base: BaseModel, overrides: dict[str, Any], model: type[BaseM
         loc = ".".join(str(p) for p in err.get("loc", ()))
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         if err.get("type") == "extra_forbidden":
-            msg = "unknown key"
+            msg = "unknown key" + did_you_mean(model, [str(p) for p in err.get("loc", ())])
         head, sep, tail = msg.partition(": ")
         if sep and "." in head and " " not in head:  # a model validator names its key:
             loc, msg = head.split(".", 1)[1], tail  # "table.x: …" -> x

@@ -16,60 +16,61 @@ from lakesink.tables.formats import table_format
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from lakesink.config.models import LakesinkConfig
+    from lakesink.config.plan import TableSpec
 
 
-def maintainer(cfg: LakesinkConfig, spark: SparkSession, fmt: str | None = None,
+def maintainer(spec: TableSpec, spark: SparkSession, fmt: str | None = None,
                dead_letters: bool = False) -> Maintainer:
-    """The maintainer of the table ``cfg`` names (a route's: its route config), or of
-    its dead-letter table (``dead_letters``, of format ``fmt``)."""
+    """The maintainer of ``spec``'s table, or of its dead-letter table
+    (``dead_letters``, of format ``fmt``)."""
     from lakesink.tables.fs import HadoopFS
     from lakesink.tables.layout import TableLayout
 
-    layout = TableLayout.of(cfg.table.base_path, cfg.table_name)
+    layout = TableLayout.of(spec.table.base_path, spec.name)
     fs = HadoopFS(spark, layout.base)
     if dead_letters:
         from lakesink.tables.rejected import dead_letter_layout
 
         layout = dead_letter_layout(layout)
-    cls = table_format(fmt or cfg.table.format).maintainer_class()
-    return cls(cfg, spark, fs, layout)  # type: ignore[no-any-return]
+    cls = table_format(fmt or spec.format).maintainer_class()
+    return cls(spec, spark, fs, layout)  # type: ignore[no-any-return]
 
 
-def compact(cfg: LakesinkConfig, spark: SparkSession, *,
+def compact(spec: TableSpec, spark: SparkSession, *,
             partition: tuple[str, str] | None = None,
             target_file_size: int | None = None) -> dict[str, Any]:
-    """Merge the small files of the table ``cfg`` names. Delta only: ``partition``
+    """Merge the small files of ``spec``'s table. Delta only: ``partition``
     (column, value) limits it to one partition; ``target_file_size`` overrides
     ``table.target_file_size``."""
-    m = maintainer(cfg, spark)
+    m = maintainer(spec, spark)
     return m.nothing_to_do("OPTIMIZE") or m.compact(partition=partition,
                                                      target_file_size=target_file_size)
 
 
-def vacuum(cfg: LakesinkConfig, spark: SparkSession, *, force: bool = False,
+def vacuum(spec: TableSpec, spark: SparkSession, *, force: bool = False,
            dry_run: bool = False) -> dict[str, Any]:
     """The table's vacuum, then the dead letters' retention (``dlq.retention_days``) and,
     for a dead-letter table with a log, its own vacuum (the same retention and
     ``force``): the files of expired dead letters leave the storage
     ``maintenance.vacuum_retention_hours`` after their expiry."""
-    m = maintainer(cfg, spark)
+    m = maintainer(spec, spark)
+    dlq = spec.dlq
     report = m.nothing_to_do("VACUUM") or m.vacuum(force=force, dry_run=dry_run)
-    logged = table_format(cfg.dlq.format).has_log
-    if cfg.dlq.retention_days is not None and not dry_run:
+    logged = table_format(dlq.format).has_log
+    if dlq.retention_days is not None and not dry_run:
         import datetime as dt
 
         from lakesink.dlq import DeadLetters
 
-        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(days=cfg.dlq.retention_days)
-        letters = maintainer(cfg, spark, cfg.dlq.format, dead_letters=True)
-        with table_commits(cfg, spark, letters.fs, letters.layout, cfg.dlq.format):
-            expired = DeadLetters(spark, m.fs, m.layout, cfg.dlq.format).expire(cutoff)
+        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(days=dlq.retention_days)
+        letters = maintainer(spec, spark, dlq.format, dead_letters=True)
+        with table_commits(spec, letters.fs, letters.layout, dlq.format):
+            expired = DeadLetters(spark, m.fs, m.layout, dlq.format).expire(cutoff)
         report["dead_letters_expired"] = {
             "before": cutoff.isoformat(timespec="seconds"),
             ("rows" if logged else "files"): expired}
     if logged:  # its DELETEs free no file until its own vacuum
-        letters = maintainer(cfg, spark, cfg.dlq.format, dead_letters=True)
+        letters = maintainer(spec, spark, dlq.format, dead_letters=True)
         if letters.nothing_to_do("VACUUM") is None:
             done = letters.vacuum(force=force, dry_run=dry_run)
             report["dead_letters_vacuum"] = {k: v for k, v in done.items() if k in (
@@ -77,7 +78,7 @@ def vacuum(cfg: LakesinkConfig, spark: SparkSession, *, force: bool = False,
     return report
 
 
-def repair(cfg: LakesinkConfig, spark: SparkSession, *, apply: bool) -> dict[str, Any]:
-    m = maintainer(cfg, spark)
+def repair(spec: TableSpec, spark: SparkSession, *, apply: bool) -> dict[str, Any]:
+    m = maintainer(spec, spark)
     empty = m.nothing_to_do("FSCK")
     return empty | {"problems": 0} if empty is not None else m.repair(apply=apply)

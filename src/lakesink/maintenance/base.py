@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from lakesink.config.models import LakesinkConfig
+    from lakesink.config.plan import TableSpec
     from lakesink.tables.fs import HadoopFS
     from lakesink.tables.layout import TableLayout
 
@@ -27,9 +27,9 @@ class Maintainer(ABC):
     """One table's ``compact``, ``vacuum`` and ``repair``. Each returns the report as a
     dict; ``nothing_to_do`` (a table with no commit yet) short-cuts all three."""
 
-    def __init__(self, cfg: LakesinkConfig, spark: SparkSession, fs: HadoopFS,
+    def __init__(self, spec: TableSpec, spark: SparkSession, fs: HadoopFS,
                  layout: TableLayout) -> None:
-        self.cfg = cfg
+        self.spec = spec
         self.spark = spark
         self.fs = fs
         self.layout = layout
@@ -51,8 +51,8 @@ class Maintainer(ABC):
 
 
 @contextlib.contextmanager
-def table_commits(cfg: LakesinkConfig, spark: SparkSession, fs: HadoopFS,
-                  layout: TableLayout, fmt: str) -> Iterator[None]:
+def table_commits(spec: TableSpec, fs: HadoopFS, layout: TableLayout,
+                  fmt: str) -> Iterator[None]:
     """Around a maintenance command's commits to ``layout``'s table (of format ``fmt``):
     the whole-table writer lease when the table needs one (Delta on S3 with the
     single-driver log store, where two drivers committing at once lose a commit):
@@ -60,7 +60,7 @@ def table_commits(cfg: LakesinkConfig, spark: SparkSession, fs: HadoopFS,
     from lakesink.runtime.storage import lease_options
     from lakesink.tables.lease import WriterLease
 
-    options = lease_options(cfg.storage, cfg.table, fmt)
+    options = lease_options(spec.storage, spec.table, fmt)
     if not options["lease_per_table"]:
         yield
         return

@@ -177,20 +177,20 @@ class DeltaMaintainer(Maintainer):
                 "nothing_to_do": "the table has no commit yet"}
 
     def _commits(self) -> Any:  # noqa: ANN401 - a context manager
-        return table_commits(self.cfg, self.spark, self.fs, self.layout, "delta")
+        return table_commits(self.spec, self.fs, self.layout, "delta")
 
     def compact(self, *, partition: tuple[str, str] | None,
                 target_file_size: int | None) -> dict[str, Any]:
         with self._commits():
             return optimize(self.spark, self.layout.table, self.layout.name,
-                            zorder_by=self.cfg.maintenance.zorder_by,
+                            zorder_by=self.spec.maintenance.zorder_by,
                             target_file_size=target_file_size
-                            or self.cfg.table.target_file_size,
+                            or self.spec.table.target_file_size,
                             partition=partition).as_dict()
 
     def vacuum(self, *, force: bool, dry_run: bool) -> dict[str, Any]:
         return vacuum(self.spark, self.layout.table, self.layout.name,  # no commit: no lease
-                      retention_hours=self.cfg.maintenance.vacuum_retention_hours,
+                      retention_hours=self.spec.maintenance.vacuum_retention_hours,
                       force=force, dry_run=dry_run).as_dict()
 
     def repair(self, *, apply: bool) -> dict[str, Any]:
@@ -199,5 +199,5 @@ class DeltaMaintainer(Maintainer):
         from lakesink.runtime.lake import delta_table
 
         with self._commits() if apply else contextlib.nullcontext():
-            return repair(delta_table(self.cfg, self.layout.table), self.layout.name,
+            return repair(delta_table(self.spec.storage, self.layout.table), self.layout.name,
                           apply=apply).as_dict()

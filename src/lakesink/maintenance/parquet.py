@@ -514,7 +514,7 @@ class ParquetMaintainer(Maintainer):
     module's docstring). A compaction a crash left open is resumed first by each."""
 
     def compactor(self) -> ParquetCompactor:
-        m, table = self.cfg.maintenance, self.cfg.table
+        m, table = self.spec.maintenance, self.spec.table
         target = int(table.target_file_size or 2 * DEFAULT_SMALL)
         small = int(m.small_file_size or target // 2)
         return ParquetCompactor(self.spark, self.fs, self.layout, small=small, target=target,
@@ -524,7 +524,7 @@ class ParquetMaintainer(Maintainer):
                 target_file_size: int | None) -> dict[str, Any]:
         if partition is not None:
             raise ConfigError("partition", "compacting one partition is for Delta tables")
-        catalog = self.cfg.catalog.type
+        catalog = self.spec.catalog.type
         if catalog in ("iceberg", "quix"):
             raise ConfigError("catalog.type", f"compacting a Parquet table registered in a "
                               f"{catalog} catalog is not supported yet: the catalog lists "
@@ -535,11 +535,11 @@ class ParquetMaintainer(Maintainer):
     def vacuum(self, *, force: bool, dry_run: bool) -> dict[str, Any]:
         if not dry_run:
             self.compactor().resume_locked(CompactReport(self.layout.name))
-        grace = 0 if force else self.cfg.maintenance.replaced_grace_s
+        grace = 0 if force else self.spec.maintenance.replaced_grace_s
         return vacuum_replaced(self.fs, self.layout, grace, dry_run=dry_run).as_dict()
 
     def repair(self, *, apply: bool) -> dict[str, Any]:
         if apply:  # a compaction a crash left open is finished (or undone) first
             self.compactor().resume_locked(CompactReport(self.layout.name))
         return repair(self.fs, self.layout, apply=apply,
-                      min_age_s=self.cfg.maintenance.min_age_s).as_dict()
+                      min_age_s=self.spec.maintenance.min_age_s).as_dict()

@@ -11,7 +11,7 @@ from lakesink.observe.metrics import METRICS, Metrics
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from lakesink.config.models import LakesinkConfig
+    from lakesink.config.plan import RunPlan
     from lakesink.observe.listener import ProgressListener
     from lakesink.observe.server import ObserveServer
     from lakesink.observe.telemetry import Telemetry
@@ -28,21 +28,22 @@ class Observer:
     telemetry: Telemetry | None = None
 
     @classmethod
-    def start(cls, cfg: LakesinkConfig, spark: SparkSession, query_name: str) -> Observer:
-        max_age = cfg.metrics.ready_batch_age_s or (
-            3 * interval_seconds(cfg.trigger.interval) + 60)
-        health = Health(max_age_s=max_age, restarts=cfg.metrics.ready_restarts)
+    def start(cls, run: RunPlan, spark: SparkSession, query_name: str) -> Observer:
+        settings = run.metrics
+        max_age = settings.ready_batch_age_s or (
+            3 * interval_seconds(run.trigger.interval) + 60)
+        health = Health(max_age_s=max_age, restarts=settings.ready_restarts)
         from lakesink.observe.telemetry import Telemetry
 
-        telemetry = Telemetry.start(cfg, METRICS)
-        if cfg.metrics.port is None and telemetry is None:
+        telemetry = Telemetry.start(run.telemetry, METRICS)
+        if settings.port is None and telemetry is None:
             return cls(health)
         from lakesink.observe.listener import ProgressListener
         from lakesink.observe.server import ObserveServer
 
         server = None
-        if cfg.metrics.port is not None:
-            server = ObserveServer(cfg.metrics.host, cfg.metrics.port, METRICS, health).start()
+        if settings.port is not None:
+            server = ObserveServer(settings.host, settings.port, METRICS, health).start()
             METRICS.by_reason = True
         # Spark's progress (lag, idle reports) for the endpoints and the OTLP export
         listener = ProgressListener(query_name, METRICS, health)

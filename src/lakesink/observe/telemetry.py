@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from lakesink.observe.metrics import METRICS
 
 if TYPE_CHECKING:
-    from lakesink.config.models import LakesinkConfig
+    from lakesink.config.observe import TelemetryConfig
     from lakesink.observe.metrics import Metrics
 
 logger = logging.getLogger(__name__)
@@ -60,9 +60,9 @@ def phase(name: str, table: str) -> Iterator[None]:
         METRICS.batch_phase_seconds.labels(table, name).observe(time.monotonic() - started)
 
 
-def endpoint(cfg: LakesinkConfig, env: Mapping[str, str] | None = None) -> str | None:
+def endpoint(telemetry: TelemetryConfig, env: Mapping[str, str] | None = None) -> str | None:
     env = os.environ if env is None else env
-    return cfg.telemetry.otlp_endpoint or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
+    return telemetry.otlp_endpoint or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
 
 
 class Telemetry:
@@ -90,15 +90,15 @@ class Telemetry:
         self.tracer = self.tracer_provider.get_tracer("lakesink")
 
     @classmethod
-    def start(cls, cfg: LakesinkConfig, metrics: Metrics,
+    def start(cls, settings: TelemetryConfig, metrics: Metrics,
               env: Mapping[str, str] | None = None) -> Telemetry | None:
         global _TRACER
         env = os.environ if env is None else env
-        base = endpoint(cfg, env)
+        base = endpoint(settings, env)
         if base is None:
             return None
-        service = env.get("OTEL_SERVICE_NAME") or cfg.telemetry.service_name
-        telemetry = cls(base, service, cfg.telemetry.export_interval_s, metrics)
+        service = env.get("OTEL_SERVICE_NAME") or settings.service_name
+        telemetry = cls(base, service, settings.export_interval_s, metrics)
         _TRACER = telemetry.tracer
         metrics.by_reason = True
         logger.info("OpenTelemetry: metrics and spans to %s (service %s)", base, service)

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakesink import sources
-from lakesink.config.models import LakesinkConfig
 from lakesink.config.silence import SilenceConfig
 from lakesink.config.source import SourceConfig
 from lakesink.errors import ConfigError, one_line
@@ -39,6 +38,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from lakesink.config.plan import RunPlan
     from lakesink.tables.base import TableWriter
 
 logger = logging.getLogger(__name__)
@@ -69,10 +69,10 @@ class SilenceStats:
 
 
 class SilenceQuery:
-    def __init__(self, cfg: LakesinkConfig, spark: SparkSession, checkpoint: str,
+    def __init__(self, run: RunPlan, spark: SparkSession, checkpoint: str,
                  outputs: Outputs) -> None:
-        self.cfg = cfg
-        self.settings: SilenceConfig = cfg.silence
+        self.run = run
+        self.settings: SilenceConfig = run.silence
         self.spark = spark
         self.checkpoint = checkpoint
         self.outputs = outputs
@@ -80,27 +80,28 @@ class SilenceQuery:
         self.query: StreamingQuery | None = None
 
     @classmethod
-    def build(cls, cfg: LakesinkConfig, spark: SparkSession, default_checkpoint: str
+    def build(cls, run: RunPlan, spark: SparkSession, default_checkpoint: str
               ) -> SilenceQuery:
         """Everything that can refuse (callback import, table layout) runs here."""
-        s = cfg.silence
+        s = run.silence
+        source = run.source
         callback = (Callback(load_callback(s.callback), s.callback_timeout_s)
                     if s.callback else None)
         for key, value in SESSION_CONF.items():
             spark.conf.set(key, value)
         checkpoint = to_uri(s.checkpoint or default_checkpoint)
-        fs = HadoopFS(spark, to_uri(cfg.table.base_path))
+        fs = HadoopFS(spark, to_uri(run.table_defaults.base_path))
         app_id = checkpoint_app_id(fs, checkpoint)
-        table = _table_writer(cfg, spark, app_id) if s.table else None
-        if s.topic and cfg.source.kafka is None:
+        table = _table_writer(run, spark, app_id) if s.table else None
+        if s.topic and source.kafka is None:
             raise ConfigError("silence.topic", "events go to a Kafka topic, which needs a "
                               "Kafka source; use silence.table or silence.callback")
-        options = ({k: v for k, v in client_options(cfg.source.kafka).items()
-                    if k != "group.id"} if cfg.source.kafka is not None else {})
-        sources.second_reader(cfg.source, "silence")  # refuses a source it cannot re-read
+        options = ({k: v for k, v in client_options(source.kafka).items()
+                    if k != "group.id"} if source.kafka is not None else {})
+        sources.second_reader(source, "silence")  # refuses a source it cannot re-read
         outputs = Outputs(spark, fs, checkpoint, table=table, topic=s.topic,
                           kafka_options=options, callback=callback)
-        query = cls(cfg, spark, checkpoint, outputs)
+        query = cls(run, spark, checkpoint, outputs)
         try:
             query.check_expressions()
         except BaseException:
@@ -138,7 +139,7 @@ class SilenceQuery:
     def source(self) -> SourceConfig:
         """The ingestion's source, read a second time without taking its records (see
         :func:`lakesink.sources.second_reader`)."""
-        return sources.second_reader(self.cfg.source, "silence")
+        return sources.second_reader(self.run.source, "silence")
 
     def frame(self) -> DataFrame:
         """The tracker's output stream (events, sweeps, null-key counts)."""
@@ -237,7 +238,7 @@ class SilenceQuery:
             self.outputs.table.close()
 
     def _run(self, stop: StopRequest, *, until_caught_up: bool) -> None:
-        retry = self.cfg.retry
+        retry = self.run.retry
 
         def tracked() -> None:
             self.stats.tracked = self._tracked()  # the last batch's count
@@ -272,15 +273,16 @@ class SilenceRunner:
         self.thread.join()
 
 
-def _table_writer(cfg: LakesinkConfig, spark: SparkSession, app_id: str) -> TableWriter:
+def _table_writer(run: RunPlan, spark: SparkSession, app_id: str) -> TableWriter:
     from lakesink.runtime import storage
     from lakesink.tables.formats import WriterOptions, open_writer
     from lakesink.tables.layout import TableLayout
 
-    assert cfg.silence.table is not None
-    layout = TableLayout.of(cfg.table.base_path, cfg.silence.table)
-    writer = open_writer(cfg.table.format, spark, layout, WriterOptions(
-        app_id=app_id, compression=cfg.table.compression, files_per_partition=1,
-        **storage.lease_options(cfg.storage, cfg.table), merge_schema=False))
+    table = run.table_defaults
+    assert run.silence.table is not None
+    layout = TableLayout.of(table.base_path, run.silence.table)
+    writer = open_writer(table.format, spark, layout, WriterOptions(
+        app_id=app_id, compression=table.compression, files_per_partition=1,
+        **storage.lease_options(run.storage, table), merge_schema=False))
     writer.prepare()
     return writer

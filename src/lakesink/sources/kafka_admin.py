@@ -85,16 +85,17 @@ class _UnknownTopic(Exception):
     """A topic still to be created (Spark waits for it)."""
 
 
-def _describe(admin: Any, jvm: Any, timeout_ms: int, topics: list[str], *,  # noqa: ANN401
+def _describe(admin: Any, jvm: Any, topics: list[str], *,  # noqa: ANN401
               operations: bool = False) -> Any:  # noqa: ANN401
+    """``describeTopics`` of ``topics``: a map of topic -> future of its description
+    (with the principal's authorized operations when ``operations``)."""
     names = jvm.java.util.ArrayList()
     for topic in topics:
         names.add(topic)
     options = jvm.org.apache.kafka.clients.admin.DescribeTopicsOptions()
     if operations:
         options = options.includeAuthorizedOperations(True)
-    ms = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
-    return admin.describeTopics(names, options).allTopicNames().get(timeout_ms, ms)
+    return admin.describeTopics(names, options).topicNameValues()
 
 
 def _granted(admin: Any, jvm: Any, timeout_ms: int, topics: list[str]  # noqa: ANN401
@@ -104,13 +105,8 @@ def _granted(admin: Any, jvm: Any, timeout_ms: int, topics: list[str]  # noqa: A
     does not hide the others' answers."""
     from py4j.protocol import Py4JJavaError
 
-    names = jvm.java.util.ArrayList()
-    for topic in topics:
-        names.add(topic)
-    options = (jvm.org.apache.kafka.clients.admin.DescribeTopicsOptions()
-               .includeAuthorizedOperations(True))
     ms = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
-    futures = admin.describeTopics(names, options).topicNameValues()
+    futures = _describe(admin, jvm, topics, operations=True)
     out: dict[str, set[str] | None] = {}
     for topic in topics:
         try:
@@ -230,10 +226,10 @@ def group_offsets(spark: SparkSession, cfg: KafkaSource) -> str:
             ms = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
             committed = (admin.listConsumerGroupOffsets(cfg.group_id)
                          .partitionsToOffsetAndMetadata().get(timeout_ms, ms))
-            found = _describe(admin, jvm, timeout_ms, cfg.topics)
+            found = _describe(admin, jvm, cfg.topics)
             out: dict[str, dict[str, int]] = {}
             for topic in cfg.topics:
-                for info in found.get(topic).partitions():
+                for info in found.get(topic).get(timeout_ms, ms).partitions():
                     p = info.partition()
                     mark = committed.get(jvm.org.apache.kafka.common.TopicPartition(topic, p))
                     out.setdefault(topic, {})[str(p)] = (int(mark.offset()) if mark is not None

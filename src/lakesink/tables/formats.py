@@ -107,6 +107,10 @@ class TableFormat(ABC):
         """The format's writer of ``layout``'s table (not prepared yet)."""
 
     @abstractmethod
+    def duckdb_scan(self, location: str) -> str:
+        """How DuckDB reads the table at ``location`` (a table function call)."""
+
+    @abstractmethod
     def read_contents(self, fs: pafs.FileSystem, meta: str, layout: TableLayout,
                       open_log: OpenLog, app_id: str | None) -> TableContents:
         """What ``layout``'s table holds, read without Spark: ``fs`` and ``meta`` (the
@@ -126,6 +130,9 @@ class ParquetFormat(TableFormat):
         from lakesink.tables.parquet import ParquetTableWriter
 
         return ParquetTableWriter(spark, layout, **options.common())
+
+    def duckdb_scan(self, location: str) -> str:
+        return f"read_parquet('{location}/**/*.parquet', hive_partitioning=true)"
 
     def read_contents(self, fs: pafs.FileSystem, meta: str, layout: TableLayout,
                       open_log: OpenLog, app_id: str | None) -> TableContents:
@@ -150,6 +157,9 @@ class DeltaFormat(TableFormat):
                                 merge_schema=options.merge_schema,
                                 type_widening=options.type_widening,
                                 task_filesystem=options.task_filesystem)
+
+    def duckdb_scan(self, location: str) -> str:
+        return f"delta_scan('{location}')"  # DuckDB's delta extension
 
     def read_contents(self, fs: pafs.FileSystem, meta: str, layout: TableLayout,
                       open_log: OpenLog, app_id: str | None) -> TableContents:
