@@ -71,7 +71,7 @@ class SilenceStats:
 class SilenceQuery:
     def __init__(self, run: RunPlan, spark: SparkSession, checkpoint: str,
                  outputs: Outputs) -> None:
-        self.run = run
+        self.plan = run
         self.settings: SilenceConfig = run.silence
         self.spark = spark
         self.checkpoint = checkpoint
@@ -139,7 +139,7 @@ class SilenceQuery:
     def source(self) -> SourceConfig:
         """The ingestion's source, read a second time without taking its records (see
         :func:`lakesink.sources.second_reader`)."""
-        return sources.second_reader(self.run.source, "silence")
+        return sources.second_reader(self.plan.source, "silence")
 
     def frame(self) -> DataFrame:
         """The tracker's output stream (events, sweeps, null-key counts)."""
@@ -238,7 +238,7 @@ class SilenceQuery:
             self.outputs.table.close()
 
     def _run(self, stop: StopRequest, *, until_caught_up: bool) -> None:
-        retry = self.run.retry
+        retry = self.plan.retry
 
         def tracked() -> None:
             self.stats.tracked = self._tracked()  # the last batch's count
