@@ -27,7 +27,7 @@ from lakesink.config import load_config
 from lakesink.errors import ConfigError
 from lakesink.local.services import produce
 from tests.fixtures.runs import flatten
-from tests.fixtures.services import config_dict, delta_ids
+from tests.fixtures.services import config_dict, delta_ids, produce_events, read_ids
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
 
@@ -140,6 +140,47 @@ def _dead_letters(lake: Path) -> list[tuple[Any, ...]]:
 def _arrow_rows(lake: Path) -> int:
     return sum(json.loads(p.read_text()).get("arrow_rows", 0)
                for p in (lake / ".lakesink" / "events" / "manifests").rglob("*.json"))
+
+
+def _files_per_batch_folder(table: Path, fmt: str) -> dict[tuple[int, str], int]:
+    """New files per (batch, partition folder): Parquet from the published names
+    (``part-<batch>-<run>-<n>``), Delta from each commit's add actions."""
+    from collections import Counter
+    from urllib.parse import unquote
+
+    if fmt == "parquet":
+        return Counter((int(p.name.split("-")[1]), str(p.parent.relative_to(table)))
+                       for p in table.rglob("part-*.parquet"))
+    out: Counter[tuple[int, str]] = Counter()
+    for entry in sorted((table / "_delta_log").glob("*.json")):
+        for line in entry.read_text().splitlines():
+            add = json.loads(line).get("add")
+            if add:
+                out[(int(entry.stem), unquote(add["path"]).rpartition("/")[0])] += 1
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+def test_the_arrow_path_writes_one_new_file_per_folder_per_batch(spark, kafka_broker, topic,
+                                                                 tmp_path, fmt) -> None:
+    """``table.files_per_partition: 1`` (the default) on the Arrow path: the topic's two
+    partitions are two tasks, each writing a file into every folder it has rows for;
+    their files of a folder are merged before the commit, so each batch adds one file
+    per folder, every row once (DuckDB, delta-rs). With 0 (as the tasks write them)
+    folders get two: the merge is what makes the difference."""
+    produce_events(kafka_broker, topic, range(600))
+    files = {}
+    for setting in (1, 0):
+        lake = tmp_path / f"files-{setting}"
+        data = config_dict(kafka_broker, topic, lake, format=fmt, engine="arrow",
+                           files_per_partition=setting)
+        data["source"]["kafka"]["max_offsets_per_trigger"] = 300
+        stats = _run(spark, data)
+        assert stats.written == 600
+        assert sorted(read_ids(lake / "events", fmt)) == list(range(600))
+        files[setting] = _files_per_batch_folder(lake / "events", fmt)
+    assert len(files[1]) >= 12 and set(files[1].values()) == {1}, files[1]
+    assert max(files[0].values()) == 2
 
 
 @pytest.mark.parametrize("null_value", ["__HIVE_DEFAULT_PARTITION__", "none"])

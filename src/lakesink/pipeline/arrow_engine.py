@@ -10,7 +10,10 @@
 3. **dead letters** are staged in the outbox before the commit; a schema change drops
    the attempt (Parquet: evolve and write the batch again; Delta: the Spark engine
    writes it with ``mergeSchema``);
-4. **commit**: the tasks' files and the accepted suspects' together, with counts the
+4. **merge**: a partition folder the tasks left more files in than
+   ``table.files_per_partition`` allows is written again as that many
+   (:mod:`lakesink.pipeline.arrow_merge`), before anything is committed;
+5. **commit**: the tasks' files and the accepted suspects' together, with counts the
    writer checks against an exact recount when they disagree.
 
 Whatever it cannot do — too many suspects in a task, a schema the tasks do not read, a
@@ -30,12 +33,13 @@ from pyspark import StorageLevel
 
 from lakesink.errors import FilesRefused
 from lakesink.faults import fault_point
+from lakesink.pipeline import arrow_merge
 from lakesink.pipeline.arrow_path import stage_in_tasks, suspects_frame
 from lakesink.pipeline.evolver import MAX_EVOLUTIONS_PER_BATCH
 from lakesink.pipeline.marks import BatchCounts
 from lakesink.pipeline.write import BatchContext, Fallback, WriteOutcome
 from lakesink.tables.base import BatchResult
-from lakesink.tables.fs import join
+from lakesink.tables.fs import join, task_path
 from lakesink.tables.identity import run_tag
 
 if TYPE_CHECKING:
@@ -84,6 +88,8 @@ class ArrowEngine:
             if tasks.overflow:  # Spark's path does it in one pass
                 return _overflow(spec, batch_id)
             fault_point("after_staging", batch_id)
+            staged = self._merged(df, spec, tasks, join(staging, "a"), join(staging, "m"),
+                                  rows_per_file)
             suspects = self._judge(df, tasks)
             if (suspects.found is not None and attempt < MAX_EVOLUTIONS_PER_BATCH
                     and ctx.evolver.needed(suspects.found)
@@ -98,7 +104,7 @@ class ArrowEngine:
                 spark_files = writer.listed(folder)
             info, recount = self._commit_inputs(counts, suspects, tasks, batch_id)
             result = writer.commit_staged(
-                batch_id, writer.named(batch_id, tasks.files + spark_files), info,
+                batch_id, writer.named(batch_id, staged + spark_files), info,
                 rows_per_file, recount=recount)
             return WriteOutcome(result, counts, info, suspects.marked)
         raise AssertionError("unreachable: the last attempt never evolves")
@@ -143,7 +149,7 @@ class ArrowEngine:
                 return Fallback("batch %d: the schema changes: the batch takes the Spark "
                                 "path", (batch_id,))
             counts = self._settle(suspects, tasks, batch_id)
-            files = list(tasks.reported)
+            files = self._merged_in_place(df, spec, tasks, rows_per_file, tag)
             if suspects.accepted:
                 files += writer.stage_in_place(ctx.marker.good(suspects.marked), batch_id,
                                                rows_per_file, tag)
@@ -163,6 +169,42 @@ class ArrowEngine:
         return WriteOutcome(result, counts, info, suspects.marked)
 
     # -- the steps both formats share --------------------------------------------------
+
+    def _merges(self, tasks: StagedByTasks, rows_per_file: int | None
+                ) -> list[arrow_merge.Merge]:
+        writer = self.ctx.writer
+        return arrow_merge.plan(tasks.reported,
+                                writer.files_per_partition if writer.partition_by else 0,
+                                rows_per_file)
+
+    def _merged(self, df: DataFrame, spec: TaskSpec, tasks: StagedByTasks, source: str,
+                target: str, rows_per_file: int | None) -> list[tuple[str, str, int]]:
+        """Step 4, staged: (path, path below its folder, bytes) of the batch's files, a
+        folder's small ones merged from ``source`` into ``target``."""
+        merges = self._merges(tasks, rows_per_file)
+        if not merges:
+            return tasks.files
+        fs = spec.filesystem
+        outputs = arrow_merge.merge_in_tasks(df.sparkSession, spec, merges,
+                                             task_path(fs, source), task_path(fs, target))
+        made = {rel for rel, *_ in outputs}
+        return [(join(target if rel in made else source, rel), rel, size)
+                for rel, _, size, _ in arrow_merge.merged(tasks.reported, merges, outputs)]
+
+    def _merged_in_place(self, df: DataFrame, spec: TaskSpec, tasks: StagedByTasks,
+                         rows_per_file: int | None, tag: str) -> list[Any]:
+        """Step 4, in place: the batch's files as the tasks report them, a folder's small
+        ones merged beside them (named with the attempt's ``tag``) and deleted (never in
+        the log)."""
+        merges = self._merges(tasks, rows_per_file)
+        if not merges:
+            return list(tasks.reported)
+        writer: Any = self.ctx.writer
+        root = task_path(spec.filesystem, writer.layout.table)
+        outputs = arrow_merge.merge_in_tasks(df.sparkSession, spec, merges, root, root, tag)
+        files = arrow_merge.merged(tasks.reported, merges, outputs)
+        writer.drop_files([rel for m in merges for rel in m.inputs])
+        return files
 
     def _judge(self, df: DataFrame, tasks: StagedByTasks) -> _Suspects:
         """Step 2: the records the tasks did not certify, through Spark's decoder (the

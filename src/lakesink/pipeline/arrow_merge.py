@@ -1,0 +1,116 @@
+"""``table.files_per_partition`` on the Arrow path: a partition folder's files of one
+batch merged to at most that many.
+
+Each Arrow task writes one file per partition folder it has rows for, so a batch of
+``t`` tasks leaves up to ``t`` files in every folder (the demo: 48 files for 24
+folders). Spark's writer shuffles the rows by folder instead. Here, after the tasks
+wrote and before anything is committed, a second, small Spark job merges each folder
+that got more files than the setting allows: its tasks (one per core) read the folder's
+files of the batch and write them again as ``files_per_partition`` files (more when
+``table.target_file_size`` caps a file's rows), in the order the batch's tasks wrote
+them. The merged files take the small ones' place in the commit: the small ones are
+never committed (Parquet: left in the batch's staging folder, removed with it; Delta:
+deleted before the commit, never in the log). Nothing is committed before the merge
+succeeds, so a failure or a kill there is an uncommitted attempt like any other: the
+batch is written again.
+
+Only the tasks' own files are merged; rows only Spark's decoder accepted (rare: records
+the tasks could not certify) are written by Spark's writer beside them, one more file in
+their folder.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lakesink.pipeline.arrow_task import TaskSpec
+
+#: (path below the folder the files were written to, rows, bytes, Delta statistics)
+Reported = tuple[str, int, int, "str | None"]
+
+
+@dataclass(frozen=True)
+class Merge:
+    """One partition folder's files of a batch, to be written again as ``parts`` files."""
+
+    folder: str  #: the partition folder (``c1=v1/c2=v2``; ``""`` for the table's root)
+    inputs: tuple[str, ...]  #: the files, below the folder they were written to
+    parts: int
+
+
+def plan(reported: Sequence[Reported], files_per_partition: int,
+         rows_per_file: int | None) -> list[Merge]:
+    """The folders whose files of the batch are more than they may be: at most
+    ``files_per_partition`` (0: no limit), or as many as ``rows_per_file`` needs."""
+    if files_per_partition <= 0:
+        return []
+    by_folder: dict[str, list[Reported]] = {}
+    for entry in reported:
+        by_folder.setdefault(entry[0].rpartition("/")[0], []).append(entry)
+    merges = []
+    for folder, files in by_folder.items():
+        rows = sum(f[1] for f in files)
+        parts = max(files_per_partition,
+                    math.ceil(rows / rows_per_file) if rows_per_file else 1)
+        if len(files) > parts:
+            merges.append(Merge(folder, tuple(f[0] for f in files), parts))
+    return merges
+
+
+def merge_in_tasks(spark: SparkSession, spec: TaskSpec, merges: list[Merge], source: str,
+                   target: str, file_tag: str = "") -> list[Reported]:
+    """Run ``merges`` in Spark tasks: each folder's files under ``source`` are read and
+    written again under ``target`` (both as the tasks' filesystem spells them), each
+    file whole or absent. Returns the new files, as the tasks report theirs."""
+    if not merges:
+        return []
+    sc = spark.sparkContext
+    slices = max(1, min(len(merges), sc.defaultParallelism))
+    job = functools.partial(_merge_task, spec, source, target, file_tag)
+    return [tuple(r) for r in sc.parallelize(merges, slices).mapPartitions(job).collect()]
+
+
+def _merge_task(spec: TaskSpec, source: str, target: str, file_tag: str,
+                merges: Iterator[Merge]) -> Iterator[Reported]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lakesink.pipeline.arrow_task import _put, file_stats
+
+    fs = spec.open_filesystem()
+    for merge in merges:
+        tables = []
+        for rel in merge.inputs:
+            with fs.open_input_file(f"{source}/{rel}") as f:
+                tables.append(pq.ParquetFile(f).read())
+        table = pa.concat_tables(tables).combine_chunks()
+        per = max(1, math.ceil(table.num_rows / merge.parts))
+        for n, offset in enumerate(range(0, table.num_rows, per)):
+            piece = table.slice(offset, per)
+            name = f"part-m-{n:05d}{file_tag}.parquet"
+            rel = f"{merge.folder}/{name}" if merge.folder else name
+            size = _put(fs, f"{target}/{rel}", piece, spec.compression)
+            yield rel, piece.num_rows, size, file_stats(piece) if spec.stats else None
+
+
+def merged(reported: Sequence[Reported], merges: list[Merge], outputs: list[Reported]
+           ) -> list[Reported]:
+    """``reported`` with each merged folder's inputs replaced by its outputs; a check
+    that the rows stayed the same (a merge that lost or doubled a row stops the batch)."""
+    from lakesink.errors import SinkError
+
+    gone = {rel for m in merges for rel in m.inputs}
+    kept = [r for r in reported if r[0] not in gone]
+    before = sum(r[1] for r in reported)
+    after = sum(r[1] for r in kept) + sum(r[1] for r in outputs)
+    if before != after:
+        raise SinkError(f"merging the batch's small files changed its rows from {before} "
+                        f"to {after}; nothing was committed")
+    return kept + list(outputs)
