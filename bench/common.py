@@ -75,7 +75,10 @@ def machine() -> dict[str, object]:
 
 
 class TreeRSS:
-    """Samples the summed RSS of a process and all its descendants; keeps the peak."""
+    """Samples the summed RSS of a process and all its descendants; keeps the peak. Also
+    the tree's CPU seconds (user + system): each process's own, as last sampled, summed
+    (a process's last ``interval`` before it exits is not seen: a lower bound by at
+    most ``interval`` per process; the cases' processes live for the whole run)."""
 
     def __init__(self, pid: int, interval: float = 0.25) -> None:
         import psutil
@@ -85,6 +88,8 @@ class TreeRSS:
         self.peak = 0
         #: the processes at the peak: "java" / "python" / … -> summed RSS bytes
         self.breakdown: dict[str, int] = {}
+        #: pid -> its CPU seconds when last sampled
+        self.cpu: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -104,6 +109,8 @@ class TreeRSS:
                     names[p.pid] = p.name()
                     if names[p.pid] == "java":
                         jvm_cmdlines[p.pid] = p.cmdline()
+                    t = p.cpu_times()
+                    self.cpu[p.pid] = t.user + t.system
                 except psutil.NoSuchProcess:
                     pass
             total = 0
@@ -132,6 +139,21 @@ class TreeRSS:
         self._stop.set()
         self._thread.join(timeout=2)
         return self.peak
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(self.cpu.values())
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of one process so far (0: gone)."""
+    import psutil
+
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return t.user + t.system
 
 
 def cpu_by_process() -> dict[str, float]:

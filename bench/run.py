@@ -55,6 +55,7 @@ from bench.common import (  # noqa: E402
     PARTITION_BY,
     SPARK_DDL,
     TreeRSS,
+    process_cpu,
     events,
     machine,
     parquet_files,
@@ -69,12 +70,14 @@ BENCH = ROOT / "bench"
 QUIX_VENV = BENCH / ".venv-quix"
 QUIX_REQ = "quixstreams[quixdatalake]==3.28.1"
 ALL_CASES = ["lakesink-parquet", "lakesink-parquet-spark", "lakesink-delta",
-             "lakesink-delta-spark", "spark-handwritten", "spark-kafka-floor", "quix", "pyarrow"]
+             "lakesink-delta-spark", "lakesink-parquet-tasks", "lakesink-delta-tasks", "spark-handwritten", "spark-kafka-floor", "quix", "kdi",
+             "pyarrow"]
 STREAMING = ["lakesink-parquet", "lakesink-parquet-spark", "lakesink-delta",
-             "lakesink-delta-spark", "spark-handwritten", "quix"]
+             "lakesink-delta-spark", "spark-handwritten", "quix", "kdi"]
 #: the engine of each lakesink case (lakesink-parquet: the default, the Arrow path)
 ENGINES = {"lakesink-parquet": "arrow", "lakesink-parquet-spark": "spark",
-           "lakesink-delta": "arrow", "lakesink-delta-spark": "spark"}
+           "lakesink-delta": "arrow", "lakesink-delta-spark": "spark",
+           "lakesink-parquet-tasks": "arrow", "lakesink-delta-tasks": "arrow"}
 LAKESINK_LINE = re.compile(r"batch \d+: committed in [\d.]+s \((\d+) written")
 PROGRESS_LINE = re.compile(r"^PROGRESS (\d+)")
 
@@ -86,7 +89,7 @@ class Case:
 
     def __init__(self, name: str, work: Path, broker: KafkaBroker, args: argparse.Namespace):
         self.name, self.work, self.broker, self.args = name, work, broker, args
-        self.fmt = "delta" if name.startswith("lakesink-delta") else "parquet"
+        self.fmt = "delta" if name.startswith("lakesink-delta") or name == "kdi" else "parquet"
 
     @property
     def table(self) -> Path:
@@ -94,6 +97,8 @@ class Case:
             return self.work / "lake" / "sensors"
         if self.name == "quix":
             return self.work / "quix" / "lake" / "sensors"
+        if self.name == "kdi":
+            return self.work / "kdi" / "sensors"
         return self.work / "out"
 
     def rows_in(self, line: str) -> int:
@@ -115,7 +120,9 @@ class Case:
                 "decode": {"schema": LAKESINK_SCHEMA},
                 "table": {"name": "sensors", "base_path": str(self.work / "lake"),
                           "format": self.fmt, "partition_by": PARTITION_BY,
-                          "timestamp_column": "ts_ms", "engine": ENGINES[self.name]},
+                          "timestamp_column": "ts_ms", "engine": ENGINES[self.name],
+                          # -tasks: the tasks' files as they wrote them (no merge)
+                          "files_per_partition": 0 if self.name.endswith("-tasks") else 1},
                 "trigger": {"interval": "1 second"},
             }
             path = self.work / "lakesink.yaml"
@@ -136,6 +143,11 @@ class Case:
                    "--bootstrap", self.broker.bootstrap_servers, "--topic", topic,
                    "--root", str(self.work / "quix")]
             return [*cmd, "--commit-interval", "1"] if stream else [*cmd, "--count", str(count)]
+        if self.name == "kdi":
+            cmd = [py, str(BENCH / "cases/kdi_sink.py"), "--bin", self.args.kdi_bin,
+                   "--bootstrap", self.broker.bootstrap_servers, "--topic", topic,
+                   "--table", str(self.table), "--max-messages", str(self.args.max_offsets)]
+            return [*cmd, "--stream"] if stream else cmd
         assert ndjson is not None
         return [py, str(BENCH / "cases/pyarrow_bound.py"), "--input", str(ndjson),
                 "--out", str(self.table)]
@@ -232,6 +244,7 @@ def median_run(rows: list[dict[str, object]]) -> dict[str, object]:
     if len(rows) > 1:
         row["runs_seconds"] = [r["seconds"] for r in rows]
         row["runs_peak_rss_mib"] = [r["peak_rss_mib"] for r in rows]
+        row["runs_cpu_s_per_million"] = [r.get("cpu_s_per_million") for r in rows]
         row["runs_peak_rss_by_process_mib"] = [r.get("peak_rss_by_process_mib") for r in rows]
         row["valid"] = all(r.get("valid") for r in rows)
     return row
@@ -244,9 +257,16 @@ def throughput(case: Case, topic: str, n: int, ndjson: Path, value_bytes: float,
     those ``bad``)."""
     shutil.rmtree(case.work, ignore_errors=True)
     case.work.mkdir(parents=True)
+    broker_cpu = process_cpu(case.broker.process.pid) if case.broker.process else 0.0
     run = Running(case, case.command(topic, stream=False, count=n, ndjson=ndjson))
     rc, seconds, peak = run.wait(timeout)
+    broker_cpu = (process_cpu(case.broker.process.pid) if case.broker.process else 0.0) \
+        - broker_cpu
+    cpu = run.rss.cpu_seconds
     row: dict[str, object] = {"case": case.name, "rc": rc, "seconds": round(seconds, 1),
+                              "cpu_s": round(cpu, 1),
+                              "cpu_s_per_million": round(cpu / n * 1e6, 1) if n else None,
+                              "broker_cpu_s": round(broker_cpu, 1),
                               "peak_rss_mib": round(peak / 2**20),
                               "peak_rss_by_process_mib": {
                                   k: round(v / 2**20) for k, v in run.rss.breakdown.items()}}
@@ -433,6 +453,15 @@ def ensure_quix_venv() -> str | None:
     return None
 
 
+def kdi_problem(path: str | None) -> str | None:
+    """Why the kdi case cannot run (None: it can)."""
+    if not path:
+        return "no kafka-delta-ingest binary (--kdi-bin or KDI_BIN; docs/benchmark.md)"
+    if not os.access(path, os.X_OK):
+        return f"{path} is not an executable"
+    return None
+
+
 def _ratio(a: dict, b: dict, key: str = "events_per_s") -> str:
     if a.get(key) and b.get(key) and a.get("valid") and b.get("valid"):
         return f"{a[key] / b[key]:.2f}×"
@@ -445,24 +474,28 @@ def render(info: dict[str, object]) -> str:
     rows = {r["case"]: r for r in info["throughput"]}  # type: ignore[index]
     lat = {r["case"]: r for r in info["latency"]}  # type: ignore[index]
     bases = [(rows.get(b, {}), label) for b, label in (
-        ("spark-handwritten", "hand-written"), ("quix", "Quix"), ("spark-kafka-floor", "floor"))]
+        ("spark-handwritten", "hand-written"), ("quix", "Quix"), ("kdi", "kdi"),
+        ("spark-kafka-floor", "floor"))]
+    bases = [(b, label) for b, label in bases if b]
 
     lines = ["| case | valid | rows | seconds | events/s | steady events/s "
              + "".join(f"| vs {label} (whole / steady) " for _, label in bases)
-             + "| peak RSS MiB | files | mean file KiB | latency p50 ms | p99 ms |",
-             "|" + "---|" * (11 + len(bases))]
+             + "| CPU-s per M events | broker CPU-s | peak RSS MiB | files | mean file KiB "
+             "| latency p50 ms | p99 ms |",
+             "|" + "---|" * (13 + len(bases))]
     for name in info["cases"]:  # type: ignore[union-attr]
         r, lr = rows.get(name, {}), lat.get(name, {})
         if "events_per_s" not in r:
             lines.append(f"| {name} | {r.get('valid', False)} | — | {r.get('seconds', '—')} | "
                          f"not measured: {r.get('note') or (r.get('error') or '')[-200:]!r} "
-                         + "| " * (6 + len(bases)))
+                         + "| " * (8 + len(bases)))
             continue
         ratios = "".join(f"| {_ratio(r, b)} / {_ratio(r, b, 'steady_events_per_s')} "
                          for b, _ in bases)
         lines.append(
             f"| {name} | {r['valid']} | {r['rows']:,} | {seconds_cell(r)} | {r['events_per_s']:,} "
             f"| {r['steady_events_per_s'] or '—'} {ratios}"
+            f"| {r.get('cpu_s_per_million', '—')} | {r.get('broker_cpu_s', '—')} "
             f"| {r['peak_rss_mib']:,} | {r['files']:,} | {r['mean_file_kib']} "
             f"| {lr.get('p50_ms', '—')} | {lr.get('p99_ms', '—')} |")
     extra = []
@@ -535,6 +568,9 @@ def main() -> None:
     ap.add_argument("--max-offsets", type=int, default=500_000,
                     help="max offsets per trigger for every Spark case")
     ap.add_argument("--cases", default=",".join(ALL_CASES))
+    ap.add_argument("--kdi-bin", default=os.environ.get("KDI_BIN"),
+                    help="kafka-delta-ingest's binary for the kdi case (default: $KDI_BIN; "
+                    "docs/benchmark.md says how to build it); the case is skipped without")
     ap.add_argument("--latency-rate", type=int, default=2000)
     ap.add_argument("--latency-seconds", type=int, default=40)
     ap.add_argument("--no-latency", action="store_true")
@@ -552,7 +588,11 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown cases {sorted(unknown)}; known: {ALL_CASES}")
 
-    quix_problem = ensure_quix_venv() if "quix" in cases else None
+    problems = {"quix": ensure_quix_venv() if "quix" in cases else None,
+                "kdi": kdi_problem(args.kdi_bin) if "kdi" in cases else None}
+    for name, problem in problems.items():
+        if problem:
+            print(f"{name}: skipped: {problem}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="lakesink-bench-"))
     info: dict[str, object] = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H%M%SZ"), "machine": machine(),
@@ -583,7 +623,7 @@ def main() -> None:
             # the produce (the broker still flushing, a cold page cache)
             shift = round_ % len(cases)
             for name in cases[shift:] + cases[:shift]:
-                if name == "quix" and quix_problem:
+                if problems.get(name):
                     continue
                 case = Case(name, work / name, broker, args)
                 row = throughput(case, "bench", produced, ndjson, value_bytes, args.timeout)
@@ -607,13 +647,14 @@ def main() -> None:
             for name in [c for c in cases if c.startswith("lakesink")]:
                 info["bad_records"].append(median_run(runs[f"{name}+bad"]))
         for name in cases:
-            if name == "quix" and quix_problem:
-                info["throughput"].append({"case": name, "valid": False, "note": quix_problem})
+            if problems.get(name):
+                info["throughput"].append({"case": name, "valid": False,
+                                           "note": problems[name]})
             else:
                 info["throughput"].append(median_run(runs[name]))
         if not args.no_latency:
             for name in cases:
-                if name not in STREAMING or (name == "quix" and quix_problem):
+                if name not in STREAMING or problems.get(name):
                     continue
                 case = Case(name, work / f"lat-{name}", broker, args)
                 row = latency(case, args)
