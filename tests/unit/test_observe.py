@@ -86,6 +86,25 @@ def test_a_committed_batch_counts_in_every_metric() -> None:
         assert line in text, line
 
 
+def test_the_status_page_shows_mean_file_size_and_a_hint_for_small_files() -> None:
+    from lakesink.observe.page import render
+
+    metrics = Metrics()
+    for batch in range(5):  # 5 x 8 files of 4 KiB: 40 small files
+        metrics.committed("events", records=80, written=80, rejected={}, unknown_dropped=0,
+                          files=8, size=8 * 4096, seconds=1.0, schema_changes=0, pending=None,
+                          batch_id=batch)
+    metrics.committed("big", records=80, written=80, rejected={}, unknown_dropped=0,
+                      files=1, size=64 << 20, seconds=1.0, schema_changes=0, pending=None,
+                      batch_id=0)
+    page = render(metrics, Health(max_age_s=60, restarts=3))
+    assert "<th>mean file</th>" in page and "<td>4 KiB</td>" in page
+    cards = {c.split("</h2>")[0]: c for c in page.split("<div class='card'><h2>")[1:]}
+    assert "40 files of 4 KiB on average" in cards["events"]
+    assert "lakesink compact" in cards["events"]
+    assert "files of" not in cards["big"]  # one 64 MiB file: no hint
+
+
 def test_the_grafana_dashboard_uses_only_metrics_that_exist() -> None:
     import json
     import re

@@ -1,8 +1,9 @@
 """The status page at ``/`` of the metrics port: plain HTML and inline SVG made by the
 process (no script, no build step, no CDN), refreshed by the browser every 10 s.
 
-Per table: the last batches (rows, dead letters, files, duration), dead letters by
-reason, rows written per minute over the last hour; and the Kafka lag per partition.
+Per table: the last batches (rows, dead letters, files, their mean size, duration), a
+hint when this run's files are many and small, dead letters by reason, rows written per
+minute over the last hour; and the Kafka lag per partition.
 Everything comes from :class:`~lakesink.observe.metrics.Metrics` (table, topic and
 reason names, numbers), never from the configuration.
 """
@@ -51,6 +52,10 @@ def _chart(per_minute: dict[int, int], now: float) -> str:
             f'max {top} rows/min</text></svg>')
 
 
+def _kib(size: int, files: int) -> str:
+    return f"{size / files / 1024:,.0f} KiB" if files else "—"
+
+
 def render(metrics: Metrics, health: Health) -> str:
     now = time.time()
     ready, why = health.ready()
@@ -61,6 +66,10 @@ def render(metrics: Metrics, health: Health) -> str:
              f"<p class='{'ok' if ready else 'bad'}'>{esc(why)}</p>",
              f"<p class='muted'>up since {dt.datetime.fromtimestamp(metrics.started, dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
              " · <a href='/metrics'>/metrics</a> · <a href='/readyz'>/readyz</a></p>"]
+    from lakesink.status import small_files_hint
+
+    written = {name: {labels["table"]: value for labels, value in _samples(metrics, name)}
+               for name in ("lakesink_files_written_total", "lakesink_bytes_written_total")}
     rejected: dict[str, dict[str, float]] = {}
     for labels, value in _samples(metrics, "lakesink_records_rejected_total"):
         rejected.setdefault(labels["table"], {})[labels["reason"]] = value
@@ -76,9 +85,16 @@ def render(metrics: Metrics, health: Health) -> str:
         rows = "".join(
             f"<tr><td>{b['batch_id']}</td><td>{dt.datetime.fromtimestamp(b['at'], dt.UTC):%H:%M:%S}"
             f"</td><td>{b['written']}</td><td>{b['rejected']}</td><td>{b['files']}</td>"
+            f"<td>{_kib(b['bytes'], b['files'])}</td>"
             f"<td>{b['seconds']:.2f} s</td></tr>" for b in recent[table][:10])
         parts.append("<table><tr><th>batch</th><th>committed (UTC)</th><th>rows</th>"
-                     f"<th>dead letters</th><th>files</th><th>duration</th></tr>{rows}</table>")
+                     "<th>dead letters</th><th>files</th><th>mean file</th><th>duration</th>"
+                     f"</tr>{rows}</table>")
+        files = int(written["lakesink_files_written_total"].get(table, 0))
+        size = int(written["lakesink_bytes_written_total"].get(table, 0))
+        hint = small_files_hint(files, size // files) if files else None
+        if hint:
+            parts.append(f"<p class='bad'>this run: {esc(hint)}</p>")
         reasons = rejected.get(table, {})
         if reasons:
             parts.append("<p>dead letters by reason: " + ", ".join(
