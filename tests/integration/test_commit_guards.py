@@ -199,6 +199,31 @@ def test_a_checkpoint_that_lost_its_offsets_is_refused_not_skipped(spark, kafka_
     assert set(range(30, 40)) <= set(ids), "new records were skipped as committed"
 
 
+def test_two_first_starts_of_one_checkpoint_share_its_app_id(spark, tmp_path) -> None:
+    """audit-2 #11: two processes starting one empty checkpoint each wrote their own
+    app id (an overwrite), so each got a lease of its own and one query's replay wrote
+    the batch again under the other's names. The identity file is created once; the
+    start that loses takes the winner's id."""
+    from lakesink.tables.fs import HadoopFS, to_uri
+    from lakesink.tables.identity import checkpoint_app_id
+
+    checkpoint = to_uri(str(tmp_path / "checkpoint"))
+    fs = HadoopFS(spark, checkpoint)
+    real = fs.write_once
+
+    def racing(path: str, text: str) -> bool:  # the other start creates it first
+        real(path, json.dumps({"app_id": "the-other-start"}))
+        return real(path, text)
+
+    fs.write_once = racing  # type: ignore[method-assign]
+    assert checkpoint_app_id(fs, checkpoint) == "the-other-start"
+    fs.write_once = real  # type: ignore[method-assign]
+    fresh = to_uri(str(tmp_path / "fresh"))
+    made = checkpoint_app_id(fs, fresh)  # alone: its own new id, in the file
+    assert len(made) == 32 and json.loads(
+        (tmp_path / "fresh" / "lakesink.json").read_text())["app_id"] == made
+
+
 def test_dlq_commands_with_a_message_type_route(spark, kafka_broker, topic, tmp_path) -> None:
     """Scenario 10: `dlq show` / `dlq replay` crashed on any message-type route."""
     lake = tmp_path / "lake"

@@ -9,11 +9,18 @@ checkpoint whose Spark offset log is gone while its ``lakesink.json`` stayed (so
 deleted ``offsets/`` and ``commits/`` to re-read the topic): its batch ids start at 0
 again, which the old id has committed already. Such a checkpoint is refused at start
 once the id has run a batch (:func:`mark_started`); before that a new id is made.
+
+Two first starts of one empty checkpoint (``replicas: 2`` by mistake) agree on one id:
+the file is created with :meth:`~lakesink.tables.fs.HadoopFS.write_once`, and the start
+that loses reads the winner's id back; the writer lease (keyed by the id) then refuses
+the second writer. Without it each would have its own id and lease, and the batch one
+query replays would be written again under the other's names (audit-2 #11).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import uuid
 
@@ -72,9 +79,20 @@ def checkpoint_app_id(fs: HadoopFS, checkpoint: str) -> str:
         )
     app_id = uuid.uuid4().hex
     fs.mkdirs(checkpoint)
-    fs.write_json(path, {"app_id": app_id,
-                         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                         "previous": (data or {}).get("app_id")})
+    identity = {"app_id": app_id,
+                "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                "previous": (data or {}).get("app_id")}
+    if data:  # an id no batch has run under, replaced (one process: the others wait
+        fs.write_json(path, identity)  # for the lease the old id's start left)
+    elif not fs.write_once(path, json.dumps(identity)):
+        theirs = fs.read_json(path) or {}
+        if not theirs.get("app_id"):
+            raise ConfigError("checkpoint", f"{path} appeared while this process created "
+                              "it, without an app id", fix="start one process only")
+        logger.warning("checkpoint %s: another process created it at the same time; its "
+                       "app id %s is this one's too (one of the two gets the writer lease)",
+                       checkpoint, theirs["app_id"])
+        return str(theirs["app_id"])
     logger.info("new checkpoint %s, app id %s", checkpoint, app_id)
     return app_id
 
