@@ -147,7 +147,7 @@ class Case:
             cmd = [py, str(BENCH / "cases/kdi_sink.py"), "--bin", self.args.kdi_bin,
                    "--bootstrap", self.broker.bootstrap_servers, "--topic", topic,
                    "--table", str(self.table), "--max-messages", str(self.args.max_offsets)]
-            return [*cmd, "--stream"] if stream else cmd
+            return [*cmd, "--stream"] if stream else [*cmd, "--count", str(count)]
         assert ndjson is not None
         return [py, str(BENCH / "cases/pyarrow_bound.py"), "--input", str(ndjson),
                 "--out", str(self.table)]

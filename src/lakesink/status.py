@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakesink.errors import one_line
 from lakesink.runtime.lake import delta_table, filesystem
-from lakesink.tables.contents import list_files, read_json
+from lakesink.tables.contents import TableContents, list_files, read_json
 from lakesink.sources.kinds import source_kind
 from lakesink.tables.formats import table_format
 
@@ -35,17 +35,14 @@ if TYPE_CHECKING:
     from lakesink.config.storage import StorageConfig
 
 
-@dataclass
-class TableStatus:
+@dataclass(kw_only=True)
+class TableStatus(TableContents):
+    """What ``lakesink status`` says of a table: what it holds (its format's own
+    reading, :class:`~lakesink.tables.contents.TableContents`) and more."""
+
     table: str
     format: str
     path: str
-    batches: int = 0
-    last_batch: int | None = None
-    last_commit: str | None = None
-    rows: int = 0
-    files: int = 0
-    bytes: int = 0
     mean_file_bytes: int | None = None
     #: said when the table's files are many and small (readers pay per file)
     hint: str | None = None
@@ -55,7 +52,8 @@ class TableStatus:
     lag_error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"table": self.table, "format": self.format, "path": self.path,
+                **asdict(self)}
 
 
 def table_status(spec: TableSpec, app_id: str | None = None) -> TableStatus:
@@ -66,13 +64,12 @@ def table_status(spec: TableSpec, app_id: str | None = None) -> TableStatus:
     layout = TableLayout.of(spec.table.base_path, spec.name)
     fs, root = filesystem(spec.storage, layout.base)
     meta = f"{root}/.lakesink/{layout.name}"
-    status = TableStatus(layout.name, spec.format, layout.table)
-    schema = read_json(fs, f"{meta}/schema.json")
-    status.schema_version = schema.get("version") if isinstance(schema, dict) else None
     contents = table_format(spec.format).read_contents(
         fs, meta, layout, partial(delta_table, spec.storage), app_id)
-    for name, value in asdict(contents).items():
-        setattr(status, name, value)
+    status = TableStatus(table=layout.name, format=spec.format, path=layout.table,
+                         **asdict(contents))
+    schema = read_json(fs, f"{meta}/schema.json")
+    status.schema_version = schema.get("version") if isinstance(schema, dict) else None
     status.rejected = _rejected(fs, f"{root}/_rejected/{layout.name}")
     if status.files:
         status.mean_file_bytes = status.bytes // status.files

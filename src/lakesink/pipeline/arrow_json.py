@@ -14,15 +14,22 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-if TYPE_CHECKING:
-    from lakesink.pipeline.arrow_task import TaskSpec
+class DecodeSpec(Protocol):
+    """What the decode reads of a task's spec (:class:`~lakesink.pipeline.arrow_task.TaskSpec`)."""
+
+    @property
+    def schema(self) -> pa.Schema: ...
+
+    block_rows: int  #: records per parse (fewer if they are big)
+    max_suspects: int  #: suspects a task may hand back
+
 
 #: bytes of records joined for one parse
 BLOCK_BYTES = 64 << 20
@@ -46,7 +53,7 @@ def candidates(values: pa.Array) -> pa.Array:
     return pc.fill_null(pc.starts_with(values, b"{"), False)
 
 
-def decode(spec: TaskSpec, values: pa.ChunkedArray | pa.Array, budget: list[int] | None = None
+def decode(spec: DecodeSpec, values: pa.ChunkedArray | pa.Array, budget: list[int] | None = None
            ) -> tuple[pa.Table, pa.Array]:
     """(rows decoded against the schema, one per record; a mask of the records that
     decoded). Rows of records that did not decode are all null. ``budget``: suspects
