@@ -87,3 +87,22 @@ def test_a_merge_that_loses_a_row_stops_the_batch() -> None:
     merges = plan(reported, 1, None)
     with pytest.raises(SinkError, match="from 7 to 6"):
         merged(reported, merges, [("f=1/part-m-00000.parquet", 6, 1, None)])
+
+
+def test_rows_staged_as_arrow_ipc_become_each_folders_parquet_files(tmp_path: Path) -> None:
+    """With the merge on, the tasks stage Arrow IPC (no Parquet encoded twice): every
+    folder — one with a single staged file too — gets its Parquet files from them."""
+    spec = _spec(tmp_path / "a", stage_format="arrow")
+    reported = _tasks(spec, tasks=3, rows=50)
+    assert all(r[0].endswith(".arrow") and r[3] is None for r in reported)
+    assert plan(reported, 1, None) == plan(reported, 1, None, every_folder=False)
+    merges = plan(reported, 1, None, every_folder=True)
+    assert sorted(m.folder for m in merges) == ["location=a", "location=b"]  # b: one file
+    outputs = list(_merge_task(spec, str(tmp_path / "a"), str(tmp_path / "m"), "",
+                               iter(merges)))
+    files = merged(reported, merges, outputs)
+    assert sorted(f[0] for f in files) == ["location=a/part-m-00000.parquet",
+                                           "location=b/part-m-00000.parquet"]
+    ids = sorted(i for f in files
+                 for i in pq.read_table(tmp_path / "m" / f[0]).column("id").to_pylist())
+    assert ids == list(range(150))

@@ -10,8 +10,9 @@
 3. **dead letters** are staged in the outbox before the commit; a schema change drops
    the attempt (Parquet: evolve and write the batch again; Delta: the Spark engine
    writes it with ``mergeSchema``);
-4. **merge**: a partition folder the tasks left more files in than
-   ``table.files_per_partition`` allows is written again as that many
+4. **merge** (``table.files_per_partition`` > 0, a partitioned table): the tasks
+   staged their rows as Arrow IPC; a second small job writes each folder's Parquet
+   files from them, as many as the setting allows
    (:mod:`lakesink.pipeline.arrow_merge`), before anything is committed;
 5. **commit**: the tasks' files and the accepted suspects' together, with counts the
    writer checks against an exact recount when they disagree.
@@ -84,7 +85,8 @@ class ArrowEngine:
                 return WriteOutcome(BatchResult(batch_id, skipped=True), BatchCounts(), {})
             rows_per_file = writer.begin(batch_id)
             staging = writer.layout.staging(writer.run, batch_id)
-            tasks = stage_in_tasks(df, spec, join(staging, "a"), rows_per_file)
+            tasks = stage_in_tasks(df, spec, join(staging, "a"), rows_per_file,
+                                   stage_format=self._stage_format())
             if tasks.overflow:  # Spark's path does it in one pass
                 return _overflow(spec, batch_id)
             fault_point("after_staging", batch_id)
@@ -135,26 +137,35 @@ class ArrowEngine:
         rows_per_file = writer.rows_per_file()
         # file names of this attempt: the batch, the run, and a nonce (Spark's task
         # attempt ids restart with every process)
-        tag = f"-b{batch_id:010d}-{run_tag(ctx.app_id)}-{uuid.uuid4().hex[:8]}"
-        tasks = stage_in_tasks(df, spec, writer.layout.table, rows_per_file, file_tag=tag)
+        nonce = uuid.uuid4().hex[:8]
+        tag = f"-b{batch_id:010d}-{run_tag(ctx.app_id)}-{nonce}"
+        stage_format = self._stage_format()
+        # staged for the merge: outside the table, a folder per attempt (removed once
+        # merged, and with every attempt's once the batch is committed)
+        staging = (join(writer.layout.staging(run_tag(ctx.app_id), batch_id), nonce)
+                   if stage_format == "arrow" else None)
+        tasks = stage_in_tasks(df, spec, staging or writer.layout.table, rows_per_file,
+                               file_tag=tag, stage_format=stage_format)
         if tasks.overflow:
-            writer.drop_files([rel for rel, *_ in tasks.reported])
+            _drop_staged(writer, tasks, staging)
             return _overflow(spec, batch_id)
         fault_point("after_staging", batch_id)
         suspects = self._judge(df, tasks)
         try:
             if suspects.found is not None and ctx.evolver.needed(suspects.found):
                 suspects.drop()
-                writer.drop_files([rel for rel, *_ in tasks.reported])
+                _drop_staged(writer, tasks, staging)
                 return Fallback("batch %d: the schema changes: the batch takes the Spark "
                                 "path", (batch_id,))
             counts = self._settle(suspects, tasks, batch_id)
-            files = self._merged_in_place(df, spec, tasks, rows_per_file, tag)
+            files = self._merged_in_place(df, spec, tasks, rows_per_file, tag, staging)
             if suspects.accepted:
                 files += writer.stage_in_place(ctx.marker.good(suspects.marked), batch_id,
                                                rows_per_file, tag)
             info, recount = self._commit_inputs(counts, suspects, tasks, batch_id)
             result = writer.commit_files(batch_id, files, info, recount=recount)
+            if staging is not None:  # every attempt's staged rows of the batch
+                writer.fs.delete(writer.layout.staging(run_tag(ctx.app_id), batch_id))
         except FilesRefused as refused:  # nothing committed: Spark's writer, from scratch
             suspects.drop()
             # the tasks' files and the staged dead letters stay: a put whose fate was
@@ -170,12 +181,19 @@ class ArrowEngine:
 
     # -- the steps both formats share --------------------------------------------------
 
+    def _stage_format(self) -> str:
+        """``arrow`` when the batch's files are merged per folder (Arrow IPC staged for
+        :mod:`~lakesink.pipeline.arrow_merge`), else ``parquet`` (the table's files)."""
+        writer = self.ctx.writer
+        return "arrow" if writer.partition_by and writer.files_per_partition > 0 \
+            else "parquet"
+
     def _merges(self, tasks: StagedByTasks, rows_per_file: int | None
                 ) -> list[arrow_merge.Merge]:
-        writer = self.ctx.writer
-        return arrow_merge.plan(tasks.reported,
-                                writer.files_per_partition if writer.partition_by else 0,
-                                rows_per_file)
+        if self._stage_format() != "arrow":
+            return []
+        return arrow_merge.plan(tasks.reported, self.ctx.writer.files_per_partition,
+                                rows_per_file, every_folder=True)
 
     def _merged(self, df: DataFrame, spec: TaskSpec, tasks: StagedByTasks, source: str,
                 target: str, rows_per_file: int | None) -> list[tuple[str, str, int]]:
@@ -192,18 +210,21 @@ class ArrowEngine:
                 for rel, _, size, _ in arrow_merge.merged(tasks.reported, merges, outputs)]
 
     def _merged_in_place(self, df: DataFrame, spec: TaskSpec, tasks: StagedByTasks,
-                         rows_per_file: int | None, tag: str) -> list[Any]:
-        """Step 4, in place: the batch's files as the tasks report them, a folder's small
-        ones merged beside them (named with the attempt's ``tag``) and deleted (never in
-        the log)."""
+                         rows_per_file: int | None, tag: str, staging: str | None
+                         ) -> list[Any]:
+        """Step 4, in place: the batch's files as the tasks report them, or — staged in
+        ``staging`` for the merge — each folder's files written into the table from
+        them (named with the attempt's ``tag``), the staged ones removed."""
         merges = self._merges(tasks, rows_per_file)
-        if not merges:
+        if staging is None or not merges:
             return list(tasks.reported)
         writer: Any = self.ctx.writer
-        root = task_path(spec.filesystem, writer.layout.table)
-        outputs = arrow_merge.merge_in_tasks(df.sparkSession, spec, merges, root, root, tag)
+        fs = spec.filesystem
+        outputs = arrow_merge.merge_in_tasks(df.sparkSession, spec, merges,
+                                             task_path(fs, staging),
+                                             task_path(fs, writer.layout.table), tag)
         files = arrow_merge.merged(tasks.reported, merges, outputs)
-        writer.drop_files([rel for m in merges for rel in m.inputs])
+        writer.fs.delete(staging)
         return files
 
     def _judge(self, df: DataFrame, tasks: StagedByTasks) -> _Suspects:
@@ -240,6 +261,15 @@ class ArrowEngine:
         info = {**ctx.commit_info(counts, suspects.marked, batch_id), "arrow_rows": tasks.rows}
         good = ctx.marker.good(suspects.marked) if suspects.marked is not None else None
         return info, lambda: tasks.rows + (good.count() if good is not None else 0)
+
+
+def _drop_staged(writer: Any, tasks: StagedByTasks, staging: str | None) -> None:  # noqa: ANN401
+    """The files the tasks wrote for a Delta batch that is not committed from them:
+    their staging folder, or (written in place) each file."""
+    if staging is not None:
+        writer.fs.delete(staging)
+    else:
+        writer.drop_files([rel for rel, *_ in tasks.reported])
 
 
 def _overflow(spec: TaskSpec, batch_id: int) -> Fallback:

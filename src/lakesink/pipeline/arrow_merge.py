@@ -3,16 +3,16 @@ batch merged to at most that many.
 
 Each Arrow task writes one file per partition folder it has rows for, so a batch of
 ``t`` tasks leaves up to ``t`` files in every folder (the demo: 48 files for 24
-folders). Spark's writer shuffles the rows by folder instead. Here, after the tasks
-wrote and before anything is committed, a second, small Spark job merges each folder
-that got more files than the setting allows: its tasks (one per core) read the folder's
-files of the batch and write them again as ``files_per_partition`` files (more when
-``table.target_file_size`` caps a file's rows), in the order the batch's tasks wrote
-them. The merged files take the small ones' place in the commit: the small ones are
-never committed (Parquet: left in the batch's staging folder, removed with it; Delta:
-deleted before the commit, never in the log). Nothing is committed before the merge
-succeeds, so a failure or a kill there is an uncommitted attempt like any other: the
-batch is written again.
+folders). Spark's writer shuffles the rows by folder instead. Here the tasks stage their
+rows as Arrow IPC files (``TaskSpec.stage_format``: no Parquet encoding, read back
+without decoding) in the batch's staging folder, and a second, small Spark job (a task
+per core) writes each folder's Parquet files from them: ``files_per_partition`` files
+(more when ``table.target_file_size`` caps a file's rows), rows in the order the
+batch's tasks wrote them. So every row is still encoded as Parquet once. Only these
+files are committed; the staged ones never are (Parquet: removed with the batch's
+staging folder; Delta: its staging folder, outside the table, removed before the
+commit). Nothing is committed before the merge succeeds, so a failure or a kill there
+is an uncommitted attempt like any other: the batch is written again.
 
 Only the tasks' own files are merged; rows only Spark's decoder accepted (rare: records
 the tasks could not certify) are written by Spark's writer beside them, one more file in
@@ -46,9 +46,10 @@ class Merge:
 
 
 def plan(reported: Sequence[Reported], files_per_partition: int,
-         rows_per_file: int | None) -> list[Merge]:
+         rows_per_file: int | None, *, every_folder: bool = False) -> list[Merge]:
     """The folders whose files of the batch are more than they may be: at most
-    ``files_per_partition`` (0: no limit), or as many as ``rows_per_file`` needs."""
+    ``files_per_partition`` (0: no limit), or as many as ``rows_per_file`` needs;
+    ``every_folder``: all of them (staged files that are not the table's format)."""
     if files_per_partition <= 0:
         return []
     by_folder: dict[str, list[Reported]] = {}
@@ -59,7 +60,7 @@ def plan(reported: Sequence[Reported], files_per_partition: int,
         rows = sum(f[1] for f in files)
         parts = max(files_per_partition,
                     math.ceil(rows / rows_per_file) if rows_per_file else 1)
-        if len(files) > parts:
+        if every_folder or len(files) > parts:
             merges.append(Merge(folder, tuple(f[0] for f in files), parts))
     return merges
 
@@ -82,21 +83,22 @@ def _merge_task(spec: TaskSpec, source: str, target: str, file_tag: str,
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from lakesink.pipeline.arrow_task import _put, file_stats
+    from lakesink.pipeline.arrow_task import file_stats, parquet_bytes, put
 
     fs = spec.open_filesystem()
     for merge in merges:
         tables = []
         for rel in merge.inputs:
             with fs.open_input_file(f"{source}/{rel}") as f:
-                tables.append(pq.ParquetFile(f).read())
-        table = pa.concat_tables(tables).combine_chunks()
+                tables.append(pa.ipc.open_file(f).read_all() if rel.endswith(".arrow")
+                              else pq.ParquetFile(f).read())
+        table = pa.concat_tables(tables)
         per = max(1, math.ceil(table.num_rows / merge.parts))
         for n, offset in enumerate(range(0, table.num_rows, per)):
             piece = table.slice(offset, per)
             name = f"part-m-{n:05d}{file_tag}.parquet"
             rel = f"{merge.folder}/{name}" if merge.folder else name
-            size = _put(fs, f"{target}/{rel}", piece, spec.compression)
+            size = put(fs, f"{target}/{rel}", parquet_bytes(piece, spec.compression))
             yield rel, piece.num_rows, size, file_stats(piece) if spec.stats else None
 
 

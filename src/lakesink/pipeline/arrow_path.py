@@ -171,12 +171,13 @@ class StagedByTasks:
 
 
 def stage_in_tasks(df: DataFrame, spec: TaskSpec, folder: str, rows_per_file: int | None,
-                   file_tag: str = "") -> StagedByTasks:
+                   file_tag: str = "", stage_format: str = "parquet") -> StagedByTasks:
     """Step 2: one Spark job; each task stages its good rows under ``folder``, its file
-    names ending in ``file_tag``."""
+    names ending in ``file_tag``, as Parquet or Arrow IPC (``stage_format``)."""
     tasks = max(1, df.rdd.getNumPartitions())
     spec = replace(spec, staging=task_path(spec.filesystem, folder), rows_per_file=rows_per_file,
-                   file_tag=file_tag, **task_suspect_share(spec, tasks))
+                   file_tag=file_tag, stage_format=stage_format,
+                   **task_suspect_share(spec, tasks))
     results = (df.select(*RAW_COLUMNS)
                .mapInArrow(functools.partial(_in_task, spec), RESULT_DDL)
                .toArrow())

@@ -123,6 +123,10 @@ class TaskSpec:
     file_tag: str = ""
     #: report Delta statistics per file (numRecords, nullCount, min/max of numbers)
     stats: bool = False
+    #: what the files are: ``parquet`` (the table's files), or ``arrow`` (Arrow IPC, a
+    #: batch's rows staged for :mod:`lakesink.pipeline.arrow_merge`, which writes the
+    #: folder's Parquet files from them: no Parquet encoded twice)
+    stage_format: str = "parquet"
     #: ("local", {}) or ("s3", pyarrow S3FileSystem keywords: secrets, never shown)
     filesystem: tuple[str, dict] = field(default=("local", {}), repr=False)
 
@@ -431,11 +435,12 @@ def write_folders(spec: TaskSpec, table: pa.Table, task: int,
             numbers[folder] = n + 1
             # the attempt in the name: attempts of one task (a retry, a speculative
             # copy, a straggler of an earlier batch attempt) never write the same file
-            name = f"part-{task:05d}-{attempt}-{n:05d}{spec.file_tag}.parquet"
+            name = f"part-{task:05d}-{attempt}-{n:05d}{spec.file_tag}.{spec.stage_format}"
             rel = f"{folder}/{name}" if folder else name
-            out.append((rel, piece.num_rows, _put(fs, f"{spec.staging}/{rel}", piece,
-                                                  spec.compression),
-                        file_stats(piece) if spec.stats else None))
+            ipc = spec.stage_format == "arrow"
+            encoded = ipc_bytes(piece) if ipc else parquet_bytes(piece, spec.compression)
+            out.append((rel, piece.num_rows, put(fs, f"{spec.staging}/{rel}", encoded),
+                        file_stats(piece) if spec.stats and not ipc else None))
         start = end
     return out
 
@@ -462,12 +467,22 @@ def file_stats(piece: pa.Table) -> str:
     return json.dumps(stats, separators=(",", ":"), allow_nan=False)
 
 
-def _put(fs: pafs.FileSystem, path: str, piece: pa.Table, compression: str) -> int:
-    """Encode ``piece`` in memory and store it with one write (one PUT on S3: a file
-    appears whole or not at all); returns its size."""
+def parquet_bytes(piece: pa.Table, compression: str) -> pa.Buffer:
     buffer = pa.BufferOutputStream()
     pq.write_table(piece, buffer, compression=compression)
-    data = buffer.getvalue()
+    return buffer.getvalue()
+
+
+def ipc_bytes(piece: pa.Table) -> pa.Buffer:
+    buffer = pa.BufferOutputStream()
+    with pa.ipc.new_file(buffer, piece.schema) as writer:
+        writer.write_table(piece)
+    return buffer.getvalue()
+
+
+def put(fs: pafs.FileSystem, path: str, data: pa.Buffer) -> int:
+    """Store an encoded file with one write (one PUT on S3: a file appears whole or not
+    at all); returns its size."""
     target = path
     if isinstance(fs, pafs.LocalFileSystem):  # written aside, then renamed: whole or absent
         fs.create_dir(path.rpartition("/")[0], recursive=True)
