@@ -160,14 +160,19 @@ def _files_per_batch_folder(table: Path, fmt: str) -> dict[tuple[int, str], int]
     return out
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "delta"])
-def test_the_arrow_path_writes_one_new_file_per_folder_per_batch(spark, kafka_broker, topic,
-                                                                 tmp_path, fmt) -> None:
+@pytest.mark.parametrize(("fmt", "merged_by"), [("parquet", "tasks"), ("delta", "tasks"),
+                                               ("parquet", "driver")])
+def test_the_arrow_path_writes_one_new_file_per_folder_per_batch(
+        spark, kafka_broker, topic, tmp_path, monkeypatch, fmt, merged_by) -> None:
     """``table.files_per_partition: 1`` (the default) on the Arrow path: the topic's two
     partitions are two tasks, each writing a file into every folder it has rows for;
-    their files of a folder are merged before the commit, so each batch adds one file
-    per folder, every row once (DuckDB, delta-rs). With 0 (as the tasks write them)
-    folders get two: the merge is what makes the difference."""
+    their files of a folder are merged before the commit (in a Spark job, or by the
+    driver for a small batch), so each batch adds one file per folder, every row once
+    (DuckDB, delta-rs). With 0 (as the tasks write them) folders get two: the merge is
+    what makes the difference."""
+    from lakesink.pipeline import arrow_merge
+
+    monkeypatch.setattr(arrow_merge, "DRIVER_ROWS", 0 if merged_by == "tasks" else 10**6)
     produce_events(kafka_broker, topic, range(600))
     files = {}
     for setting in (1, 0):

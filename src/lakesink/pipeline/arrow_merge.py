@@ -12,7 +12,9 @@ batch's tasks wrote them. So every row is still encoded as Parquet once. Only th
 files are committed; the staged ones never are (Parquet: removed with the batch's
 staging folder; Delta: its staging folder, outside the table, removed before the
 commit). Nothing is committed before the merge succeeds, so a failure or a kill there
-is an uncommitted attempt like any other: the batch is written again.
+is an uncommitted attempt like any other: the batch is written again. A small batch (at
+most :data:`DRIVER_ROWS` rows) is merged by the driver itself, with the same code: a
+Spark job would cost more than its work (a low-traffic stream's batches).
 
 Only the tasks' own files are merged; rows only Spark's decoder accepted (rare: records
 the tasks could not certify) are written by Spark's writer beside them, one more file in
@@ -24,13 +26,16 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from lakesink.pipeline.arrow_task import TaskSpec
+
+#: a batch of at most this many rows is merged on the driver, not in a Spark job
+DRIVER_ROWS = 100_000
 
 #: (path below the folder the files were written to, rows, bytes, Delta statistics)
 Reported = tuple[str, int, int, "str | None"]
@@ -43,6 +48,7 @@ class Merge:
     folder: str  #: the partition folder (``c1=v1/c2=v2``; ``""`` for the table's root)
     inputs: tuple[str, ...]  #: the files, below the folder they were written to
     parts: int
+    rows: int = field(default=0, compare=False)  #: the folder's rows in the batch
 
 
 def plan(reported: Sequence[Reported], files_per_partition: int,
@@ -61,7 +67,7 @@ def plan(reported: Sequence[Reported], files_per_partition: int,
         parts = max(files_per_partition,
                     math.ceil(rows / rows_per_file) if rows_per_file else 1)
         if every_folder or len(files) > parts:
-            merges.append(Merge(folder, tuple(f[0] for f in files), parts))
+            merges.append(Merge(folder, tuple(f[0] for f in files), parts, rows))
     return merges
 
 
@@ -72,6 +78,8 @@ def merge_in_tasks(spark: SparkSession, spec: TaskSpec, merges: list[Merge], sou
     file whole or absent. Returns the new files, as the tasks report theirs."""
     if not merges:
         return []
+    if sum(m.rows for m in merges) <= DRIVER_ROWS:
+        return list(_merge_task(spec, source, target, file_tag, iter(merges)))
     sc = spark.sparkContext
     slices = max(1, min(len(merges), sc.defaultParallelism))
     job = functools.partial(_merge_task, spec, source, target, file_tag)
