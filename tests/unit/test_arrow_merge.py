@@ -34,32 +34,35 @@ def _tasks(spec: TaskSpec, tasks: int, rows: int) -> list[tuple[str, int, int, s
     return out
 
 
-def test_only_folders_with_more_files_than_allowed_are_merged() -> None:
+def test_every_folder_is_merged_into_its_allowed_files() -> None:
+    """The staged files are Arrow IPC, not the table's format: every folder is written
+    again, a folder with one staged file too, into files_per_partition files (more when
+    the target file size asks for them)."""
     reported = [("location=a/p0", 10, 1, None), ("location=a/p1", 10, 1, None),
                 ("location=a/p2", 10, 1, None), ("location=b/p0", 5, 1, None)]
-    assert plan(reported, 1, None) == [Merge("location=a", ("location=a/p0", "location=a/p1",
-                                                            "location=a/p2"), 1)]
-    assert plan(reported, 2, None) == [Merge("location=a", ("location=a/p0", "location=a/p1",
-                                                            "location=a/p2"), 2)]
-    assert plan(reported, 3, None) == []
+    assert plan(reported, 1, None) == [
+        Merge("location=a", ("location=a/p0", "location=a/p1", "location=a/p2"), 1),
+        Merge("location=b", ("location=b/p0",), 1)]
+    assert [m.parts for m in plan(reported, 2, None)] == [2, 2]
+    assert [m.rows for m in plan(reported, 1, None)] == [30, 5]
     assert plan(reported, 0, None) == []  # 0: as the tasks wrote them
-    # a target file size asks for more files: 30 rows at 12 a file is 3 files, as written
-    assert plan(reported, 1, 12) == []
-    assert plan(reported, 1, 20)[0].parts == 2
+    # a target file size asks for more files: 30 rows at 12 a file is 3 files
+    assert [m.parts for m in plan(reported, 1, 12)] == [3, 1]
     # an unpartitioned table's files sit in the root folder
     assert plan([("p0", 1, 1, None), ("p1", 1, 1, None)], 1, None) == [Merge("", ("p0", "p1"), 1)]
 
 
 def test_a_merge_writes_the_folders_rows_once_in_order(tmp_path: Path) -> None:
-    spec = _spec(tmp_path / "a")
+    spec = _spec(tmp_path / "a", stage_format="arrow")
     reported = _tasks(spec, tasks=3, rows=50)
     assert len([r for r in reported if r[0].startswith("location=a/")]) == 3
     merges = plan(reported, 1, None)
     outputs = list(_merge_task(spec, str(tmp_path / "a"), str(tmp_path / "m"), "", iter(merges)))
-    assert [o[0] for o in outputs] == ["location=a/part-m-00000.parquet"]
+    assert [o[0] for o in outputs] == ["location=a/part-m-00000.parquet",
+                                       "location=b/part-m-00000.parquet"]
     files = merged(reported, merges, outputs)
     assert sorted(f[0] for f in files) == ["location=a/part-m-00000.parquet",
-                                           "location=b/part-00000-0-00000.parquet"]
+                                           "location=b/part-m-00000.parquet"]
     rel, rows, size, stats = outputs[0]
     path = tmp_path / "m" / rel
     ids = pq.read_table(path).column("id").to_pylist()
@@ -70,9 +73,9 @@ def test_a_merge_writes_the_folders_rows_once_in_order(tmp_path: Path) -> None:
 
 
 def test_a_delta_merge_reports_statistics_and_splits_by_parts(tmp_path: Path) -> None:
-    spec = _spec(tmp_path, stats=True, file_tag="-b0000000001-run-abc")
+    spec = _spec(tmp_path, stats=True, file_tag="-b0000000001-run-abc", stage_format="arrow")
     reported = _tasks(spec, tasks=4, rows=10)
-    merges = plan(reported, 2, None)
+    merges = [m for m in plan(reported, 2, None) if m.folder == "location=a"]
     outputs = list(_merge_task(spec, str(tmp_path), str(tmp_path), "-b0000000001-run-abc",
                                iter(merges)))
     assert [(o[0], o[1]) for o in outputs] == [
@@ -95,8 +98,7 @@ def test_rows_staged_as_arrow_ipc_become_each_folders_parquet_files(tmp_path: Pa
     spec = _spec(tmp_path / "a", stage_format="arrow")
     reported = _tasks(spec, tasks=3, rows=50)
     assert all(r[0].endswith(".arrow") and r[3] is None for r in reported)
-    assert plan(reported, 1, None) == plan(reported, 1, None, every_folder=False)
-    merges = plan(reported, 1, None, every_folder=True)
+    merges = plan(reported, 1, None)
     assert sorted(m.folder for m in merges) == ["location=a", "location=b"]  # b: one file
     outputs = list(_merge_task(spec, str(tmp_path / "a"), str(tmp_path / "m"), "",
                                iter(merges)))

@@ -193,7 +193,7 @@ class ArrowEngine:
         if self._stage_format() != "arrow":
             return []
         return arrow_merge.plan(tasks.reported, self.ctx.writer.files_per_partition,
-                                rows_per_file, every_folder=True)
+                                rows_per_file)
 
     def _merged(self, df: DataFrame, spec: TaskSpec, tasks: StagedByTasks, source: str,
                 target: str, rows_per_file: int | None) -> list[tuple[str, str, int]]:

@@ -5,8 +5,9 @@ Each Arrow task writes one file per partition folder it has rows for, so a batch
 ``t`` tasks leaves up to ``t`` files in every folder (the demo: 48 files for 24
 folders). Spark's writer shuffles the rows by folder instead. Here the tasks stage their
 rows as Arrow IPC files (``TaskSpec.stage_format``: no Parquet encoding, read back
-without decoding) in the batch's staging folder, and a second, small Spark job (a task
-per core) writes each folder's Parquet files from them: ``files_per_partition`` files
+without decoding) in the batch's staging folder, and the merge (the driver for a small
+batch, else a second, small Spark job, a task per core) writes each folder's Parquet
+files from them: ``files_per_partition`` files
 (more when ``table.target_file_size`` caps a file's rows), rows in the order the
 batch's tasks wrote them. So every row is still encoded as Parquet once. Only these
 files are committed; the staged ones never are (Parquet: removed with the batch's
@@ -52,10 +53,10 @@ class Merge:
 
 
 def plan(reported: Sequence[Reported], files_per_partition: int,
-         rows_per_file: int | None, *, every_folder: bool = False) -> list[Merge]:
-    """The folders whose files of the batch are more than they may be: at most
-    ``files_per_partition`` (0: no limit), or as many as ``rows_per_file`` needs;
-    ``every_folder``: all of them (staged files that are not the table's format)."""
+         rows_per_file: int | None) -> list[Merge]:
+    """Every folder of the batch's staged files (Arrow IPC, not the table's format: a
+    folder with a single staged file is written again too), each into
+    ``files_per_partition`` files (0: no merge), or as many as ``rows_per_file`` needs."""
     if files_per_partition <= 0:
         return []
     by_folder: dict[str, list[Reported]] = {}
@@ -66,8 +67,7 @@ def plan(reported: Sequence[Reported], files_per_partition: int,
         rows = sum(f[1] for f in files)
         parts = max(files_per_partition,
                     math.ceil(rows / rows_per_file) if rows_per_file else 1)
-        if every_folder or len(files) > parts:
-            merges.append(Merge(folder, tuple(f[0] for f in files), parts, rows))
+        merges.append(Merge(folder, tuple(f[0] for f in files), parts, rows))
     return merges
 
 
@@ -89,7 +89,6 @@ def merge_in_tasks(spark: SparkSession, spec: TaskSpec, merges: list[Merge], sou
 def _merge_task(spec: TaskSpec, source: str, target: str, file_tag: str,
                 merges: Iterator[Merge]) -> Iterator[Reported]:
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from lakesink.pipeline.arrow_task import file_stats, parquet_bytes, put
 
@@ -98,8 +97,7 @@ def _merge_task(spec: TaskSpec, source: str, target: str, file_tag: str,
         tables = []
         for rel in merge.inputs:
             with fs.open_input_file(f"{source}/{rel}") as f:
-                tables.append(pa.ipc.open_file(f).read_all() if rel.endswith(".arrow")
-                              else pq.ParquetFile(f).read())
+                tables.append(pa.ipc.open_file(f).read_all())
         table = pa.concat_tables(tables)
         per = max(1, math.ceil(table.num_rows / merge.parts))
         for n, offset in enumerate(range(0, table.num_rows, per)):
