@@ -57,6 +57,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from lakesink.runtime.arrow_fs import ArrowFS
+
 logger = logging.getLogger(__name__)
 
 #: the folder (under ``_rejected/``) of records no route takes
@@ -156,7 +158,7 @@ class Pipeline:
                         factory=_type_tables(spec, spark, app_id),
                         reserved=static | {UNROUTED_TABLE}, key=f"routes.{i}.message_type",
                         sample_size=spec.template.decode.infer_sample_size,
-                        max_tables=mt.max_tables, made=type_table_names(cfg, spark, i))
+                        max_tables=mt.max_tables, made=type_table_names(cfg, fs, i))
                     targets.append(f"{mt.table_prefix}<{mt.field or 'record name'}>")
                 else:
                     with route_keys(i):
@@ -337,15 +339,14 @@ def _message_type_print(mt: Any) -> dict[str, Any]:  # noqa: ANN401
     return data
 
 
-def type_table_names(cfg: LakesinkConfig, spark: SparkSession, index: int) -> list[str]:
+def type_table_names(cfg: LakesinkConfig, fs: HadoopFS | ArrowFS, index: int) -> list[str]:
     """The tables message-type route ``index`` has made so far: the folders of
     ``<base>/.lakesink/`` with a recorded layout whose names carry the route's prefix
-    and that no other route (or the unrouted records) owns."""
+    and that no other route (or the unrouted records) owns. ``fs``: the base path's
+    store (read only)."""
     mt = cfg.routes[index].message_type
     assert mt is not None
-    storage.apply(spark, cfg.storage, plan(cfg).paths())
     base = to_uri(cfg.table.base_path)
-    fs = HadoopFS(spark, base)
     static = {name.lower() for name in plan(cfg).static_names()}
     names = []
     for name in fs.list_dirs(TableLayout.of(base, "x").meta.rpartition("/")[0]):

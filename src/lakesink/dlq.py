@@ -39,7 +39,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from lakesink.config.plan import TableSpec
+    from lakesink.config.storage import StorageConfig
     from lakesink.table_parts import TableParts
+    from lakesink.runtime.arrow_fs import ArrowFS
 
 logger = logging.getLogger(__name__)
 
@@ -53,9 +55,11 @@ class DeadLetters:
     """The dead letters of one table, in units (files or batches), and the replay plans
     over them."""
 
-    def __init__(self, spark: SparkSession, fs: HadoopFS, layout: TableLayout,
-                 fmt: str = "parquet") -> None:
-        self.spark = spark
+    def __init__(self, spark: SparkSession | None, fs: HadoopFS | ArrowFS,
+                 layout: TableLayout, fmt: str = "parquet",
+                 storage: StorageConfig | None = None) -> None:
+        self.spark = spark  #: None: read only, without Spark (``fs`` an ArrowFS)
+        self.storage = storage  #: to open a Delta table without Spark
         self.fs = fs
         self.layout = layout
         self.format = fmt
@@ -70,6 +74,14 @@ class DeadLetters:
         return self.spark.read.format("delta").load(table)
 
     def units(self) -> list[str]:
+        if self.logged and self.spark is None:
+            if not self.fs.exists(join(dead_letter_layout(self.layout).table, "_delta_log")):
+                return []
+            rows = self._dataset().to_table(columns=["app_id", "batch_id"]).group_by(
+                ["app_id", "batch_id"]).aggregate([])
+            return sorted(f"{a}:{b}" for a, b in zip(rows.column("app_id").to_pylist(),
+                                                     rows.column("batch_id").to_pylist(),
+                                                     strict=True))
         if self.logged:
             from pyspark.sql import functions as F
 
@@ -170,6 +182,50 @@ class DeadLetters:
     def save(self, plan: dict[str, Any]) -> None:
         self.fs.write_json(join(self.folder, f"replay-{plan['replay']:06d}.json"), plan)
 
+    def summary(self, names: list[str], sample: int
+                ) -> tuple[int, dict[str, int], list[dict[str, Any]]]:
+        """Of the dead letters of ``names`` (units): how many, how many by reason (most
+        first), and the first ``sample`` by topic, partition and offset. Without Spark,
+        DuckDB scans them (streaming: a big rejected area is not held in memory)."""
+        columns = ["reason", "detail", "topic", "partition", "offset", "value"]
+        if self.spark is not None:
+            from pyspark.sql import functions as F
+
+            df = self.read(names)
+            counts = [(r["reason"], r["count"]) for r in
+                      df.groupBy("reason").count().orderBy(F.desc("count")).collect()]
+            first = [r.asDict() for r in df.orderBy("topic", "partition", "offset")
+                     .select(*columns).limit(sample).collect()]
+        else:
+            import duckdb
+
+            con = duckdb.connect()
+            con.register("letters", self._dataset(names))
+            where = ""
+            if self.logged:
+                import pyarrow as pa
+
+                con.register("units", pa.table({"unit": names}))
+                where = "WHERE concat(app_id, ':', batch_id) IN (SELECT unit FROM units)"
+            counts = con.sql(f"SELECT reason, count(*) AS n FROM letters {where} "
+                             "GROUP BY reason ORDER BY n DESC, reason").fetchall()
+            quoted = ", ".join(f'"{c}"' for c in columns)
+            got = con.sql(f"SELECT {quoted} FROM letters {where} "
+                          f'ORDER BY topic, "partition", "offset" LIMIT {int(sample)}')
+            first = [dict(zip(columns, r, strict=True)) for r in got.fetchall()]
+        return sum(n for _, n in counts), dict(counts), first
+
+    def _dataset(self, names: list[str] | None = None) -> Any:  # noqa: ANN401
+        """Without Spark, as a pyarrow Dataset: the dead-letter table (Delta, by
+        delta-rs, all of it), or the files ``names`` of a Parquet rejected area."""
+        if not self.logged:
+            return self.fs.dataset(  # type: ignore[union-attr]
+                [join(self.layout.rejected, n) for n in names or []])
+        from lakesink.runtime.lake import delta_table
+
+        return delta_table(self.storage, dead_letter_layout(self.layout).table
+                           ).to_pyarrow_dataset()
+
     def read(self, names: list[str]) -> DataFrame:
         if self.logged:
             from pyspark.sql import functions as F
@@ -180,34 +236,48 @@ class DeadLetters:
         return self.spark.read.parquet(*[join(self.layout.rejected, n) for n in names])
 
 
-def show(spark: SparkSession, spec: TableSpec, *, sample: int = 5) -> dict[str, Any]:
-    """Pending dead letters by reason with a sample, and how many were replayed."""
-    from pyspark.sql import functions as F
-
-    from lakesink.runtime import storage
-
-    storage.apply(spark, spec.storage, [spec.table.base_path])
-    layout = TableLayout.of(spec.table.base_path, spec.name)
-    letters = DeadLetters(spark, HadoopFS(spark, layout.base), layout, spec.dlq.format)
+def show(spark: SparkSession | None, spec: TableSpec, *, sample: int = 5
+         ) -> dict[str, Any] | None:
+    """Pending dead letters by reason with a sample, and how many were replayed.
+    ``spark`` None: read without Spark (pyarrow, delta-rs, DuckDB), or None on a store
+    read only through Spark (see :func:`reader`)."""
+    letters = reader(spark, spec)
+    if letters is None:
+        return None
     pending = letters.pending()
     replayed = letters.replayed()
-    out: dict[str, Any] = {"table": layout.table, "pending_files": len(pending),
+    out: dict[str, Any] = {"table": letters.layout.table, "pending_files": len(pending),
                            "replayed_files": len(replayed), "by_reason": {}, "sample": [],
                            "replayed_records": 0}
     if replayed:
-        out["replayed_records"] = letters.read(sorted(replayed)).count()
+        out["replayed_records"] = letters.summary(sorted(replayed), 0)[0]
     if not pending:
         return out
-    df = letters.read(pending)
-    out["by_reason"] = {r["reason"]: r["count"] for r in
-                        df.groupBy("reason").count().orderBy(F.desc("count")).collect()}
+    _, out["by_reason"], first = letters.summary(pending, sample)
     out["sample"] = [
-        {"reason": r["reason"], "detail": r["detail"], "topic": r["topic"],
-         "partition": r["partition"], "offset": r["offset"],
+        {**{k: r[k] for k in ("reason", "detail", "topic", "partition", "offset")},
          "value": None if r["value"] is None else bytes(r["value"][:80]).decode("utf-8",
                                                                                  "replace")}
-        for r in df.orderBy("topic", "partition", "offset").limit(sample).collect()]
+        for r in first]
     return out
+
+
+def reader(spark: SparkSession | None, spec: TableSpec) -> DeadLetters | None:
+    """``spec``'s dead letters to read: without Spark when ``spark`` is None (local disk
+    and S3; None on another store: pass a session)."""
+    layout = TableLayout.of(spec.table.base_path, spec.name)
+    if spark is None:
+        from lakesink.runtime.arrow_fs import ArrowFS
+
+        fs = ArrowFS.open(spec.storage, layout.base)
+        if fs is None:
+            return None
+        return DeadLetters(None, fs, layout, spec.dlq.format, storage=spec.storage)
+    from lakesink.runtime import storage
+
+    storage.apply(spark, spec.storage, [spec.table.base_path])
+    return DeadLetters(spark, HadoopFS(spark, layout.base), layout, spec.dlq.format,
+                       storage=spec.storage)
 
 
 def replay(spark: SparkSession, spec: TableSpec) -> dict[str, Any]:

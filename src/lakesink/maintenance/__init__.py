@@ -36,6 +36,33 @@ def maintainer(spec: TableSpec, spark: SparkSession, fmt: str | None = None,
     return cls(spec, spark, fs, layout)  # type: ignore[no-any-return]
 
 
+#: the operation each command's "nothing to do" report names
+OPERATIONS = {"compact": "OPTIMIZE", "vacuum": "VACUUM", "repair": "FSCK"}
+
+
+def without_spark(what: str, spec: TableSpec, **options: Any) -> dict[str, Any] | None:  # noqa: ANN401
+    """The report of ``what`` (with the options of :func:`compact`, :func:`vacuum` or
+    :func:`repair`) on ``spec``'s table when it needs no Spark, read with pyarrow,
+    delta-rs and DuckDB: a table with nothing to maintain yet, or a run that only reads
+    (:meth:`~lakesink.maintenance.base.Maintainer.read_only`). None: run it with Spark.
+    Local disk and S3 only (the stores pyarrow reads here)."""
+    from lakesink.runtime.arrow_fs import ArrowFS
+    from lakesink.tables.layout import TableLayout
+
+    if what == "vacuum" and (spec.dlq.retention_days is not None
+                             or table_format(spec.dlq.format).has_log):
+        return None  # the dead letters' retention and vacuum write
+    layout = TableLayout.of(spec.table.base_path, spec.name)
+    fs = ArrowFS.open(spec.storage, layout.base)
+    if fs is None:
+        return None
+    m = table_format(spec.format).maintainer_class()(spec, None, fs, layout)
+    empty = m.nothing_to_do(OPERATIONS[what])
+    if empty is not None:
+        return empty | ({"problems": 0} if what == "repair" else {})
+    return m.read_only(what, **options)  # type: ignore[no-any-return]
+
+
 def compact(spec: TableSpec, spark: SparkSession, *,
             partition: tuple[str, str] | None = None,
             target_file_size: int | None = None) -> dict[str, Any]:

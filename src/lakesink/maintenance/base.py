@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from lakesink.config.plan import TableSpec
+    from lakesink.runtime.arrow_fs import ArrowFS
     from lakesink.tables.fs import HadoopFS
     from lakesink.tables.layout import TableLayout
 
@@ -27,7 +28,7 @@ class Maintainer(ABC):
     """One table's ``compact``, ``vacuum`` and ``repair``. Each returns the report as a
     dict; ``nothing_to_do`` (a table with no commit yet) short-cuts all three."""
 
-    def __init__(self, spec: TableSpec, spark: SparkSession, fs: HadoopFS,
+    def __init__(self, spec: TableSpec, spark: SparkSession | None, fs: HadoopFS | ArrowFS,
                  layout: TableLayout) -> None:
         self.spec = spec
         self.spark = spark
@@ -37,6 +38,13 @@ class Maintainer(ABC):
     def nothing_to_do(self, operation: str) -> dict[str, Any] | None:
         """The report of ``operation`` on a table that holds nothing to maintain yet (None:
         there is something)."""
+        return None
+
+    def read_only(self, what: str, **options: Any) -> dict[str, Any] | None:  # noqa: ANN401
+        """The report of ``what`` (``compact``, ``vacuum``, ``repair`` with their
+        options) when it only reads this table, without Spark (``self.spark`` is None,
+        ``self.fs`` an :class:`~lakesink.runtime.arrow_fs.ArrowFS`); None when it would
+        write or needs Spark to read."""
         return None
 
     @abstractmethod

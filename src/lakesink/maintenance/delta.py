@@ -176,6 +176,11 @@ class DeltaMaintainer(Maintainer):
         return {"table": self.layout.name, "format": "delta", "operation": operation,
                 "nothing_to_do": "the table has no commit yet"}
 
+    def read_only(self, what: str, **options: Any) -> dict[str, Any] | None:  # noqa: ANN401
+        """``repair`` without ``--apply`` (delta-rs reads the log and the store)."""
+        return self.repair(apply=False) if what == "repair" and not options["apply"] \
+            else None
+
     def _commits(self) -> Any:  # noqa: ANN401 - a context manager
         return table_commits(self.spec, self.fs, self.layout, "delta")
 

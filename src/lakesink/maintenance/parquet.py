@@ -532,6 +532,28 @@ class ParquetMaintainer(Maintainer):
                               "folders, is fine)")
         return self.compactor().run().as_dict()
 
+    def read_only(self, what: str, **options: Any) -> dict[str, Any] | None:  # noqa: ANN401
+        """``repair`` without ``--apply``, ``vacuum --dry-run``, and a ``compact`` that
+        finds nothing to merge and no compaction to resume."""
+        if what == "repair" and not options["apply"]:
+            return self.repair(apply=False)
+        if what == "vacuum" and options["dry_run"]:
+            return self.vacuum(force=options["force"], dry_run=True)
+        if what == "compact" and options.get("partition") is None:
+            compactor = self.compactor()
+            if any("" in s and not s & {"finished", "aborted"}
+                   for s in compactor.journal.states().values()):
+                return None  # a crashed compaction to finish or undo: it writes
+            report = CompactReport(self.layout.name)
+            files = committed_files(self.fs, self.layout)
+            if compactor.plan(files, report):
+                return None
+            report.files_before = report.files_after = len(files)
+            report.bytes_before = report.bytes_after = sum(f.bytes for f in files.values())
+            report.rows = sum(f.rows for f in files.values())
+            return report.as_dict()
+        return None
+
     def vacuum(self, *, force: bool, dry_run: bool) -> dict[str, Any]:
         if not dry_run:
             self.compactor().resume_locked(CompactReport(self.layout.name))

@@ -133,6 +133,7 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
                 self.spark.sql(f"ALTER TABLE delta.`{self.layout.table}` SET TBLPROPERTIES "
                                "('delta.enableTypeWidening' = 'true')")
         super().prepare()
+        self.sweep_staging()
 
     def write_batch(
         self, batch_id: int, df: DataFrame, *, commit_info: CommitInfo | None = None,

@@ -256,6 +256,17 @@ class DeltaFiles:
         self.fs.delete(folder)
         return out
 
+    def tidy(self, batch_id: int) -> None:
+        """A committed batch's staging folder (a kill after the commit, before the
+        merge's staged rows were removed, leaves it: disk, not rows)."""
+        self.fs.delete(self.layout.staging(run_tag(self.app_id), batch_id))
+
+    def sweep_staging(self) -> None:
+        """At start, under the lease: this app id's staging folders. No batch of this
+        app id is in flight yet; whatever is there was left by a kill (a batch still
+        to do stages its rows again; a committed one never reads them)."""
+        self.fs.delete(self.layout.staging_of(run_tag(self.app_id)))
+
     def drop_files(self, rels: list[str]) -> None:
         """Delete files the tasks wrote for a batch that is not committed from them
         (it takes Spark's writer instead); never in the log, so only tidying."""

@@ -64,7 +64,11 @@ class TableLayout:
         return join(self.meta, "schema.json")
 
     def staging(self, run: str, batch_id: int) -> str:
-        return join(self.meta, "staging", run, f"{batch_id:010d}")
+        return join(self.staging_of(run), f"{batch_id:010d}")
+
+    def staging_of(self, run: str) -> str:
+        """Every batch's staging folder of the run tag ``run``."""
+        return join(self.meta, "staging", run)
 
     def pending(self, run: str, batch_id: int) -> str:
         return join(self.meta, "pending", run, f"{batch_id:010d}.json")

@@ -1,0 +1,150 @@
+"""The commands that only read a table answer without Spark (issue 41 item 7): ``dlq
+show`` (Parquet and Delta dead letters), ``repair`` without ``--apply``, ``vacuum
+--dry-run`` and a ``compact`` with nothing to do — pyarrow, delta-rs and DuckDB on a
+lake laid out as lakesink lays it out. A step that would write is refused by the
+read-only filesystem, never skipped."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import write_deltalake
+from typer.testing import CliRunner
+
+from lakesink import dlq, maintenance
+from lakesink.cli import app
+from lakesink.config import load_config
+from lakesink.config.plan import TableSpec
+from lakesink.runtime.arrow_fs import ArrowFS
+
+
+def _config(tmp_path: Path, **dlq_section: object) -> Path:
+    import yaml
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({
+        "source": {"kafka": {"bootstrap_servers": "127.0.0.1:1", "topics": ["events"]}},
+        "decode": {"schema": [{"name": "id", "type": "Int64"},
+                              {"name": "location", "type": "Utf8"}]},
+        "table": {"name": "events", "base_path": str(tmp_path / "lake"),
+                  "partition_by": ["location"]},
+        "dlq": dict(dlq_section)}))
+    return path
+
+
+def _letters(batch: int, reasons: list[str], first_offset: int) -> pa.Table:
+    n = len(reasons)
+    return pa.table({
+        "key": pa.array([None] * n, pa.binary()),
+        "value": pa.array([f"bad {first_offset + i}".encode() for i in range(n)], pa.binary()),
+        "reason": reasons, "detail": [f"at {i}" for i in range(n)],
+        "stage": ["decode"] * n, "topic": ["events"] * n,
+        "partition": pa.array([0] * n, pa.int32()),
+        "offset": pa.array(range(first_offset + n - 1, first_offset - 1, -1), pa.int64()),
+        "kafka_timestamp": pa.array([dt.datetime(2026, 12, 2)] * n, pa.timestamp("us")),
+        "batch_id": pa.array([batch] * n, pa.int64()), "app_id": ["app1"] * n,
+        "rejected_at": pa.array([dt.datetime(2026, 12, 2)] * n, pa.timestamp("us"))})
+
+
+def _spec(path: Path) -> TableSpec:
+    return TableSpec(load_config(path, env={}))
+
+
+def test_dlq_show_reads_parquet_dead_letters_without_spark(tmp_path: Path) -> None:
+    spec = _spec(_config(tmp_path))
+    rejected = tmp_path / "lake" / "_rejected" / "events"
+    rejected.mkdir(parents=True)
+    pq.write_table(_letters(0, ["decode", "decode", "schema"], 10), rejected / "b0.parquet")
+    pq.write_table(_letters(1, ["schema"], 0), rejected / "b1.parquet")
+    pq.write_table(_letters(2, ["decode"] * 4, 20), rejected / "b2.parquet")
+    plans = tmp_path / "lake" / ".lakesink" / "events" / "dlq"
+    plans.mkdir(parents=True)
+    (plans / "replay-000000.json").write_text(json.dumps(
+        {"replay": 0, "state": "done", "files": ["b2.parquet"]}))
+    shown = dlq.show(None, spec, sample=2)
+    assert shown is not None
+    assert shown["pending_files"] == 2 and shown["replayed_files"] == 1
+    assert shown["replayed_records"] == 4
+    assert shown["by_reason"] == {"decode": 2, "schema": 2}
+    assert [(r["offset"], r["value"]) for r in shown["sample"]] == [(0, "bad 0"), (10, "bad 12")]
+    # the CLI answers the same without a session
+    result = CliRunner().invoke(app, ["dlq", "show", "-c", str(_config(tmp_path)), "--json",
+                                      "--sample", "2"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == shown
+
+
+def test_dlq_show_reads_delta_dead_letters_without_spark(tmp_path: Path) -> None:
+    spec = _spec(_config(tmp_path, format="delta"))
+    table = tmp_path / "lake" / "_rejected" / "events"
+    write_deltalake(str(table), _letters(0, ["decode", "schema"], 0))
+    write_deltalake(str(table), _letters(1, ["decode"], 5), mode="append")
+    plans = tmp_path / "lake" / ".lakesink" / "events" / "dlq"
+    plans.mkdir(parents=True)
+    (plans / "replay-000000.json").write_text(json.dumps(
+        {"replay": 0, "state": "done", "files": ["app1:1"]}))
+    shown = dlq.show(None, spec)
+    assert shown is not None
+    assert (shown["pending_files"], shown["replayed_files"], shown["replayed_records"]) == (1, 1, 1)
+    assert shown["by_reason"] == {"decode": 1, "schema": 1}
+
+
+def _committed_lake(tmp_path: Path, files: int) -> TableSpec:
+    """A Parquet table with ``files`` committed single-row files in one folder."""
+    spec = _spec(_config(tmp_path))
+    lake = tmp_path / "lake"
+    folder = lake / "events" / "location=a"
+    folder.mkdir(parents=True)
+    entries = []
+    for n in range(files):
+        path = folder / f"part-{n:010d}-run1-00000.parquet"
+        pq.write_table(pa.table({"id": [n]}), path)
+        entries.append({"path": path.relative_to(lake / "events").as_posix(), "rows": 1,
+                        "bytes": path.stat().st_size})
+    meta = lake / ".lakesink" / "events"
+    (meta / "manifests" / "run1").mkdir(parents=True)
+    (meta / "manifests" / "run1" / "0000000000.json").write_text(json.dumps(
+        {"batch_id": 0, "app_id": "app1", "files": entries}))
+    return spec
+
+
+def test_repair_vacuum_and_an_idle_compact_read_without_spark(tmp_path: Path) -> None:
+    spec = _committed_lake(tmp_path, files=1)
+    fs = ArrowFS.open(spec.storage, str(tmp_path / "lake"))
+    assert fs is not None and fs.list_files(str(tmp_path / "lake" / "events"))
+    repaired = maintenance.without_spark("repair", spec, apply=False)
+    assert repaired is not None
+    assert (repaired["files_checked"], repaired["rows_checked"], repaired["problems"]) == (1, 1, 0)
+    # a foreign file: an orphan readers count, found however young it is
+    pq.write_table(pa.table({"id": [9]}), tmp_path / "lake" / "events" / "location=a" / "x.parquet")
+    repaired = maintenance.without_spark("repair", spec, apply=False)
+    assert repaired is not None and repaired["problems"] == 1, repaired
+    vacuumed = maintenance.without_spark("vacuum", spec, force=False, dry_run=True)
+    assert vacuumed is not None and vacuumed["files_to_delete"] == 0
+    compacted = maintenance.without_spark("compact", spec)
+    assert compacted is not None and compacted["compactions"] == 0
+    assert compacted["files_before"] == 1 and compacted["rows"] == 1
+    # what writes takes Spark: an apply, a vacuum that deletes
+    assert maintenance.without_spark("repair", spec, apply=True) is None
+    assert maintenance.without_spark("vacuum", spec, force=False, dry_run=False) is None
+
+
+def test_a_compact_with_files_to_merge_takes_spark(tmp_path: Path) -> None:
+    spec = _committed_lake(tmp_path, files=3)
+    spec.config.maintenance.min_age_s = 0
+    assert maintenance.without_spark("compact", spec) is None
+
+
+def test_the_read_only_filesystem_refuses_writes(tmp_path: Path) -> None:
+    spec = _spec(_config(tmp_path))
+    fs = ArrowFS.open(spec.storage, str(tmp_path))
+    assert fs is not None
+    with pytest.raises(NotImplementedError):
+        fs.delete(str(tmp_path / "x"))
+    with pytest.raises(NotImplementedError):
+        fs.write_once(str(tmp_path / "x"), "text")
