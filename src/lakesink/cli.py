@@ -247,7 +247,9 @@ def validate(
     master: MasterOpt = None,
     offline: Annotated[bool, typer.Option("--offline", help="Skip the broker check.")] = False,
 ) -> None:
-    """Print the resolved config (secrets redacted) and run the start-up checks."""
+    """Print the resolved config (secrets redacted) and run the start-up checks. The
+    source is tried once: a refused connection fails at once (``run`` waits up to the
+    source's connect_timeout_s for a server that is starting)."""
     from lakesink.config import redacted_dict
 
     try:
@@ -260,7 +262,9 @@ def validate(
         if not offline:
             from lakesink import sources
 
-            sources.check_reachable(cfg.source)
+            err.print(f"checking that {sources.describe(cfg.source)} answers…",
+                      highlight=False, markup=False)
+            sources.check_reachable(cfg.source, timeout_s=0)
             checks.append(f"source: {sources.describe(cfg.source)} reachable")
     except ConfigError as exc:
         _fail_config(exc)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -42,6 +43,27 @@ def test_validate_prints_redacted_config(tmp_path: Path) -> None:
     assert "password: '**********'" in result.output
     assert "partition_by:" in result.output
     assert "ok schema: 2 declared field(s)" in result.output
+
+
+def test_validate_says_it_checks_the_source_and_fails_at_once_when_refused(tmp_path: Path
+                                                                          ) -> None:
+    """A refused connection is an answer: validate tries once instead of waiting the
+    source's connect_timeout_s (30 s) in silence (``run`` waits, and says so)."""
+    result = runner.invoke(app, ["validate", "-c", str(write(tmp_path, GOOD)),
+                                 "--set", f"table.base_path={tmp_path}"])
+    assert result.exit_code == 1, result.output
+    assert "checking that kafka 127.0.0.1:1 ['events'] answers" in result.output
+    assert "no Kafka broker reachable at 127.0.0.1:1 (" in result.output  # not "after 30s"
+
+
+def test_a_wait_for_a_server_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    from lakesink.errors import SourceError
+    from lakesink.sources.net import wait_for_tcp
+
+    with caplog.at_level("WARNING"), pytest.raises(SourceError, match="after 1s"):
+        wait_for_tcp([("127.0.0.1", 1)], 1.0, what="no broker", key="k")
+    said = [r.getMessage() for r in caplog.records if "waiting up to" in r.getMessage()]
+    assert said == ["no broker (127.0.0.1:1: Connection refused); waiting up to 1 s for it"]
 
 
 def test_config_errors_exit_2_naming_the_key(tmp_path: Path) -> None:

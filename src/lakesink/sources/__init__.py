@@ -21,9 +21,10 @@ def describe(cfg: SourceConfig) -> str:
     return source_kind(cfg).describe()
 
 
-def check_reachable(cfg: SourceConfig) -> None:
-    """Fail with a clear error when the source's server does not answer in time."""
-    source_kind(cfg).check_reachable()
+def check_reachable(cfg: SourceConfig, timeout_s: float | None = None) -> None:
+    """Fail with a clear error when the source's server does not answer in time (its
+    ``connect_timeout_s``, or ``timeout_s``; 0: tried once)."""
+    source_kind(cfg).check_reachable(timeout_s)
 
 
 def check_access(spark: SparkSession, cfg: SourceConfig) -> None:

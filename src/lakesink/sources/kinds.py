@@ -101,7 +101,7 @@ class KafkaKind:
         self.cfg, self.kafka = cfg, kafka
 
     def describe(self) -> str:
-        return str(self.kafka.topics or self.kafka.topic_pattern)
+        return f"kafka {self.kafka.bootstrap_servers} {self.kafka.topics or self.kafka.topic_pattern}"
 
     def check_reachable(self, timeout_s: float | None = None) -> None:
         from lakesink.sources import kafka
