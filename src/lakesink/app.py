@@ -229,14 +229,17 @@ class Pipeline:
                     sources.describe(self.cfg.source), self.target, self.checkpoint)
         return query
 
-    def run(self, *, until_caught_up: bool | None = None, stop: StopRequest | None = None
-            ) -> RunStats:
+    def run(self, *, until_caught_up: bool | None = None, stop: StopRequest | None = None,
+            observer: Observer | None = None) -> RunStats:
         """Run until stopped (or caught up). A query that fails is restarted from its
         checkpoint after a backoff — every batch is idempotent, so a restart replays
-        nothing twice — up to ``retry.restarts`` times in a row without progress."""
+        nothing twice — up to ``retry.restarts`` times in a row without progress.
+        ``observer``: the endpoints served since the process started
+        (:meth:`~lakesink.observe.Observer.early`), stopped with the run."""
         stop = stop or StopRequest()
         caught_up = self._caught_up(until_caught_up)
-        observer = Observer.start(plan(self.cfg), self.spark, f"lakesink_{self.name}")
+        observer = Observer.start(plan(self.cfg), self.spark, f"lakesink_{self.name}",
+                                  observer)
         progress = (CatchUpProgress(backlog(self.cfg.source.kafka, self.cfg.storage,
                                             self.checkpoint),
                                     lambda: self.stats.records).start()

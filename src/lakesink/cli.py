@@ -139,8 +139,12 @@ def _run_loaded(cfg: Any, log_level: str | None) -> None:  # noqa: ANN401
         _setup_logging(log_level, cfg)
         # Everything that can refuse without Spark runs before the JVM starts.
         from lakesink.app import preflight
+        from lakesink.config.plan import plan
+        from lakesink.observe import Observer
 
         preflight(cfg)
+        # /healthz from the start (Spark takes seconds); /readyz says "starting"
+        early = Observer.early(plan(cfg))
     except ConfigError as exc:
         _fail_config(exc)
         return
@@ -152,7 +156,8 @@ def _run_loaded(cfg: Any, log_level: str | None) -> None:  # noqa: ANN401
         spark = _spark(cfg)
         stop.install()
         pipeline = Pipeline.build(cfg, spark)
-        stats = pipeline.run(stop=stop)
+        taken, early = early, None  # the run stops it
+        stats = pipeline.run(stop=stop, observer=taken)
     except ConfigError as exc:
         _fail_config(exc)
         return
@@ -162,6 +167,9 @@ def _run_loaded(cfg: Any, log_level: str | None) -> None:  # noqa: ANN401
         err.print(f"[bold red]query failed:[/] {type(exc).__name__}: {escape(str(exc)[:2000])}",
                   highlight=False)
         raise typer.Exit(1) from None
+    finally:
+        if early is not None:  # the run never took the endpoints over
+            early.stop()
     summary = stats.as_dict()
     if pipeline.silence is not None:
         summary["silence"] = pipeline.silence.stats.as_dict()

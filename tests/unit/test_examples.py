@@ -45,4 +45,5 @@ def test_the_kubernetes_example_loads_and_probes_the_metrics_port(tmp_path: Path
     assert port == cfg.metrics.port == int(pod["metadata"]["annotations"]["prometheus.io/port"])
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["startupProbe"]["httpGet"]["path"] == "/healthz"
     assert docs["Deployment"]["spec"]["replicas"] == 1

@@ -46,7 +46,7 @@ class Clock:
 def test_readiness_follows_the_query() -> None:
     clock = Clock()
     health = Health(max_age_s=60, restarts=2, clock=clock)
-    assert health.ready() == (False, "the ingestion query is not running")
+    assert health.ready() == (False, "starting: the ingestion query is not running yet")
     health.started()
     assert health.ready()[0]
     clock.now += 61
@@ -64,8 +64,42 @@ def test_readiness_follows_the_query() -> None:
                                      "committed batch")
     health.committed()
     assert health.ready()[0]
+    health.stopped()
+    assert health.ready() == (False, "the ingestion query is not running")
     assert interval_seconds("500 milliseconds") == 0.5
     assert interval_seconds("2 minutes") == 120
+
+
+def test_the_probes_answer_from_the_start_before_spark(tmp_path) -> None:
+    """``run`` serves the endpoints before it starts Spark (item 9 of issue 41):
+    /healthz answers, /readyz says "starting"; the run's Observer takes them over."""
+    import urllib.error
+    import urllib.request
+
+    import yaml
+
+    from lakesink.config import load_config
+    from lakesink.config.plan import plan
+    from lakesink.observe import Observer
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({
+        "source": {"kafka": {"bootstrap_servers": "127.0.0.1:1", "topics": ["t"]}},
+        "table": {"base_path": str(tmp_path)},
+        "metrics": {"port": 0, "host": "127.0.0.1"}}))
+    early = Observer.early(plan(load_config(path, env={})))
+    assert early.server is not None
+    base = f"http://127.0.0.1:{early.server.port}"
+    try:
+        with urllib.request.urlopen(f"{base}/healthz", timeout=5) as r:
+            assert (r.status, r.read()) == (200, b"ok\n")
+        try:
+            urllib.request.urlopen(f"{base}/readyz", timeout=5)
+            raise AssertionError("/readyz answered 200 before the query ran")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 503 and b"starting" in exc.read()
+    finally:
+        early.stop()
 
 
 def test_a_committed_batch_counts_in_every_metric() -> None:

@@ -28,23 +28,36 @@ class Observer:
     telemetry: Telemetry | None = None
 
     @classmethod
-    def start(cls, run: RunPlan, spark: SparkSession, query_name: str) -> Observer:
+    def early(cls, run: RunPlan) -> Observer:
+        """From the process's start, before Spark (``metrics.port`` set): ``/healthz``
+        answers and ``/readyz`` says "starting" until the query runs; :meth:`start`
+        takes it over. A port that cannot be bound refuses the run here."""
         settings = run.metrics
         max_age = settings.ready_batch_age_s or (
             3 * interval_seconds(run.trigger.interval) + 60)
         health = Health(max_age_s=max_age, restarts=settings.ready_restarts)
+        if settings.port is None:
+            return cls(health)
+        from lakesink.observe.server import ObserveServer
+
+        METRICS.by_reason = True
+        return cls(health, ObserveServer(settings.host, settings.port, METRICS,
+                                         health).start())
+
+    @classmethod
+    def start(cls, run: RunPlan, spark: SparkSession, query_name: str,
+              early: Observer | None = None) -> Observer:
+        """The run's endpoints (those of ``early`` if given), Spark's progress listener
+        and the telemetry export."""
+        early = early or cls.early(run)
+        health, server = early.health, early.server
         from lakesink.observe.telemetry import Telemetry
 
         telemetry = Telemetry.start(run.telemetry, METRICS)
-        if settings.port is None and telemetry is None:
+        if server is None and telemetry is None:
             return cls(health)
         from lakesink.observe.listener import ProgressListener
-        from lakesink.observe.server import ObserveServer
 
-        server = None
-        if settings.port is not None:
-            server = ObserveServer(settings.host, settings.port, METRICS, health).start()
-            METRICS.by_reason = True
         # Spark's progress (lag, idle reports) for the endpoints and the OTLP export
         listener = ProgressListener(query_name, METRICS, health)
         spark.streams.addListener(listener)

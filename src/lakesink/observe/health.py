@@ -67,7 +67,9 @@ class Health:
                 return False, (f"the query failed {self.failures} time(s) in a row without "
                                "a committed batch")
             if not self.active:
-                return False, "the ingestion query is not running"
+                return False, ("starting: the ingestion query is not running yet"
+                               if self.last_progress is None and not self.failures
+                               else "the ingestion query is not running")
             age = self.clock() - (self.last_progress or 0.0)
             if age > self.max_age_s:
                 return False, (f"no batch or idle report for {age:.0f} s (limit "

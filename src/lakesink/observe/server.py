@@ -68,7 +68,7 @@ class ObserveServer:
 
     def start(self) -> ObserveServer:
         self.thread.start()
-        logger.info("metrics and health on http://%s:%d (/metrics, /healthz, /readyz)",
+        logger.info("status page on http://%s:%d/ (and /metrics, /healthz, /readyz)",
                     self.httpd.server_address[0], self.port)
         return self
 
