@@ -300,6 +300,10 @@ def demo(
         str, typer.Option("--source", help="Where the events come from: kafka (a local KRaft "
                           "broker) or redis (a local redis-server, one stream).")
     ] = "kafka",
+    keep_running: Annotated[bool, typer.Option(
+        "--keep-running", help="After the sample events, keep the broker and the stream "
+        "running with live events (20 a second) until Ctrl-C, to watch the status page and "
+        "/metrics (metrics.port, default 9108).")] = False,
     set_: SetOpt = None,
 ) -> None:
     """Start a local broker, produce sample sensor events, ingest them, show the result.
@@ -316,7 +320,7 @@ def demo(
             raise ConfigError("--source", f"must be kafka or redis (got {source!r})")
         run_demo(events=events, lake=lake, partitions=partitions, console=out,
                  table_format=table_format, storage=storage, source=source,
-                 overrides=set_ or [])
+                 overrides=set_ or [], keep_running=keep_running)
     except ConfigError as exc:
         _fail_config(exc)
     except LakesinkError as exc:

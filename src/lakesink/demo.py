@@ -15,9 +15,10 @@ import contextlib
 import json
 import random
 import shutil
+import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,8 @@ DEMO_SCHEMA = [
 
 
 def sensor_events(n: int, *, seed: int = 7, bad_every: int = 0) -> Iterator[tuple[bytes, bytes]]:
-    """``n`` JSON sensor events (about 200 bytes each) with unique ``event_id`` 0..n-1.
+    """``n`` JSON sensor events (about 200 bytes each) with unique ``event_id`` 0..n-1,
+    spread over three UTC days from :data:`START_MS`.
 
     With ``bad_every`` > 0, every ``bad_every``-th record is replaced by a malformed
     one (they are extra: the n good events are all still produced).
@@ -58,30 +60,64 @@ def sensor_events(n: int, *, seed: int = 7, bad_every: int = 0) -> Iterator[tupl
     rng = random.Random(seed)
     span_ms = 3 * 24 * 3600 * 1000
     for i in range(n):
-        kind = rng.choice(list(SENSOR_TYPES))
-        unit, mean, sd = SENSOR_TYPES[kind]
-        sensor = f"{kind[:3]}-{rng.randrange(200):04d}"
-        event = {
-            "event_id": i,
-            "sensor_id": sensor,
-            "location": LOCATIONS[zlib.crc32(sensor.encode()) % len(LOCATIONS)],
-            "sensor_type": kind,
-            "ts_ms": START_MS + (i * span_ms) // max(n, 1),
-            "value": round(rng.gauss(mean, sd), 3),
-            "unit": unit,
-            "battery": round(rng.uniform(0.05, 1.0), 2),
-            "firmware": f"v{rng.randrange(1, 4)}.{rng.randrange(10)}",
-        }
-        yield sensor.encode(), json.dumps(event, separators=(",", ":")).encode()
+        sensor, event = _event(rng, i, START_MS + (i * span_ms) // max(n, 1))
+        yield sensor, event
         if bad_every and i % bad_every == bad_every - 1:
-            yield sensor.encode(), b'{"event_id": "oops", "sensor_id": ' + str(i).encode()
+            yield sensor, b'{"event_id": "oops", "sensor_id": ' + str(i).encode()
+
+
+def _event(rng: random.Random, i: int, ts_ms: int) -> tuple[bytes, bytes]:
+    """One sensor event ``i`` at ``ts_ms``: (key, JSON value)."""
+    kind = rng.choice(list(SENSOR_TYPES))
+    unit, mean, sd = SENSOR_TYPES[kind]
+    sensor = f"{kind[:3]}-{rng.randrange(200):04d}"
+    event = {
+        "event_id": i,
+        "sensor_id": sensor,
+        "location": LOCATIONS[zlib.crc32(sensor.encode()) % len(LOCATIONS)],
+        "sensor_type": kind,
+        "ts_ms": ts_ms,
+        "value": round(rng.gauss(mean, sd), 3),
+        "unit": unit,
+        "battery": round(rng.uniform(0.05, 1.0), 2),
+        "firmware": f"v{rng.randrange(1, 4)}.{rng.randrange(10)}",
+    }
+    return sensor.encode(), json.dumps(event, separators=(",", ":")).encode()
+
+
+class Trickle(threading.Thread):
+    """``--keep-running``: ``rate`` live events a second (ids from ``first``, stamped
+    now) through ``feed`` until :meth:`stop`, so the status page and ``/metrics`` move."""
+
+    def __init__(self, feed: Callable[[Iterator[tuple[bytes, bytes]]], int], first: int,
+                 rate: int) -> None:
+        super().__init__(name="lakesink-demo-trickle", daemon=True)
+        self.feed, self.next_id, self.rate = feed, first, rate
+        self._stop_event = threading.Event()
+        self.rng = random.Random(first)
+
+    def run(self) -> None:
+        while not self._stop_event.wait(1.0):
+            now = int(time.time() * 1000)
+            batch = [_event(self.rng, self.next_id + i, now) for i in range(self.rate)]
+            self.feed(iter(batch))
+            self.next_id += self.rate
+
+    def stop(self) -> int:
+        """Stop producing; returns the events produced."""
+        self._stop_event.set()
+        self.join()
+        return self.next_id
 
 
 def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
              table_format: str = "parquet", storage: str = "local",
-             source: str = "kafka", overrides: list[str] | None = None) -> None:
+             source: str = "kafka", overrides: list[str] | None = None,
+             keep_running: bool = False, rate: int = 20) -> None:
     """``overrides`` (``--set``) and the ``LAKESINK_*`` variables apply over the demo's
-    own settings, as for ``lakesink run``."""
+    own settings, as for ``lakesink run``. ``keep_running``: after the sample events,
+    ``rate`` live events a second, the stream and its broker kept until SIGINT/SIGTERM,
+    with the status page and ``/metrics`` on ``metrics.port`` (default 9108)."""
     import os
 
     from lakesink.app import Pipeline
@@ -97,7 +133,7 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
     console.print(f"[bold]lakesink demo[/]: {events:,} sensor events -> {where}/{TOPIC}")
     try:
         with (s3 or contextlib.nullcontext()), _source(source, events, partitions, console,
-                                                        started) as source_flags:
+                                                        started) as (source_flags, feed):
             if s3 is not None:
                 console.print(f"  s3          SeaweedFS on {s3.endpoint}, bucket 'lake'")
             flags = {
@@ -107,8 +143,10 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
                 "table.format": table_format,
                 "table.partition_by": ["location", "year", "month", "day"],
                 "table.timestamp_column": "ts_ms",
-                "trigger.until_caught_up": True,
+                "trigger.until_caught_up": not keep_running,
             }
+            if keep_running and not _port_given(overrides or []):
+                flags["metrics.port"] = DEMO_PORT
             env: dict[str, str] = {}
             if s3 is not None:  # the lake's place and the client, as the AWS/Quix variables
                 del flags["table.base_path"]
@@ -132,7 +170,10 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
             spark = build_spark_session(master=cfg.spark.master,
                                         driver_memory=cfg.spark.driver_memory)
             pipeline = Pipeline.build(cfg, spark)
-            stats = pipeline.run()
+            if keep_running:
+                stats = _keep_running(pipeline, feed, events, rate, cfg.metrics, console)
+            else:
+                stats = pipeline.run()
             console.print(f"  ingested    {stats.written:,} rows, {stats.rejected:,} rejected, "
                           f"{stats.files} files in {stats.batches} batch(es) "
                           f"({time.monotonic() - t:.1f}s incl. Spark start)")
@@ -152,6 +193,37 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
 
 #: the config the demo ran, in its lake folder
 DEMO_CONFIG = "demo.yaml"
+#: ``--keep-running``'s status page and /metrics, unless metrics.port is set
+DEMO_PORT = 9108
+
+
+def _port_given(overrides: list[str]) -> bool:
+    import os
+
+    return (any(o.split("=", 1)[0].strip() == "metrics.port" for o in overrides)
+            or "LAKESINK_METRICS__PORT" in os.environ)
+
+
+def _keep_running(pipeline: Any, feed: Callable[[Iterator[tuple[bytes, bytes]]], int],
+                  events: int, rate: int, metrics: Any, console: Console) -> Any:  # noqa: ANN401
+    """The stream until SIGINT/SIGTERM, with ``rate`` live events a second."""
+    from lakesink.runtime.shutdown import StopRequest
+
+    stop = StopRequest()
+    stop.install()
+    trickle = Trickle(feed, events, rate)
+    trickle.start()
+    if metrics.port is not None:
+        host = "127.0.0.1" if metrics.host in ("0.0.0.0", "") else metrics.host
+        console.print(f"  watching    status page http://{host}:{metrics.port}/ and "
+                      f"/metrics; {rate} live events a second; Ctrl-C stops", highlight=False)
+    try:
+        stats = pipeline.run(until_caught_up=False, stop=stop)
+    finally:
+        produced = trickle.stop()
+    console.print(f"  produced    {produced - events:,} live events while running",
+                  highlight=False)
+    return stats
 
 
 def next_steps(lake: Path, console: Console, table_format: str) -> None:
@@ -221,9 +293,10 @@ def record_lake(lake: Path) -> None:
 
 @contextlib.contextmanager
 def _source(kind: str, events: int, partitions: int, console: Console, started: float
-            ) -> Iterator[dict[str, Any]]:
+            ) -> Iterator[tuple[dict[str, Any], Callable[[Iterator[tuple[bytes, bytes]]], int]]]:
     """A local Kafka broker (a topic of ``partitions``) or Redis server (a stream) with
-    the sample events in it, for the demo's run; yields the source's config flags."""
+    the sample events in it, for the demo's run; yields the source's config flags and
+    a function that sends more records."""
     records = sensor_events(events, bad_every=2000 if events >= 2000 else 0)
     if kind == "redis":
         from lakesink.local.redisserver import RedisServer
@@ -235,8 +308,10 @@ def _source(kind: str, events: int, partitions: int, console: Console, started: 
             produced = add_to_stream(server.client(), TOPIC, records)
             console.print(f"  produced    {produced:,} entries to stream '{TOPIC}' "
                           f"(field 'data') in {time.monotonic() - t:.1f}s")
-            yield {"source.redis.port": server.port, "source.redis.streams": [TOPIC],
-                   "source.redis.key_field": "k"}
+            client = server.client()
+            yield ({"source.redis.port": server.port, "source.redis.streams": [TOPIC],
+                    "source.redis.key_field": "k"},
+                   lambda recs: add_to_stream(client, TOPIC, recs))
         return
     with KafkaBroker() as broker:
         console.print(f"  broker      KRaft on {broker.bootstrap_servers} "
@@ -246,8 +321,9 @@ def _source(kind: str, events: int, partitions: int, console: Console, started: 
         produced = produce(broker.bootstrap_servers, TOPIC, records)
         console.print(f"  produced    {produced:,} records to '{TOPIC}' "
                       f"({partitions} partitions) in {time.monotonic() - t:.1f}s")
-        yield {"source.kafka.bootstrap_servers": broker.bootstrap_servers,
-               "source.kafka.topics": [TOPIC]}
+        yield ({"source.kafka.bootstrap_servers": broker.bootstrap_servers,
+                "source.kafka.topics": [TOPIC]},
+               lambda recs: produce(broker.bootstrap_servers, TOPIC, recs))
 
 
 def add_to_stream(client: Any, key: str, records: Iterator[tuple[bytes, bytes]],

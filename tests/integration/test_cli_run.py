@@ -93,11 +93,13 @@ def test_sigterm_stops_after_the_batch_then_restart_is_exact(kafka_broker, topic
                           ("delta", "s3", "kafka"), ("parquet", "local", "redis")])
 def test_demo_command(tmp_path, fmt, storage, source) -> None:
     """The README's demo, small: its own broker (and S3 server), ingest, DuckDB summary,
-    everything stopped."""
-    extra = ["--set", "table.compression=zstd"] if (fmt, source) == ("parquet", "redis") \
-        else []  # --set applies as for run
-    result = run_cli("demo", "--events", "3000", "--lake", str(tmp_path / "lake"),
-                     "--format", fmt, "--storage", storage, "--source", source, *extra)
+    everything stopped. The Redis case keeps running (``--keep-running``): live events
+    on top of the sample, the status page and /metrics served, until SIGINT."""
+    keep = (fmt, source) == ("parquet", "redis")
+    extra = ["--set", "table.compression=zstd"] if keep else []  # --set applies as for run
+    args = ["demo", "--events", "3000", "--lake", str(tmp_path / "lake"),
+            "--format", fmt, "--storage", storage, "--source", source, *extra]
+    result = _keep_running(args) if keep else run_cli(*args)
     assert result.returncode == 0, result.stderr[-3000:]
     if extra:
         import duckdb
@@ -108,7 +110,15 @@ def test_demo_command(tmp_path, fmt, storage, source) -> None:
     if storage == "s3":
         assert "DuckDB over S3: s3://lake/demo/sensors" in result.stdout
         assert not (tmp_path / "lake").exists()
-    assert "rows 3,000, distinct event ids 3,000" in result.stdout
+    if keep:  # every live event too, once
+        import re
+
+        live = int(re.search(r"produced\s+([\d,]+) live events", result.stdout)[1]
+                   .replace(",", ""))
+        assert live > 0, result.stdout
+        assert f"rows {3000 + live:,}, distinct event ids {3000 + live:,}" in result.stdout
+    else:
+        assert "rows 3,000, distinct event ids 3,000" in result.stdout
     assert "1 x malformed_json" in result.stdout  # the demo's deliberate bad record
     assert ("redis-server stopped" if source == "redis" else "broker stopped") in result.stdout
     if storage == "local":  # it leads somewhere: the config it ran, the next commands
@@ -124,6 +134,43 @@ def test_demo_command(tmp_path, fmt, storage, source) -> None:
         assert shown.exit_code == 0, shown.output
         (table,) = json.loads(shown.output)
         assert (table["rows"], table["format"]) == (3000, fmt), table
+
+
+def _keep_running(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """``lakesink demo --keep-running``: watched on its status page and /metrics until
+    the stream has taken live events beyond the sample, then stopped with SIGINT."""
+    import re
+    import urllib.request
+
+    from lakesink.local.services import free_port
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESINK_")}
+    proc = subprocess.Popen(lakesink_cmd(*args, "--keep-running", "--set",
+                                         f"metrics.port={port}"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    written, page = 0.0, ""
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and written < 3100 and proc.poll() is None:
+            time.sleep(1)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    text = r.read().decode()
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as r:
+                    page = r.read().decode()
+            except OSError:
+                continue  # not serving yet
+            found = re.findall(r'^lakesink_records_written_total\{table="sensors"\} (\S+)',
+                               text, re.M)
+            written = float(found[0]) if found else 0.0
+        assert written >= 3100, f"written {written}"  # the sample and live events
+        assert "sensors" in page
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 def test_config_error_exit_2_before_spark(tmp_path) -> None:

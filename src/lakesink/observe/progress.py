@@ -104,8 +104,21 @@ class CatchUpProgress:
                                  transient=True)
             self._task = self._bar.add_task("records", total=self.total, rate="")
             self._bar.start()
+            self._logs_above_bar()
         self._thread.start()
         return self
+
+    def _logs_above_bar(self) -> None:
+        """While the bar is shown, log lines go through its console (printed above the
+        bar, never glued to it): the handlers on stderr write to the bar's redirected
+        stderr until :meth:`finish` gives them theirs back."""
+        import logging
+
+        bar_stderr = sys.stderr  # rich's proxy while the bar is live
+        self._swapped = [
+            (h, h.setStream(bar_stderr)) for h in logging.getLogger().handlers
+            if type(h) is logging.StreamHandler and h.stream is not bar_stderr
+            and h.stream in (sys.__stderr__, self._bar.console.file)]
 
     def line(self) -> str:
         """``1200 of 5000 records (24%), 310 records/s, ETA 12s``."""
@@ -134,6 +147,8 @@ class CatchUpProgress:
         self._stop.set()
         self._thread.join(5)
         if self._bar is not None:
+            for handler, stream in getattr(self, "_swapped", []):
+                handler.setStream(stream)
             self._bar.stop()
         done, elapsed = self.done(), time.monotonic() - self.started
         logger.info("%s: %d%s records in %.1fs (%.0f records/s)", self.finished, done,

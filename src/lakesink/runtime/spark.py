@@ -114,6 +114,19 @@ def local_gc_options(settings: Mapping[str, str], env: Mapping[str, str]) -> str
     return f"{chosen[0]} {LOCAL_GC}".strip()
 
 
+#: the driver JVM's log4j2 configuration (no start-up banner; see the file)
+LOG4J2 = Path(__file__).with_name("log4j2.properties")
+
+
+def driver_logging(java_options: str, log_level: str) -> str:
+    """``java_options`` with lakesink's log4j2 configuration at ``log_level``, unless
+    the user's options name their own."""
+    if "log4j.configurationFile" in java_options or "log4j2.configurationFile" in java_options:
+        return java_options
+    ours = f"-Dlog4j.configurationFile=file:{LOG4J2} -Dlakesink.spark.level={log_level}"
+    return f"{java_options} {ours}".strip()
+
+
 def build_spark_session(
     *,
     master: str | None = "local[*]",
@@ -175,6 +188,9 @@ def build_spark_session(
         gc = local_gc_options(settings, os.environ)
         if gc is not None:
             settings["spark.driver.defaultJavaOptions"] = gc
+    if master is not None:  # this process starts the driver JVM: its logging is ours
+        settings["spark.driver.extraJavaOptions"] = driver_logging(
+            settings.get("spark.driver.extraJavaOptions", ""), log_level)
     if jars or user_jars:
         settings["spark.jars"] = ",".join([*jars, *user_jars])
     for key, value in settings.items():
