@@ -15,6 +15,7 @@ import contextlib
 import json
 import random
 import shutil
+import sys
 import threading
 import time
 import zlib
@@ -229,14 +230,15 @@ def _keep_running(pipeline: Any, feed: Callable[[Iterator[tuple[bytes, bytes]]],
 def next_steps(lake: Path, console: Console, table_format: str) -> None:
     """What to try next on the lake the demo wrote (its config is ``<lake>/demo.yaml``)."""
     config = lake / DEMO_CONFIG
-    glob = FORMATS[table_format].duckdb_scan(f"{lake}/{TOPIC}")
+    first, scan = FORMATS[table_format].duckdb_scan(f"{lake}/{TOPIC}")
+    read = (f"{sys.executable} -c \"import duckdb; {first}duckdb.sql(\\\"SELECT location, "
+            f"count(*) FROM {scan} GROUP BY 1\\\").show()\"")
     console.print("next:", highlight=False)
     for command, what in (
             (f"lakesink status -c {config}", "the table: batches, rows, files, dead letters"),
             (f"lakesink dlq show -c {config}", "the rejected record and why"),
             (f"lakesink compact -c {config}", "merge the small files"),
-            (f"duckdb -c \"SELECT location, count(*) FROM {glob} GROUP BY 1\"",
-             "read it with DuckDB"),
+            (read, "read it with DuckDB (its Python package)"),
             ("lakesink run -c lakesink.yaml", "your own topic: README \"Configuration\"")):
         console.print(f"  {command}\n      {what}", highlight=False, markup=False,
                       soft_wrap=True)

@@ -124,6 +124,10 @@ def test_demo_command(tmp_path, fmt, storage, source) -> None:
     if storage == "local":  # it leads somewhere: the config it ran, the next commands
         config = tmp_path / "lake" / "demo.yaml"
         assert f"lakesink status -c {config}" in result.stdout
+        # the DuckDB line it suggests runs with what the set-up installed
+        (read,) = [line.strip() for line in result.stdout.splitlines() if "import duckdb" in line]
+        shown = subprocess.run(["bash", "-c", read], capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0 and "berlin" in shown.stdout, shown.stderr[-2000:]
         import json
 
         from typer.testing import CliRunner

@@ -107,8 +107,9 @@ class TableFormat(ABC):
         """The format's writer of ``layout``'s table (not prepared yet)."""
 
     @abstractmethod
-    def duckdb_scan(self, location: str) -> str:
-        """How DuckDB reads the table at ``location`` (a table function call)."""
+    def duckdb_scan(self, location: str) -> tuple[str, str]:
+        """How DuckDB's Python package, as the set-up installs it, reads the table at
+        ``location``: (Python to run first, the SQL that names the table)."""
 
     @abstractmethod
     def read_contents(self, fs: pafs.FileSystem, meta: str, layout: TableLayout,
@@ -131,8 +132,8 @@ class ParquetFormat(TableFormat):
 
         return ParquetTableWriter(spark, layout, **options.common())
 
-    def duckdb_scan(self, location: str) -> str:
-        return f"read_parquet('{location}/**/*.parquet', hive_partitioning=true)"
+    def duckdb_scan(self, location: str) -> tuple[str, str]:
+        return "", f"read_parquet('{location}/**/*.parquet', hive_partitioning=true)"
 
     def read_contents(self, fs: pafs.FileSystem, meta: str, layout: TableLayout,
                       open_log: OpenLog, app_id: str | None) -> TableContents:
@@ -158,8 +159,10 @@ class DeltaFormat(TableFormat):
                                 type_widening=options.type_widening,
                                 task_filesystem=options.task_filesystem)
 
-    def duckdb_scan(self, location: str) -> str:
-        return f"delta_scan('{location}')"  # DuckDB's delta extension
+    def duckdb_scan(self, location: str) -> tuple[str, str]:
+        # through delta-rs (DuckDB's delta extension is not part of the set-up)
+        return (f"import deltalake; t = deltalake.DeltaTable('{location}')"
+                ".to_pyarrow_dataset(); ", "t")
 
     def read_contents(self, fs: pafs.FileSystem, meta: str, layout: TableLayout,
                       open_log: OpenLog, app_id: str | None) -> TableContents:
