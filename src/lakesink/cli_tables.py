@@ -82,9 +82,9 @@ def dlq_show(
     except ConfigError as exc:
         _fail_config(exc)
         return
-    if as_json:
-        shown = summaries if cfg.routes else summaries[0]
-        out.print(json.dumps(shown, indent=1), highlight=False, markup=False, soft_wrap=True)
+    if as_json:  # a list of tables, as ``status --json`` prints (name, format, path first)
+        out.print(json.dumps(summaries, indent=1), highlight=False, markup=False,
+                  soft_wrap=True)
         return
     for summary in summaries:
         _print_dlq_summary(summary)

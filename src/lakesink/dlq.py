@@ -246,7 +246,8 @@ def show(spark: SparkSession | None, spec: TableSpec, *, sample: int = 5
         return None
     pending = letters.pending()
     replayed = letters.replayed()
-    out: dict[str, Any] = {"table": letters.layout.table, "pending_files": len(pending),
+    out: dict[str, Any] = {"table": spec.name, "path": letters.layout.table,
+                           "format": spec.dlq.format, "pending_files": len(pending),
                            "replayed_files": len(replayed), "by_reason": {}, "sample": [],
                            "replayed_records": 0}
     if replayed:

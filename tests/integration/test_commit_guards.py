@@ -245,7 +245,7 @@ def test_dlq_commands_with_a_message_type_route(spark, kafka_broker, topic, tmp_
     shown = run_cli_here("dlq", "show", "-c", str(cfg), "--json")
     assert shown.returncode == 0, shown.stderr[-2000:]
     (summary,) = json.loads(shown.stdout)
-    assert summary["table"].endswith("/ev_order")
+    assert summary["table"] == "ev_order" and summary["path"].endswith("/ev_order")
     assert summary["by_reason"] == {"schema_mismatch": 1}
     replayed = run_cli_here("dlq", "replay", "-c", str(cfg))
     assert replayed.returncode == 0, replayed.stderr[-2000:]

@@ -106,7 +106,8 @@ def test_dlq_show_cli(spark, kafka_broker, topic, tmp_path) -> None:
     cfg = write_config(tmp_path / "c.yaml", data)
     shown = run_cli_here("dlq", "show", "-c", str(cfg), "--json")
     assert shown.returncode == 0, shown.stderr[-2000:]
-    summary = json.loads(shown.stdout)
+    (summary,) = json.loads(shown.stdout)  # a list of tables, as status --json prints
+    assert (summary["table"], summary["path"]) == ("events", f"file://{lake}/events")
     assert summary["by_reason"] == {"malformed_json": 1}
     assert summary["sample"][0]["value"] == "nope"
 

@@ -76,7 +76,8 @@ def test_dlq_show_reads_parquet_dead_letters_without_spark(tmp_path: Path) -> No
     result = CliRunner().invoke(app, ["dlq", "show", "-c", str(_config(tmp_path)), "--json",
                                       "--sample", "2"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output) == shown
+    assert json.loads(result.output) == [shown]  # a list of tables, as status --json prints
+    assert (shown["table"], shown["format"]) == ("events", "parquet")
 
 
 def test_dlq_show_reads_delta_dead_letters_without_spark(tmp_path: Path) -> None:
