@@ -110,6 +110,9 @@ def test_dlq_show_cli(spark, kafka_broker, topic, tmp_path) -> None:
     assert (summary["table"], summary["path"]) == ("events", f"file://{lake}/events")
     assert summary["by_reason"] == {"malformed_json": 1}
     assert summary["sample"][0]["value"] == "nope"
+    # the parser's message and position, not only "not valid JSON"
+    assert summary["sample"][0]["detail"] == ("the value is not valid JSON: Expecting value "
+                                              "at line 1 column 1 (char 0)")
 
 
 @pytest.mark.parametrize("dlq_format", ["parquet", "delta"])

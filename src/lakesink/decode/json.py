@@ -171,7 +171,8 @@ class JsonDecoder(Decoder):
             F.when(value.isNull(), F.lit("the record has no value (tombstone)"))
             .when(F.length(text) == 0, F.lit("the value is empty"))
             .when(~F.is_valid_utf8(text), F.lit("the value is not valid UTF-8"))
-            .when(variant.isNull(), F.lit("the value is not valid JSON"))
+            .when(variant.isNull(), F.coalesce(_json_error(text),
+                                               F.lit("the value is not valid JSON")))
             .when(~kind.startswith("OBJECT"),
                   F.concat(F.lit("expected a JSON object, got "), F.lower(kind)))
             .when(corrupt, F.concat_ws("; ", *mismatches) if mismatches else F.lit(""))
@@ -182,6 +183,25 @@ class JsonDecoder(Decoder):
                                 F.array_join(F.coalesce(extra, F.array()), ", ")))
         )
         return reason, detail
+
+
+def _parser_message(text: str | None) -> str | None:
+    """Python's JSON parser's message and position for ``text`` (None: it parses)."""
+    import json
+
+    try:
+        json.loads(text or "")
+    except json.JSONDecodeError as exc:
+        return (f"the value is not valid JSON: {exc.msg} at line {exc.lineno} column "
+                f"{exc.colno} (char {exc.pos})")
+    except (ValueError, RecursionError):
+        return None
+    return None
+
+
+def _json_error(text: Column) -> Column:
+    """:func:`_parser_message` as a column (a Python function: dead letters only)."""
+    return F.udf(_parser_message, T.StringType())(text)
 
 
 def _path(name: str) -> str:
