@@ -236,3 +236,27 @@ def test_zeros_a_crash_left_are_cut_at_open(tmp_path) -> None:
         out.write(bytes(8) + b"not zeros")  # an empty record with data after it
     with pytest.raises(SourceError, match="truncating the file to"):
         Spool(tmp_path)
+
+
+def test_a_non_reliable_topics_messages_without_offsets_are_all_spooled(tmp_path) -> None:
+    """audit-2 #3: a non-reliable topic's messages all carry offset 0 (nothing stamps
+    them), and a tight loop sends several in one millisecond. Each is new; only the very
+    message spooled last, sent again, is a resend. Before: the second was acknowledged
+    and dropped as "sent again"."""
+    from lakesink.sources.danube_spool import message_key
+
+    def unstamped(n: int, publish_time: int = 5_000) -> object:
+        return pb.StreamMessage(
+            msg_id=pb.MsgID(producer_id=1, topic_name="/default/t", topic_offset=0),
+            payload=json.dumps({"id": n}).encode(), publish_time=publish_time)
+
+    with Spool(tmp_path) as spool:
+        first, second = unstamped(0), unstamped(1)  # the same millisecond
+        assert message_key(first) != message_key(second)  # one received group keeps both
+        spool.append([first])
+        assert not spool.seen(second)
+        spool.append([second])
+        assert spool.seen(second), "the message spooled last, sent again"
+        assert not spool.seen(unstamped(2, publish_time=4_999)), "another producer clock"
+    with Spool(tmp_path) as again:  # the state kept across a restart
+        assert again.seen(second) and not again.seen(unstamped(3))

@@ -52,10 +52,16 @@ SEGMENT_BYTES = 64 << 20
 _HEAD = struct.Struct(">II")  # length, crc32
 
 
-def message_key(message: Any) -> tuple[str, int, int, int]:
-    """What tells one message from another: partition, offset, publish time, producer."""
+def message_key(message: Any) -> tuple[str, int, int, int, int]:
+    """What tells one message from another: partition, offset, publish time, producer
+    and the payload's checksum (a non-reliable topic's messages carry no offset: two
+    sent in one millisecond differ only by their payload)."""
     return (message.msg_id.topic_name, message.msg_id.topic_offset, message.publish_time,
-            message.msg_id.producer_id)
+            message.msg_id.producer_id, payload_crc(message))
+
+
+def payload_crc(message: Any) -> int:
+    return zlib.crc32(message.payload)
 
 
 class Spool:
@@ -73,12 +79,14 @@ class Spool:
             raise
         #: the end of the last batch known durable (the backlog is what lies after it)
         self.committed = self.base
+        self._unstamped: set[str] = set()  # producers whose messages carry no offset
         self._cursor: tuple[int, int, int] = (-1, -1, 0)
 
     def _open(self) -> None:
         state = self._state()
         self.base: int = state.get("base", 0)
-        #: per partition, per producer id: [highest offset, latest publish time] spooled
+        #: per partition, per producer id: [highest offset, latest publish time, the
+        #: payload checksum of the message spooled with both] (see seen)
         self.last: dict[str, dict[str, list[int]]] = {
             p: {k: list(x) for k, x in v.items()} if isinstance(v, dict) else {"*": list(v)}
             for p, v in state.get("last", {}).items()}  # "*": a state of lakesink 0.x
@@ -118,8 +126,22 @@ class Spool:
         mark = known.get(producer) or known.get("*")
         if mark is None:
             return False
-        offset, published = mark
+        offset, published = mark[0], mark[1]
         if message.msg_id.topic_offset > offset:
+            return False
+        if message.msg_id.topic_offset == offset == 0:
+            # No offsets to go by: a non-reliable topic (Danube's producers default to
+            # it; its broker stamps no offset and redelivers nothing), or a reliable
+            # topic's first message. Only the very message spooled last is a resend.
+            last = mark[2] if len(mark) > 2 else None
+            if message.publish_time == published and payload_crc(message) == last:
+                return True
+            if producer not in self._unstamped:
+                self._unstamped.add(producer)
+                logger.info("Danube %s: producer %s's messages carry no offset (a "
+                            "non-reliable topic): each is spooled as it arrives; such a "
+                            "topic keeps nothing for a consumer that is away", part,
+                            producer)
             return False
         if message.publish_time <= published:
             return True
@@ -163,9 +185,12 @@ class Spool:
     def _remember(self, message: Any) -> None:
         known = self.last.setdefault(message.msg_id.topic_name, {})
         producer = str(message.msg_id.producer_id)
-        offset, published = known.get(producer, (-1, -1))
-        known[producer] = [max(offset, message.msg_id.topic_offset),
-                           max(published, message.publish_time)]
+        offset, published, *rest = known.get(producer, (-1, -1))
+        at = (message.msg_id.topic_offset, message.publish_time)
+        # the checksum of the message with the highest (offset, publish time): what
+        # tells a resend from a new message where offsets are all 0 (see seen)
+        crc = payload_crc(message) if at >= (offset, published) else (rest or [None])[0]
+        known[producer] = [max(offset, at[0]), max(published, at[1]), crc]
 
     # -- reading ------------------------------------------------------------------------
 
