@@ -391,3 +391,74 @@ def test_a_batch_whose_files_a_compaction_merged_registers_the_merged_file() -> 
                     (1, ["day=1/part-c0000000000-00000.parquet"]),
                     (2, ["day=1/part-0000000002-r2-0.parquet"])]
     assert reg.pending == [] and catalog.batches == []
+
+
+def test_two_registrars_of_one_batch_append_it_once(tmp_path: Path) -> None:
+    """audit-2 #2: two registrars of the same batch both find it not done, then both
+    append. pyiceberg retried the loser's commit on top of the winner's snapshot and
+    added the same files again (rows twice). Now the loser's commit fails
+    (CatalogUnavailable, retried by the outbox), and its next try finds the batch done."""
+    import threading
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lakesink.catalog.base import CatalogFile
+    from lakesink.catalog.iceberg import IcebergCatalog
+    from lakesink.config.catalog import IcebergCatalogConfig
+    from lakesink.errors import CatalogUnavailable
+
+    table_dir = tmp_path / "t"
+    table_dir.mkdir()
+    data = table_dir / "part-0.parquet"
+    pq.write_table(pa.table({"id": pa.array([1, 2, 3], pa.int64())}), data)
+    batch = CommittedBatch(table="t", location=f"file://{table_dir}", app_id="app", run="r",
+                           batch_id=7, files=(CatalogFile(f"file://{data}", "part-0.parquet",
+                                                          data.stat().st_size, 3),))
+    config = IcebergCatalogConfig(kind="sql", uri=f"sqlite:///{tmp_path}/catalog.db",
+                                  warehouse=f"file://{tmp_path}/warehouse", namespace="lake")
+
+    def registrar() -> IcebergCatalog:
+        from lakesink.catalog import iceberg_properties
+
+        return IcebergCatalog(config, table="t", location=f"file://{table_dir}",
+                              partition_by=[], properties=iceberg_properties(config, None))
+
+    first, second = registrar(), registrar()
+    first.prepare()
+    first.register(CommittedBatch(table="t", location=batch.location, app_id="app",
+                                  run="r", batch_id=6, files=batch.files))  # the table
+    both = threading.Barrier(2, timeout=30)
+    done = IcebergCatalog._done
+
+    def racing_done(self: IcebergCatalog, table: object, b: CommittedBatch) -> bool:
+        found = done(self, table, b)
+        both.wait()  # both have looked before either appends
+        return found
+
+    outcomes: list[str] = []
+
+    def run(catalog: IcebergCatalog) -> None:
+        try:
+            catalog.register(batch)
+            outcomes.append("registered")
+        except CatalogUnavailable:
+            outcomes.append("retry later")
+
+    IcebergCatalog._done = racing_done  # type: ignore[method-assign]
+    try:
+        threads = [threading.Thread(target=run, args=(c,)) for c in (first, second)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        IcebergCatalog._done = done  # type: ignore[method-assign]
+    assert sorted(outcomes) == ["registered", "retry later"], outcomes
+    second.register(batch)  # the outbox's next try: already in the snapshot history
+    table = first._table()
+    assert table is not None
+    batches = [s.summary.additional_properties.get("lakesink.batch-id")
+               for s in table.snapshots() if s.summary]
+    assert batches.count("7") == 1, batches
+    assert table.scan().to_arrow().num_rows == 6  # batches 6 and 7, each once

@@ -257,6 +257,12 @@ class IcebergCatalog(Catalog):
         import pyarrow as pa
         from pyiceberg.table import TableProperties
 
+        # No retry inside pyiceberg: its retry rebuilds the append on top of whatever
+        # won and adds the same files again, without asking whether the winner was this
+        # very batch (another registrar of it: a replay, a take-over). A conflict fails
+        # the commit (CatalogUnavailable); the outbox's next try asks _done first.
+        table.metadata = table.metadata.model_copy(update={"properties": {
+            **table.metadata.properties, TableProperties.COMMIT_NUM_RETRIES: "0"}})
         with table.transaction() as tx:
             first = self._file_schema(batch.files[0].path)
             known = {f.name for f in tx.table_metadata.schema().fields}
