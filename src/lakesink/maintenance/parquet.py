@@ -442,12 +442,16 @@ def repair(fs: HadoopFS, layout: TableLayout, *, apply: bool, min_age_s: float
     only after its manifest exists. Right before a move, the file's batch is checked
     once more."""
     report = RepairReport(layout.name)
-    now_ms = time.time() * 1000
+    # ages by the store's clock when files may move (a repair host whose clock runs
+    # ahead would take a live batch's files for old ones); this host's for a report
+    now_ms = _store_now_ms(fs, layout) if apply else time.time() * 1000
     young_ms = min_age_s * 1000
     listed = fs.list_files(layout.table)
     report.too_young = sum(1 for f in listed if now_ms - f.mtime_ms < young_ms)
     on_disk = {f.relative: f for f in listed}
     in_flight: set[str] = set()
+    pending_seen = {f.relative: f.mtime_ms
+                    for f in fs.list_files(join(layout.meta, "pending"), suffix=".json")}
     for f in fs.list_files(join(layout.meta, "pending"), suffix=".json"):
         if now_ms - f.mtime_ms >= young_ms:
             continue  # a crashed attempt nobody redid (a lost checkpoint): orphans
@@ -483,11 +487,52 @@ def repair(fs: HadoopFS, layout: TableLayout, *, apply: bool, min_age_s: float
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
         target = join(layout.quarantine, stamp)
         for path in report.orphans:
-            if _committed_since(fs, layout, path):
+            if _committed_since(fs, layout, path) or _redone_since(fs, layout, path,
+                                                                   pending_seen):
                 continue
             fs.replace(join(layout.table, path), join(target, path))
         report.applied, report.moved_to = True, target
     return report
+
+
+def _store_now_ms(fs: HadoopFS, layout: TableLayout) -> float:
+    """The store's clock: the modification time it gives a probe file written now."""
+    import uuid
+
+    folder = join(layout.meta, "clock")
+    probe = join(folder, f"{uuid.uuid4().hex}.txt")
+    fs.write_text(probe, "")
+    try:
+        stamps = [f.mtime_ms for f in fs.list_files(folder)
+                  if f.relative == probe.rsplit("/", 1)[1]]
+    finally:
+        fs.delete(probe, recursive=False)
+    return float(stamps[0]) if stamps and stamps[0] > 0 else time.time() * 1000
+
+
+def _batch_of(path: str) -> tuple[str, int] | None:
+    """(run, batch) of a ``part-<batch>-<run>-<n>.parquet`` name."""
+    parts = path.rsplit("/", 1)[-1].split("-")
+    if len(parts) != 4 or parts[0] != "part" or not parts[1].isdigit():
+        return None
+    return parts[2], int(parts[1])
+
+
+def _redone_since(fs: HadoopFS, layout: TableLayout, path: str,
+                  pending_seen: dict[str, int]) -> bool:
+    """Whether the batch ``path`` belongs to has a pending record that was not there,
+    or was written again, since the repair listed them: a stream (restarted after being
+    down longer than ``min_age_s``) is redoing the batch and publishes this name again
+    (the last check before a move, with :func:`_committed_since`)."""
+    batch = _batch_of(path)
+    if batch is None:
+        return False
+    run, batch_id = batch
+    name = f"{run}/{batch_id:010d}.json"
+    now = {f.relative: f.mtime_ms
+           for f in fs.list_files(join(layout.meta, "pending", run), suffix=".json")}
+    stamp = now.get(f"{batch_id:010d}.json")
+    return stamp is not None and stamp != pending_seen.get(name)
 
 
 def _committed_since(fs: HadoopFS, layout: TableLayout, path: str) -> bool:
@@ -495,11 +540,11 @@ def _committed_since(fs: HadoopFS, layout: TableLayout, path: str) -> bool:
     ``path`` by now (the last check before a move)."""
     from lakesink.tables.manifests import read_manifest
 
-    parts = path.rsplit("/", 1)[-1].split("-")
-    if len(parts) != 4 or parts[0] != "part" or not parts[1].isdigit():
+    batch = _batch_of(path)
+    if batch is None:
         return False
     try:
-        manifest = read_manifest(fs, layout, parts[2], int(parts[1]))
+        manifest = read_manifest(fs, layout, *batch)
     except ValueError:
         return True  # unreadable: leave the file be
     return bool(manifest) and any(e["path"] == path for e in manifest.get("files", []))

@@ -1,0 +1,124 @@
+"""``repair --apply`` beside a stream (audit-2 #12), on a Parquet table on local disk
+through a filesystem double that writes with pyarrow (no Spark): a batch a restarted
+stream redoes while repair runs, and a repair host whose clock runs ahead, never lose a
+file to the quarantine."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+
+from lakesink.maintenance import parquet as maintenance
+from lakesink.runtime.arrow_fs import ArrowFS
+from lakesink.tables.layout import TableLayout
+
+
+class LocalFS(ArrowFS):
+    """:class:`ArrowFS` with the writes repair makes, on local disk."""
+
+    def __init__(self) -> None:
+        super().__init__(pafs.LocalFileSystem())
+
+    def write_text(self, path: str, text: str) -> None:
+        p = Path(self._native(path))
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+
+    def write_json(self, path: str, data: Any) -> None:  # noqa: ANN401
+        self.write_text(path, json.dumps(data))
+
+    def delete(self, path: str, *, recursive: bool = True) -> bool:  # noqa: ARG002
+        p = Path(self._native(path))
+        if not p.exists():
+            return False
+        p.unlink()
+        return True
+
+    def replace(self, src: str, dst: str, **_: object) -> None:
+        Path(self._native(dst)).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(self._native(src), self._native(dst))
+
+
+HOUR_AGO = time.time() - 3600
+
+
+def _lake(tmp_path: Path) -> tuple[LocalFS, TableLayout, str]:
+    """Batch 0 committed; batch 1's attempt crashed an hour ago mid-publish (its pending
+    record and published file old): an orphan for repair."""
+    fs, layout = LocalFS(), TableLayout.of(str(tmp_path / "lake"), "events")
+    table = Path(fs._native(layout.table))
+    meta = Path(fs._native(layout.meta))
+    folder = table / "location=a"
+    folder.mkdir(parents=True)
+    committed = folder / "part-0000000000-run1-00000.parquet"
+    pq.write_table(pa.table({"id": [0]}), committed)
+    (meta / "manifests" / "run1").mkdir(parents=True)
+    (meta / "manifests" / "run1" / "0000000000.json").write_text(json.dumps({
+        "batch_id": 0, "app_id": "app1", "files": [{
+            "path": "location=a/part-0000000000-run1-00000.parquet", "rows": 1,
+            "bytes": committed.stat().st_size}]}))
+    crashed = folder / "part-0000000001-run1-00000.parquet"
+    pq.write_table(pa.table({"id": [1]}), crashed)
+    pending = meta / "pending" / "run1" / "0000000001.json"
+    pending.parent.mkdir(parents=True)
+    pending.write_text(json.dumps({"batch_id": 1, "files": [f"file:{crashed}"]}))
+    for p in (crashed, pending):
+        os.utime(p, (HOUR_AGO, HOUR_AGO))
+    return fs, layout, "location=a/part-0000000001-run1-00000.parquet"
+
+
+def test_a_crashed_attempts_file_is_quarantined(tmp_path: Path) -> None:
+    fs, layout, orphan = _lake(tmp_path)
+    report = maintenance.repair(fs, layout, apply=True, min_age_s=60)
+    assert report.orphans == [orphan] and report.applied
+    assert not (Path(fs._native(layout.table)) / orphan).exists()
+
+
+def test_a_batch_redone_while_repair_runs_keeps_its_file(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """The stream restarts after repair listed the table: its begin() rewrites the
+    pending record and its redo publishes the same name again, then commits. Before the
+    fix, repair moved the new file (the batch was not committed yet) and the manifest
+    listed a missing file."""
+    fs, layout, orphan = _lake(tmp_path)
+    meta = Path(fs._native(layout.meta))
+    committed_since = maintenance._committed_since
+
+    def redo_then_check(*args: Any) -> bool:  # noqa: ANN401
+        pending = meta / "pending" / "run1" / "0000000001.json"
+        pending.write_text(json.dumps({"batch_id": 1, "files": []}))  # begin()
+        pq.write_table(pa.table({"id": [1]}), Path(fs._native(layout.table)) / orphan)
+        return committed_since(*args)
+
+    monkeypatch.setattr(maintenance, "_committed_since", redo_then_check)
+    maintenance.repair(fs, layout, apply=True, min_age_s=60)
+    assert (Path(fs._native(layout.table)) / orphan).exists(), "the redo's file was moved"
+
+
+def test_a_repair_host_ahead_of_the_store_moves_no_live_file(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """A live batch: pending record and file just written. A repair host two hours
+    ahead took them for old, so the live file for an orphan; ages now come from the
+    store's clock (a probe file's modification time)."""
+    fs, layout, _ = _lake(tmp_path)
+    table = Path(fs._native(layout.table))
+    meta = Path(fs._native(layout.meta))
+    live = "location=a/part-0000000002-run1-00000.parquet"
+    pq.write_table(pa.table({"id": [2]}), table / live)
+    (meta / "pending" / "run1" / "0000000002.json").write_text(
+        json.dumps({"batch_id": 2, "files": [f"file:{table / live}"]}))
+    real = time.time
+    monkeypatch.setattr(maintenance.time, "time", lambda: real() + 7200)
+    report = maintenance.repair(fs, layout, apply=True, min_age_s=60)
+    assert (table / live).exists(), report
+    assert live not in report.orphans
