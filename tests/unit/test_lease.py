@@ -132,7 +132,7 @@ def test_a_holder_that_stops_renewing_is_taken_over_after_its_ttl_on_our_clock()
 def test_a_restarted_container_with_the_same_host_and_pid_takes_its_lease_back() -> None:
     store, clock = Store(), Clock()
     foreign(store, 2, host=socket.gethostname(), pid=os.getpid(), ttl_s=600,
-            pidns=lease_module.PID_NAMESPACE)
+            pidns=lease_module.PID_NAMESPACE, boot=lease_module.BOOT_ID)
     again = make(store, clock)
     again.acquire()
     assert again.seq == 3 and clock.now == 1000  # at once, not after 600 s
@@ -151,6 +151,19 @@ def test_pids_of_another_pid_namespace_on_this_host_are_not_judged() -> None:
     lease.release()
 
 
+def test_the_same_host_pid_and_namespace_number_of_another_boot_are_not_judged() -> None:
+    """audit-2 #23: a StatefulSet pod rescheduled to another node keeps its host name
+    and pid 1, and its pid namespace's inode number may repeat there: its lease is
+    watched for its TTL (the old pod may still be alive), never taken at once."""
+    store, clock = Store(), Clock()
+    foreign(store, 2, host=socket.gethostname(), pid=os.getpid(), ttl_s=6,
+            pidns=lease_module.PID_NAMESPACE, boot="another-machine")
+    lease = make(store, clock)
+    lease.acquire()
+    assert lease.seq == 3 and clock.now - 1000 >= 6
+    lease.release()
+
+
 def test_a_lease_of_a_dead_process_on_this_host_is_taken_at_once(tmp_path) -> None:  # noqa: ANN001
     import subprocess
     import sys
@@ -159,7 +172,7 @@ def test_a_lease_of_a_dead_process_on_this_host_is_taken_at_once(tmp_path) -> No
     dead.wait()
     store, clock = Store(), Clock()
     foreign(store, 0, host=socket.gethostname(), pid=dead.pid, ttl_s=600,
-            pidns=lease_module.PID_NAMESPACE)
+            pidns=lease_module.PID_NAMESPACE, boot=lease_module.BOOT_ID)
     lease = make(store, clock)
     lease.acquire()
     assert lease.seq == 1 and clock.now == 1000

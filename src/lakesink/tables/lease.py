@@ -14,11 +14,11 @@ link on local disk (:meth:`HadoopFS.write_once`) — so of two processes that tr
 same step, exactly one succeeds and the other learns that it lost (a create whose
 answer was lost is recognised by the attempt id it wrote):
 
-* **acquire** — the newest file is a release, or names this host and pid namespace and
-  a process that is gone, or this very pid without this process holding it (a process
+* **acquire** — the newest file is a release, or names this host, pid namespace and
+  kernel boot and a process that is gone, or this very pid without this process holding it (a process
   restarted in the same namespace with the same pid): take it at once (create
-  ``seq + 1``). Pids of another pid namespace (containers sharing a host name) are
-  never judged.
+  ``seq + 1``). Pids of another pid namespace (containers sharing a host name) or of
+  another boot (a pod rescheduled to another node keeps its host name) are never judged.
   Otherwise watch it for the holder's ``ttl_s``: a holder that renews is alive, and the
   start is refused (:class:`SecondWriterError`, naming it); one that does not renew for
   a whole TTL is gone, and its lease is taken over. Staleness is measured on this
@@ -65,6 +65,14 @@ try:
     PID_NAMESPACE: str | None = os.readlink("/proc/self/ns/pid")
 except OSError:
     PID_NAMESPACE = None
+#: this kernel's boot (Linux: a random UUID per boot): a pid namespace's id is an inode
+#: number, unique within one kernel only, so a pod rescheduled to another node with the
+#: same host name, pid and namespace number is not taken for this process's restart
+try:
+    with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as _f:
+        BOOT_ID: str | None = _f.read().strip() or None
+except OSError:
+    BOOT_ID = None
 #: leases this process holds, by path: another holder in this process is live
 _HELD: dict[str, WriterLease] = {}
 _HELD_LOCK = threading.Lock()
@@ -129,7 +137,7 @@ class WriterLease:
 
         return json.dumps({"writer": self.writer, "step": step, "app_id": self.app_id,
                            "host": socket.gethostname(), "pidns": PID_NAMESPACE,
-                           "pid": os.getpid(), "ttl_s": self.ttl_s, "released": released,
+                           "boot": BOOT_ID, "pid": os.getpid(), "ttl_s": self.ttl_s, "released": released,
                            "at": time.time()})
 
     def _step(self, seq: int, *, released: bool = False) -> bool:
@@ -173,12 +181,14 @@ class WriterLease:
 
     def _free(self, record: dict[str, Any]) -> str | None:
         """Why a lease step can be taken at once (None: its holder may be alive). Process
-        ids are only compared within one host *and* one pid namespace: containers that
-        share a host name (host networking) have pid spaces of their own."""
+        ids are only compared within one host *and* one pid namespace of one kernel boot:
+        containers that share a host name (host networking) have pid spaces of their
+        own, and a namespace's number repeats on another machine."""
         if record.get("released"):
             return "released"
         if (record.get("host") != socket.gethostname() or PID_NAMESPACE is None
-                or record.get("pidns") != PID_NAMESPACE):
+                or record.get("pidns") != PID_NAMESPACE or BOOT_ID is None
+                or record.get("boot") != BOOT_ID):
             return None
         pid = int(record.get("pid", -1))
         if pid == os.getpid():
