@@ -181,3 +181,24 @@ def test_the_danube_sink_toml_runs_as_a_lakesink_config(tmp_path: Path) -> None:
     assert (sensors.table_name, sensors.decode.format) == ("sensors", "string")
     assert cfg.storage.s3.endpoint == "http://localhost:9000"
     assert cfg.trigger.interval.startswith("5000")
+
+
+def test_fields_that_are_not_utf8_make_a_dead_letter_not_replaced_text() -> None:
+    """audit-2 #18: with every field as the JSON value, invalid UTF-8 became U+FFFD and
+    two names replaced alike collapsed into one key (a value lost) — a row, silently.
+    Now the value keeps the raw bytes: invalid UTF-8, which the decoder rejects as a
+    dead letter with its bytes."""
+    import json
+
+    import pytest
+
+    from lakesink.sources.redis_conn import decode_fields
+
+    _, value, _ = decode_fields({b"\xff": b"a", b"\xfe": b"b", b"f": b"\xc3\x28"}, None, None)
+    assert value is not None
+    with pytest.raises(UnicodeDecodeError):
+        value.decode()
+    assert b'"\xff":"a"' in value and b'"\xfe":"b"' in value and b'"f":"\xc3\x28"' in value
+    # valid UTF-8 (quotes and backslashes too) is the JSON object of strings, as before
+    _, good, _ = decode_fields({b"a": b'say "hi" \\ bye', b"k": "é".encode()}, None, None)
+    assert json.loads(good) == {"a": 'say "hi" \\ bye', "k": "é"}

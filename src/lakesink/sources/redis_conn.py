@@ -104,9 +104,20 @@ def decode_fields(fields: dict[bytes, bytes], value_field: str | None, key_field
         value = fields.get(value_field.encode())
         headers = [(k, v) for k, v in headers if k != value_field]
     else:
-        value = json.dumps({k: v.decode("utf-8", "replace") for k, v in headers},
-                           ensure_ascii=False).encode()
+        try:
+            value = json.dumps({k.decode(): v.decode() for k, v in fields.items()},
+                               ensure_ascii=False).encode()
+        except UnicodeDecodeError:
+            # not UTF-8: the object with the raw bytes, invalid as they are — a dead
+            # letter ("not valid UTF-8") that keeps them, never U+FFFD in a row (two
+            # names replaced alike would even collapse into one key)
+            value = b"{" + b",".join(_raw_string(k) + b":" + _raw_string(v)
+                                     for k, v in fields.items()) + b"}"
     return key, value, headers
+
+
+def _raw_string(raw: bytes) -> bytes:
+    return b'"' + raw.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
 
 
 def as_text(value: Any) -> str:
