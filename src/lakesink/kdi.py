@@ -82,6 +82,8 @@ def takeover_start(cfg: Any, args: KdiArgs) -> str | None:  # noqa: ANN401
         versions = dict.fromkeys(versions)
     else:
         refuse_unknown_app_id(versions, files, app_id=args.app_id, seek=seek)
+        if not seek:
+            refuse_after_lakesink(cfg)
     start = takeover_offsets(versions, topic=topic, seek=seek, reset=reset)
     if start is not None:
         logger.info(
@@ -205,6 +207,52 @@ def topic_partitions(cfg: Any, topic: str) -> dict[int, None]:  # noqa: ANN401
                           f"{kafka.bootstrap_servers}: {exc}") from None
     return dict.fromkeys(sorted(meta.topics[topic].partitions) if topic in meta.topics
                          else [])
+
+
+def lakesink_wrote_last(history: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The newest data commit of a Delta table's ``history`` (newest first) if lakesink
+    made it (its commitInfo names lakesink's app id: the delta-rs path's custom metadata,
+    the Spark path's ``userMetadata``); None when another writer's data commit is newer,
+    or there is none. Maintenance commits (OPTIMIZE, VACUUM, …) are passed over."""
+    import json
+
+    for entry in history:
+        if entry.get("operation") not in ("WRITE", "STREAMING UPDATE", "MERGE"):
+            continue
+        if "lakesink.app_id" in entry:
+            return entry
+        try:
+            meta = json.loads(entry.get("userMetadata") or "null")
+        except ValueError:
+            meta = None
+        if isinstance(meta, dict) and "lakesink.app_id" in meta:
+            return {**entry, **meta}
+        return None
+    return None
+
+
+def refuse_after_lakesink(cfg: Any) -> None:  # noqa: ANN401
+    """A new checkpoint takes over from kafka-delta-ingest's offsets only if no lakesink
+    run wrote after kafka-delta-ingest: else its checkpoint was lost or moved, and
+    starting at kafka-delta-ingest's old offsets would write again everything since."""
+    from deltalake.exceptions import TableNotFoundError
+
+    from lakesink.runtime.lake import delta_table
+
+    uri = f"{cfg.table.base_path.rstrip('/')}/{cfg.table.name}"
+    try:
+        last = lakesink_wrote_last(delta_table(cfg.storage, uri).history(200))
+    except TableNotFoundError:
+        return
+    if last is not None:
+        raise ConfigError(
+            "checkpoint", f"the table's newest data commit (version {last.get('version')}) "
+            f"is lakesink's (app id {last['lakesink.app_id']}, batch "
+            f"{last.get('lakesink.batch_id')}), newer than kafka-delta-ingest's: this new "
+            "checkpoint would start at kafka-delta-ingest's old offsets and write again "
+            "every row lakesink wrote since",
+            fix="use the checkpoint that lakesink run had (table.checkpoint_path or its "
+            "default), or give --seek_offsets (where to start)")
 
 
 def table_txn_versions(cfg: Any, app_id: str, topic: str  # noqa: ANN401

@@ -193,3 +193,38 @@ def test_librdkafka_only_settings_are_refused_with_what_to_do() -> None:
     with pytest.raises(ConfigError) as refused:
         translate(a)
     assert "KAFKA_DELTA_INGEST_KEY" in str(refused.value)
+
+
+def test_a_take_over_after_lakesink_wrote_last_is_refused(tmp_path) -> None:  # noqa: ANN001
+    """audit-2 #16: lakesink took over, wrote, then its checkpoint was lost; a new
+    checkpoint took over again from kafka-delta-ingest's (old) txn offsets and wrote
+    everything since a second time. The table's newest data commit is lakesink's (its
+    commitInfo says so): refused. After kafka-delta-ingest wrote again, allowed."""
+    import pyarrow as pa
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    from lakesink.kdi import lakesink_wrote_last, refuse_after_lakesink
+
+    table = str(tmp_path / "lake" / "web")
+    rows = pa.table({"id": [1]})
+    write_deltalake(table, rows, commit_properties=CommitProperties(
+        app_transactions=[Transaction("kdi-0", 9)]))  # kafka-delta-ingest's commit
+    cfg = load_config(flags={"source.kafka.bootstrap_servers": "h:1",
+                             "source.kafka.topics": ["web"], "table.format": "delta",
+                             "table.name": "web", "table.base_path": str(tmp_path / "lake")},
+                      env={})
+    refuse_after_lakesink(cfg)  # only kafka-delta-ingest wrote: a take-over is right
+    write_deltalake(table, rows, mode="append", commit_properties=CommitProperties(
+        custom_metadata={"lakesink.app_id": "ls1", "lakesink.batch_id": "0"}))
+    with pytest.raises(ConfigError, match="newer than kafka-delta-ingest's") as refused:
+        refuse_after_lakesink(cfg)
+    assert refused.value.key == "checkpoint"
+    write_deltalake(table, rows, mode="append", commit_properties=CommitProperties(
+        app_transactions=[Transaction("kdi-0", 10)]))  # kafka-delta-ingest back
+    refuse_after_lakesink(cfg)
+    # the Spark path's commits say it in userMetadata; maintenance commits are passed over
+    spark_commit = {"operation": "STREAMING UPDATE", "version": 7,
+                    "userMetadata": json.dumps({"lakesink.app_id": "ls2",
+                                                "lakesink.batch_id": 3})}
+    assert lakesink_wrote_last([{"operation": "OPTIMIZE"}, spark_commit])["version"] == 7
+    assert lakesink_wrote_last([{"operation": "WRITE"}, spark_commit]) is None

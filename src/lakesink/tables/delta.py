@@ -146,7 +146,11 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
                         committed)
             return BatchResult(batch_id, skipped=True)
         writer = (self._spark_writer(self.shuffled(df), exists)
-                  .option("txnAppId", self.app_id).option("txnVersion", str(batch_id)))
+                  .option("txnAppId", self.app_id).option("txnVersion", str(batch_id))
+                  # in the commit's commitInfo, as the delta-rs path's custom metadata:
+                  # a take-over finds lakesink's commits by it (lakesink.kdi)
+                  .option("userMetadata", json.dumps({"lakesink.app_id": self.app_id,
+                                                      "lakesink.batch_id": batch_id})))
         self.fence()
         try:
             writer.save(self.layout.table)
