@@ -208,7 +208,9 @@ def compact(
 ) -> None:
     """Merge small files: Parquet partition folders quiet for maintenance.min_age_s
     (journaled: a crash is resumed by the next compact); Delta OPTIMIZE (optionally
-    Z-ordered by maintenance.zorder_by). Safe beside a running ingestion."""
+    Z-ordered by maintenance.zorder_by). Safe beside a running ingestion; a Delta table
+    on S3 with the single-driver log store is the exception: refused while a stream
+    writes it (use the DynamoDB log store, docs/storage.md)."""
     _maintain("compact", config, set_, as_json, {})
 
 
