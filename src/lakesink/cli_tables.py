@@ -201,6 +201,39 @@ def _maintain(what: str, config: Path | None, set_: list[str] | None, as_json: b
 
 
 @app.command()
+def files(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The files each table holds by its bookkeeping (committed batches only, after
+    compactions and manifest roll-ups), one path per line below the table folder: what
+    a reader that wants committed batches only opens (docs/architecture.md). Without
+    Spark on local disk and S3."""
+    from lakesink import maintenance
+
+    try:
+        cfg = _load(config, set_, {})
+        listed = _without_spark(cfg, lambda c: maintenance.files(c))
+        if listed is None:
+            spark = _spark(cfg, suffix="-files")
+            listed = [maintenance.files(c, spark) for c in _tables(cfg, spark) or []]
+    except ConfigError as exc:
+        _fail_config(exc)
+        return
+    except LakesinkError as exc:
+        _fail_error(exc)
+    if as_json:
+        out.print(json.dumps(listed, indent=1), highlight=False, markup=False,
+                  soft_wrap=True)
+        return
+    for table in listed:
+        for f in table["files"]:
+            out.print(f"{table['path']}/{f['path']}", highlight=False, markup=False,
+                      soft_wrap=True)
+
+
+@app.command()
 def compact(
     config: ConfigOpt = None,
     set_: SetOpt = None,

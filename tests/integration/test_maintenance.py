@@ -362,3 +362,16 @@ def test_manifests_roll_up_and_every_batch_stays_committed(spark, kafka_broker, 
     produce_events(kafka_broker, topic, range(N, N + 60))
     assert run_once(spark, data).written == 60
     assert sorted(duckdb_ids(table)) == list(range(N + 60))
+    # a reader that wants committed batches only opens what `lakesink files` lists
+    # (audit-2 #5: globbing the manifests missed rolled-up batches and opened files a
+    # compaction had moved out): every id once
+    listed = run_cli_here("files", "-c", str(write_config(tmp_path / "f.yaml", data)),
+                          "--json")
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    (held,) = json.loads(listed.stdout)
+    paths = [str(table / f["path"]) for f in held["files"]]
+    assert any("/part-c" in p for p in paths), "the compaction's output is listed"
+    import duckdb
+
+    ids = [r[0] for r in duckdb.sql(f"SELECT id FROM read_parquet({paths!r})").fetchall()]
+    assert sorted(ids) == list(range(N + 60)) and held["rows"] == N + 60

@@ -149,3 +149,30 @@ def test_the_read_only_filesystem_refuses_writes(tmp_path: Path) -> None:
         fs.delete(str(tmp_path / "x"))
     with pytest.raises(NotImplementedError):
         fs.write_once(str(tmp_path / "x"), "text")
+
+
+def test_files_lists_what_the_bookkeeping_holds_after_a_compaction(tmp_path: Path) -> None:
+    """audit-2 #5: a reader that globbed the manifests missed rolled-up batches and
+    opened files a compaction had moved out. ``lakesink files`` (and
+    ``maintenance.files``) lists what the table holds: compaction outputs instead of
+    their inputs."""
+    spec = _committed_lake(tmp_path, files=2)
+    listed = maintenance.files(spec)
+    assert listed is not None
+    assert [f["path"] for f in listed["files"]] == [
+        "location=a/part-0000000000-run1-00000.parquet",
+        "location=a/part-0000000001-run1-00000.parquet"]
+    journal = tmp_path / "lake" / ".lakesink" / "events" / "compactions"
+    journal.mkdir(parents=True)
+    inputs = [{"path": f["path"], "rows": 1, "bytes": f["bytes"]} for f in listed["files"]]
+    (journal / "0000000000.json").write_text(json.dumps(
+        {"id": 0, "output": "location=a/part-c0000000000-00000.parquet", "inputs": inputs}))
+    (journal / "0000000000.outcome.json").write_text(json.dumps(
+        {"id": 0, "outcome": "done", "outputs": [
+            {"path": "location=a/part-c0000000000-00000.parquet", "rows": 2, "bytes": 9}]}))
+    after = maintenance.files(spec)
+    assert after is not None and after["rows"] == 2
+    assert [f["path"] for f in after["files"]] == ["location=a/part-c0000000000-00000.parquet"]
+    shown = CliRunner().invoke(app, ["files", "-c", str(_config(tmp_path))])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.strip().endswith("/events/location=a/part-c0000000000-00000.parquet")

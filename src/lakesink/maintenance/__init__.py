@@ -63,6 +63,25 @@ def without_spark(what: str, spec: TableSpec, **options: Any) -> dict[str, Any] 
     return m.read_only(what, **options)  # type: ignore[no-any-return]
 
 
+def files(spec: TableSpec, spark: SparkSession | None = None) -> dict[str, Any] | None:
+    """``spec``'s committed files (:meth:`~lakesink.maintenance.base.Maintainer.files`)
+    with the table's name, format and path; read without Spark when ``spark`` is None
+    (None: a store read only through Spark)."""
+    from lakesink.runtime.arrow_fs import ArrowFS
+    from lakesink.tables.fs import HadoopFS
+    from lakesink.tables.layout import TableLayout
+
+    layout = TableLayout.of(spec.table.base_path, spec.name)
+    fs = ArrowFS.open(spec.storage, layout.base) if spark is None \
+        else HadoopFS(spark, layout.base)
+    if fs is None:
+        return None
+    m = table_format(spec.format).maintainer_class()(spec, spark, fs, layout)
+    listed = m.files()
+    return {"table": spec.name, "format": spec.format, "path": layout.table,
+            "rows": sum(f["rows"] or 0 for f in listed), "files": listed}
+
+
 def compact(spec: TableSpec, spark: SparkSession, *,
             partition: tuple[str, str] | None = None,
             target_file_size: int | None = None) -> dict[str, Any]:

@@ -48,6 +48,12 @@ class Maintainer(ABC):
         return None
 
     @abstractmethod
+    def files(self) -> list[dict[str, Any]]:
+        """What the table holds, by its bookkeeping: each committed file (``path`` below
+        the table folder, ``rows``, ``bytes``) — after compactions and manifest
+        roll-ups, for readers that want committed batches only (``lakesink files``)."""
+
+    @abstractmethod
     def compact(self, *, partition: tuple[str, str] | None,
                 target_file_size: int | None) -> dict[str, Any]: ...
 

@@ -176,6 +176,17 @@ class DeltaMaintainer(Maintainer):
         return {"table": self.layout.name, "format": "delta", "operation": operation,
                 "nothing_to_do": "the table has no commit yet"}
 
+    def files(self) -> list[dict[str, Any]]:
+        """The log's files (delta-rs), as the table's current version holds them."""
+        from lakesink.runtime.lake import delta_table
+
+        if self.nothing_to_do("files") is not None:
+            return []
+        added = delta_table(self.spec.storage, self.layout.table).get_add_actions(
+            flatten=True).select(["path", "num_records", "size_bytes"]).to_pylist()
+        return sorted(({"path": a["path"], "rows": a["num_records"], "bytes": a["size_bytes"]}
+                       for a in added), key=lambda f: f["path"])
+
     def read_only(self, what: str, **options: Any) -> dict[str, Any] | None:  # noqa: ANN401
         """``repair`` without ``--apply`` (delta-rs reads the log and the store)."""
         return self.repair(apply=False) if what == "repair" and not options["apply"] \

@@ -577,6 +577,11 @@ class ParquetMaintainer(Maintainer):
                               "folders, is fine)")
         return self.compactor().run().as_dict()
 
+    def files(self) -> list[dict[str, Any]]:
+        return [{"path": f.path, "rows": f.rows, "bytes": f.bytes}
+                for f in sorted(committed_files(self.fs, self.layout).values(),
+                                key=lambda f: f.path)]
+
     def read_only(self, what: str, **options: Any) -> dict[str, Any] | None:  # noqa: ANN401
         """``repair`` without ``--apply``, ``vacuum --dry-run``, and a ``compact`` that
         finds nothing to merge and no compaction to resume."""
