@@ -18,11 +18,12 @@ columns are checked at start.
 from __future__ import annotations
 
 import json
+import uuid
 import logging
 from typing import TYPE_CHECKING, Any
 
 
-from lakesink.errors import CommitMismatch
+from lakesink.errors import CommitMismatch, LeaseLost
 from lakesink.faults import fault_point
 from lakesink.tables.base import (
     BatchResult,
@@ -145,12 +146,16 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
             logger.info("batch %d already committed to Delta (txn %d): skipped", batch_id,
                         committed)
             return BatchResult(batch_id, skipped=True)
+        attempt = uuid.uuid4().hex
+        before = self._version()
         writer = (self._spark_writer(self.shuffled(df), exists)
                   .option("txnAppId", self.app_id).option("txnVersion", str(batch_id))
                   # in the commit's commitInfo, as the delta-rs path's custom metadata:
-                  # a take-over finds lakesink's commits by it (lakesink.kdi)
+                  # a take-over finds lakesink's commits by it (lakesink.kdi); the
+                  # attempt tells this append's commit from another writer's of the batch
                   .option("userMetadata", json.dumps({"lakesink.app_id": self.app_id,
-                                                      "lakesink.batch_id": batch_id})))
+                                                      "lakesink.batch_id": batch_id,
+                                                      "lakesink.attempt": attempt})))
         self.fence()
         try:
             writer.save(self.layout.table)
@@ -165,6 +170,15 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
             raise
         self._committed = batch_id
         fault_point("after_delta_commit", batch_id)
+        if not self._committed_by(attempt, before):
+            # Delta skipped the append by its txn, without a job: another writer of this
+            # app id committed the batch meanwhile (a lease taken over while this one was
+            # frozen). Its count would never come (a wait on a job that never runs).
+            raise LeaseLost(
+                f"batch {batch_id} of {self.layout.table} was committed by another writer "
+                f"of app id {self.app_id} while this one wrote it (this writer lost the "
+                "table, or a put it had given up on landed); this writer stops, the batch "
+                "is in the table once")
         info = commit_info() if commit_info else {}
         metrics = self._commit_metrics(batch_id)
         files, size = metrics.get("numFiles", 0), metrics.get("numOutputBytes", 0)
@@ -199,16 +213,34 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
                 writer = writer.option("delta.enableTypeWidening", "true")
         return writer
 
-    def _newest_commit(self) -> list[dict[str, Any]]:
-        """The actions of the table's newest log entry (one small file read, not a
-        Spark job)."""
+    def _version(self, *, fresh: bool = False) -> int:
+        """The table's newest log version as the driver knows it (``fresh``: as the
+        log says now; -1: no table yet)."""
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
         log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
             self.spark._jsparkSession, self.layout.table)
-        version = int(log.unsafeVolatileSnapshot().version())
+        return int((log.update() if fresh else log.unsafeVolatileSnapshot()).version())
+
+    def _entry(self, version: int) -> list[dict[str, Any]]:
         text = self.fs.read_text(join(self.layout.table, "_delta_log", f"{version:020d}.json"))
         return [json.loads(line) for line in (text or "").splitlines() if line]
+
+    def _newest_commit(self) -> list[dict[str, Any]]:
+        """The actions of the table's newest log entry (one small file read, not a
+        Spark job)."""
+        return self._entry(self._version())
+
+    def _committed_by(self, attempt: str, before: int) -> bool:
+        """Whether a log entry after ``before`` is the append of ``attempt`` (newest
+        first: usually the newest one; the log read again before a no)."""
+        for fresh in (False, True):
+            for version in range(self._version(fresh=fresh), before, -1):
+                for action in self._entry(version):
+                    meta = (action.get("commitInfo") or {}).get("userMetadata")
+                    if meta and attempt in meta:
+                        return True
+        return False
 
     def _ours(self, actions: list[dict[str, Any]], batch_id: int) -> bool:
         return any(a["txn"].get("appId") == self.app_id and a["txn"].get("version") == batch_id
