@@ -42,19 +42,34 @@ def _dlq_session(config: Path | None, set_: list[str] | None, flags: dict[str, A
     return cfg, _spark(cfg, suffix="-dlq")
 
 
-def _without_spark(cfg: Any, each: Any) -> list[Any] | None:  # noqa: ANN401
-    """``each(spec)`` for every table of ``cfg``, read without Spark; None when a table
-    (or the listing of a message-type route's tables) needs a session."""
+def _collect(config: Path | None, set_: list[str] | None, flags: dict[str, Any],
+             collect: Any) -> list[Any]:  # noqa: ANN401
+    """``collect(cfg)`` of the loaded config: a configuration refusal exits 2, a
+    runtime one 1, each with one line."""
+    try:
+        return collect(_load(config, set_, flags))  # type: ignore[no-any-return]
+    except ConfigError as exc:
+        _fail_config(exc)
+        raise
+    except LakesinkError as exc:
+        _fail_error(exc)
+        raise
+
+
+def _print_json(data: Any) -> None:  # noqa: ANN401
+    out.print(json.dumps(data, indent=1), highlight=False, markup=False, soft_wrap=True)
+
+
+def _per_table(cfg: Any, suffix: str, read_only: Any, with_spark: Any) -> list[Any]:  # noqa: ANN401
+    """``read_only(spec)`` for every table of ``cfg``, without Spark; if it returns None
+    for one (or a message-type route's tables are listed only through Spark),
+    ``with_spark(spec, spark)`` for every table in a session of the command's."""
     specs = _tables(cfg, None)
-    if specs is None:
-        return None
-    reports = []
-    for spec in specs:
-        report = each(spec)
-        if report is None:
-            return None
-        reports.append(report)
-    return reports
+    done = [read_only(spec) for spec in specs] if specs is not None else [None]
+    if all(d is not None for d in done):
+        return done
+    spark = _spark(cfg, suffix=suffix)
+    return [with_spark(spec, spark) for spec in _tables(cfg, spark) or []]
 
 
 @dlq_app.command("show")
@@ -69,22 +84,17 @@ def dlq_show(
     """Pending dead letters by reason, a sample of them, and how many were replayed
     (every route's table with routes)."""
     from lakesink import dlq
+    from lakesink.app import preflight
 
-    try:
-        cfg = _load(config, set_, _common_flags(None, None, table, base_path, None))
-        from lakesink.app import preflight
-
+    def show(cfg: Any) -> list[Any]:  # noqa: ANN401
         preflight(cfg)
-        summaries = _without_spark(cfg, lambda c: dlq.show(None, c, sample=sample))
-        if summaries is None:
-            spark = _spark(cfg, suffix="-dlq")
-            summaries = [dlq.show(spark, c, sample=sample) for c in _tables(cfg, spark)]
-    except ConfigError as exc:
-        _fail_config(exc)
-        return
+        return _per_table(cfg, "-dlq", lambda c: dlq.show(None, c, sample=sample),
+                          lambda c, spark: dlq.show(spark, c, sample=sample))
+
+    summaries = _collect(config, set_, _common_flags(None, None, table, base_path, None),
+                         show)
     if as_json:  # a list of tables, as ``status --json`` prints (name, format, path first)
-        out.print(json.dumps(summaries, indent=1), highlight=False, markup=False,
-                  soft_wrap=True)
+        _print_json(summaries)
         return
     for summary in summaries:
         _print_dlq_summary(summary)
@@ -175,24 +185,18 @@ def _maintain(what: str, config: Path | None, set_: list[str] | None, as_json: b
     _setup_logging()
     from lakesink import maintenance
 
-    try:
-        cfg = _load(config, set_, {})
+    run = getattr(maintenance, what)
+
+    def each(cfg: Any) -> list[Any]:  # noqa: ANN401
         if check is not None:
             check(cfg)
-        reports = _without_spark(
-            cfg, lambda c: maintenance.without_spark(what, c, **options))
-        if reports is None:
-            spark = _spark(cfg, suffix=f"-{what}")
-            run = getattr(maintenance, what)
-            reports = [run(c, spark, **options) for c in _tables(cfg, spark) or []]
-    except ConfigError as exc:
-        _fail_config(exc)
-        return
-    except LakesinkError as exc:
-        _fail_error(exc)
+        return _per_table(cfg, f"-{what}",
+                          lambda c: maintenance.without_spark(what, c, **options),
+                          lambda c, spark: run(c, spark, **options))
+
+    reports = _collect(config, set_, {}, each)
     if as_json:
-        out.print(json.dumps(reports, indent=1), highlight=False, markup=False,
-                  soft_wrap=True)
+        _print_json(reports)
     else:
         for r in reports:
             _print_report(what, r)
@@ -212,20 +216,10 @@ def files(
     Spark on local disk and S3."""
     from lakesink import maintenance
 
-    try:
-        cfg = _load(config, set_, {})
-        listed = _without_spark(cfg, lambda c: maintenance.files(c))
-        if listed is None:
-            spark = _spark(cfg, suffix="-files")
-            listed = [maintenance.files(c, spark) for c in _tables(cfg, spark) or []]
-    except ConfigError as exc:
-        _fail_config(exc)
-        return
-    except LakesinkError as exc:
-        _fail_error(exc)
+    listed = _collect(config, set_, {}, lambda cfg: _per_table(
+        cfg, "-files", maintenance.files, maintenance.files))
     if as_json:
-        out.print(json.dumps(listed, indent=1), highlight=False, markup=False,
-                  soft_wrap=True)
+        _print_json(listed)
         return
     for table in listed:
         for f in table["files"]:
