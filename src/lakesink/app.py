@@ -238,14 +238,23 @@ class Pipeline:
         (:meth:`~lakesink.observe.Observer.early`), stopped with the run."""
         stop = stop or StopRequest()
         caught_up = self._caught_up(until_caught_up)
-        observer = Observer.start(plan(self.cfg), self.spark, f"lakesink_{self.name}",
-                                  observer)
-        progress = (CatchUpProgress(backlog(self.cfg.source.kafka, self.cfg.storage,
-                                            self.checkpoint),
-                                    lambda: self.stats.records).start()
-                    if caught_up else None)
-        beside = self._silence_beside(caught_up, stop)
+        progress = beside = None
         try:
+            observer = Observer.start(plan(self.cfg), self.spark, f"lakesink_{self.name}",
+                                      observer)
+        except BaseException:
+            if observer is not None:  # the endpoints served since the start end here too
+                observer.stop()
+            if self.silence is not None:
+                self.silence.close()
+            self.processor.close()
+            raise
+        try:
+            progress = (CatchUpProgress(backlog(self.cfg.source.kafka, self.cfg.storage,
+                                                self.checkpoint),
+                                        lambda: self.stats.records).start()
+                        if caught_up else None)
+            beside = self._silence_beside(caught_up, stop)
             self._run(caught_up, stop, observer.health)
         finally:
             if progress is not None:

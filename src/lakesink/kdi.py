@@ -83,7 +83,7 @@ def takeover_start(cfg: Any, args: KdiArgs) -> str | None:  # noqa: ANN401
     else:
         refuse_unknown_app_id(versions, files, app_id=args.app_id, seek=seek)
         if not seek:
-            refuse_after_lakesink(cfg)
+            refuse_after_lakesink(cfg, args.app_id)
     start = takeover_offsets(versions, topic=topic, seek=seek, reset=reset)
     if start is not None:
         logger.info(
@@ -217,7 +217,9 @@ def lakesink_wrote_last(history: list[dict[str, Any]]) -> dict[str, Any] | None:
     import json
 
     for entry in history:
-        if entry.get("operation") not in ("WRITE", "STREAMING UPDATE", "MERGE"):
+        if "operation" not in entry:
+            return None  # a commit without commitInfo: not lakesink's
+        if entry["operation"] not in ("WRITE", "STREAMING UPDATE", "MERGE"):
             continue
         if "lakesink.app_id" in entry:
             return entry
@@ -231,19 +233,23 @@ def lakesink_wrote_last(history: list[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
-def refuse_after_lakesink(cfg: Any) -> None:  # noqa: ANN401
-    """A new checkpoint takes over from kafka-delta-ingest's offsets only if no lakesink
-    run wrote after kafka-delta-ingest: else its checkpoint was lost or moved, and
-    starting at kafka-delta-ingest's old offsets would write again everything since."""
+def refuse_after_lakesink(cfg: Any, app_id: str = "") -> None:  # noqa: ANN401
+    """A new checkpoint takes over from kafka-delta-ingest's offsets (``txn``
+    ``<app_id>-<partition>``) only if no lakesink run wrote after kafka-delta-ingest:
+    else its checkpoint was lost or moved, and starting at kafka-delta-ingest's old
+    offsets would write again everything since. A lakesink commit is known by its
+    commitInfo, or (a lakesink before that) by a ``txn`` of another app id in the
+    newest data commit."""
     from deltalake.exceptions import TableNotFoundError
 
     from lakesink.runtime.lake import delta_table
 
     uri = f"{cfg.table.base_path.rstrip('/')}/{cfg.table.name}"
     try:
-        last = lakesink_wrote_last(delta_table(cfg.storage, uri).history(200))
+        history = delta_table(cfg.storage, uri).history(200)
     except TableNotFoundError:
         return
+    last = lakesink_wrote_last(history) or _other_txn(cfg, uri, history, app_id)
     if last is not None:
         raise ConfigError(
             "checkpoint", f"the table's newest data commit (version {last.get('version')}) "
@@ -253,6 +259,36 @@ def refuse_after_lakesink(cfg: Any) -> None:  # noqa: ANN401
             "every row lakesink wrote since",
             fix="use the checkpoint that lakesink run had (table.checkpoint_path or its "
             "default), or give --seek_offsets (where to start)")
+
+
+def _other_txn(cfg: Any, uri: str, history: list[dict[str, Any]],  # noqa: ANN401
+               app_id: str) -> dict[str, Any] | None:
+    """The newest data commit if its log entry holds a ``txn`` of an app id that is not
+    kafka-delta-ingest's ``<app_id>-<partition>`` (a writer that says nothing in
+    commitInfo: lakesink's Spark path before it did)."""
+    import json
+    import re
+
+    from lakesink.runtime.lake import filesystem
+    from lakesink.tables.fs import to_uri
+
+    newest = next((e for e in history if e.get("operation") in
+                   ("WRITE", "STREAMING UPDATE", "MERGE")), None)
+    if not app_id or newest is None or "version" not in newest:
+        return None
+    fs, root = filesystem(cfg.storage, to_uri(uri))
+    try:
+        with fs.open_input_stream(f"{root}/_delta_log/{int(newest['version']):020d}.json") as f:
+            actions = [json.loads(line) for line in f.read().decode().splitlines() if line]
+    except (FileNotFoundError, OSError, ValueError):
+        return None
+    ours = re.compile(re.escape(app_id) + r"-\d+")
+    for action in actions:
+        other = (action.get("txn") or {}).get("appId")
+        if other and not ours.fullmatch(other):
+            return {**newest, "lakesink.app_id": other, "lakesink.batch_id":
+                    action["txn"].get("version")}
+    return None
 
 
 def table_txn_versions(cfg: Any, app_id: str, topic: str  # noqa: ANN401

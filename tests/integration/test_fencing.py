@@ -99,33 +99,43 @@ def test_a_frozen_writer_never_touches_what_the_new_holder_committed(spark, tmp_
 
 
 def test_a_stale_spark_delta_writer_stops_instead_of_waiting_forever(spark, tmp_path) -> None:
-    """audit-2 #22: a Spark-path Delta writer past its fence while another writer of the
-    same app id commits the batch: Delta skips its append by the txn, without a job, and
-    the batch's observed count (a wait on that job) never came — the process hung. Now
-    it sees the commit is not its own and stops."""
-    from lakesink.errors import LeaseLost
-
+    """audit-2 #22: a Spark-path Delta writer frozen right after its fence while another
+    takes the table over and commits the batch: Delta skips the stale append by its txn,
+    without a job, and the batch's count (a wait on that job) never came. Now the stale
+    writer sees the commit is not its own, proves its lease at the store and stops."""
     layout = TableLayout.of(str(tmp_path / "lake"), "events")
     rows = spark.range(0, 20).selectExpr("id", "cast(id % 2 as string) as location")
+    holders: list[Any] = []
 
     def delta_writer() -> Any:  # noqa: ANN401
         writer = open_writer("delta", spark, layout, WriterOptions(
-            app_id="app-delta", partition_by=("location",), lease_s=0))
+            app_id="app-delta", partition_by=("location",), lease_s=TTL_S))
         writer.prepare()
         return writer
 
-    stale, holder = delta_writer(), delta_writer()
+    stale = delta_writer()
     stale.write_batch(0, rows)
-    assert not stale.is_committed(1)  # what the stale writer knows before its append
-    holder._committed_known = False
-    holder.write_batch(1, rows)  # the holder commits batch 1 first
+    passed = stale.fence
+
+    def fenced_then_frozen() -> None:
+        passed()  # it still holds the table here
+        stale.lease._stop.set()  # frozen: renews nothing
+        lease_module._HELD.pop(stale.lease.folder, None)  # the holder: another process
+        holder = delta_writer()  # waits out the TTL, then takes the lease
+        holders.append(holder)
+        holder._committed_known = False
+        assert not holder.write_batch(1, rows).skipped  # the holder commits batch 1
+
+    stale.fence = fenced_then_frozen  # type: ignore[method-assign]
 
     def never() -> dict[str, int]:
         raise AssertionError("waited for the count of a job that never runs")
 
-    with pytest.raises(LeaseLost, match="committed by another writer of app id app-delta"):
-        stale.write_batch(1, rows, commit_info=never)
-    ids = sorted(r.id for r in spark.read.format("delta").load(layout.table).collect())
-    assert ids == sorted(list(range(20)) * 2)  # batches 0 and 1, each once
-    for writer in (stale, holder):
-        writer.close()
+    try:
+        with pytest.raises(LeaseLost):
+            stale.write_batch(1, rows, commit_info=never)
+        ids = sorted(r.id for r in spark.read.format("delta").load(layout.table).collect())
+        assert ids == sorted(list(range(20)) * 2)  # batches 0 and 1, each once
+    finally:
+        for writer in (*holders, stale):
+            writer.close()

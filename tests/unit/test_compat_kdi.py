@@ -213,15 +213,20 @@ def test_a_take_over_after_lakesink_wrote_last_is_refused(tmp_path) -> None:  # 
                              "source.kafka.topics": ["web"], "table.format": "delta",
                              "table.name": "web", "table.base_path": str(tmp_path / "lake")},
                       env={})
-    refuse_after_lakesink(cfg)  # only kafka-delta-ingest wrote: a take-over is right
+    refuse_after_lakesink(cfg, "kdi")  # only kafka-delta-ingest wrote: a take-over is right
     write_deltalake(table, rows, mode="append", commit_properties=CommitProperties(
         custom_metadata={"lakesink.app_id": "ls1", "lakesink.batch_id": "0"}))
     with pytest.raises(ConfigError, match="newer than kafka-delta-ingest's") as refused:
-        refuse_after_lakesink(cfg)
+        refuse_after_lakesink(cfg, "kdi")
     assert refused.value.key == "checkpoint"
     write_deltalake(table, rows, mode="append", commit_properties=CommitProperties(
         app_transactions=[Transaction("kdi-0", 10)]))  # kafka-delta-ingest back
-    refuse_after_lakesink(cfg)
+    refuse_after_lakesink(cfg, "kdi")
+    # a lakesink of before (its Spark path said nothing in commitInfo): its own txn
+    write_deltalake(table, rows, mode="append", commit_properties=CommitProperties(
+        app_transactions=[Transaction("3f2a9c1e-lakesink", 4)]))
+    with pytest.raises(ConfigError, match="app id 3f2a9c1e-lakesink"):
+        refuse_after_lakesink(cfg, "kdi")
     # the Spark path's commits say it in userMetadata; maintenance commits are passed over
     spark_commit = {"operation": "STREAMING UPDATE", "version": 7,
                     "userMetadata": json.dumps({"lakesink.app_id": "ls2",

@@ -240,23 +240,29 @@ def test_zeros_a_crash_left_are_cut_at_open(tmp_path) -> None:
 
 def test_a_non_reliable_topics_messages_without_offsets_are_all_spooled(tmp_path) -> None:
     """audit-2 #3: a non-reliable topic's messages all carry offset 0 (nothing stamps
-    them), and a tight loop sends several in one millisecond. Each is new; only the very
-    message spooled last, sent again, is a resend. Before: the second was acknowledged
-    and dropped as "sent again"."""
+    them), and a tight loop sends several in one millisecond, identical ones too. Each
+    is new: before, the second was acknowledged and dropped as "sent again". A reliable
+    topic's first message (offset 0) sent again is still a resend."""
     from lakesink.sources.danube_spool import message_key
 
-    def unstamped(n: int, publish_time: int = 5_000) -> object:
+    def unstamped(n: int, publish_time: int = 5_000, producer: int = 1) -> object:
         return pb.StreamMessage(
-            msg_id=pb.MsgID(producer_id=1, topic_name="/default/t", topic_offset=0),
+            msg_id=pb.MsgID(producer_id=producer, topic_name="/default/t", topic_offset=0),
             payload=json.dumps({"id": n}).encode(), publish_time=publish_time)
 
     with Spool(tmp_path) as spool:
-        first, second = unstamped(0), unstamped(1)  # the same millisecond
-        assert message_key(first) != message_key(second)  # one received group keeps both
+        first = unstamped(0, producer=9)  # a reliable topic's first message
         spool.append([first])
-        assert not spool.seen(second)
-        spool.append([second])
-        assert spool.seen(second), "the message spooled last, sent again"
+        assert spool.seen(unstamped(0, producer=9)), "its resend"
+        one, two = unstamped(0), unstamped(1)  # the same millisecond
+        assert message_key(one) != message_key(two)
+        assert not spool.stamped(one)  # a received group keeps identical ones too
+        spool.append([one])
+        assert not spool.seen(two)
+        spool.append([two])
+        same = unstamped(1)  # identical to the last, the same millisecond: a new message
+        assert not spool.seen(same), "no offsets: nothing is a resend"
+        spool.append([same])
         assert not spool.seen(unstamped(2, publish_time=4_999)), "another producer clock"
     with Spool(tmp_path) as again:  # the state kept across a restart
-        assert again.seen(second) and not again.seen(unstamped(3))
+        assert not again.seen(unstamped(1)) and again.seen(unstamped(0, producer=9))

@@ -122,3 +122,40 @@ def test_a_repair_host_ahead_of_the_store_moves_no_live_file(tmp_path: Path,
     report = maintenance.repair(fs, layout, apply=True, min_age_s=60)
     assert (table / live).exists(), report
     assert live not in report.orphans
+
+
+def test_a_redo_that_begins_between_the_listings_keeps_its_file(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """The restarted stream's begin() lands after repair listed the table and before it
+    listed the pending records: its new record (young) names no file yet, and the redo
+    publishes the same name before repair moves it (on S3 the record's rewrite may keep
+    its one-second mtime). The batch is in flight as a whole: nothing of it is moved."""
+    fs, layout, orphan = _lake(tmp_path)
+    table, meta = Path(fs._native(layout.table)), Path(fs._native(layout.meta))
+    record = meta / "pending" / "run1" / "0000000001.json"
+    listed = fs.list_files
+    began: list[bool] = []
+
+    def list_files(path: str, *, suffix: str = "") -> Any:  # noqa: ANN401
+        if path.endswith("/pending") and not began:
+            began.append(True)  # begin(): the crashed attempt's file goes, a new record
+            (table / orphan).unlink()
+            record.write_text(json.dumps({"batch_id": 1, "files": []}))
+        return listed(path, suffix=suffix)
+
+    monkeypatch.setattr(fs, "list_files", list_files)
+    committed_since = maintenance._committed_since
+
+    def republished(*args: Any) -> bool:  # noqa: ANN401
+        if not (table / orphan).exists():
+            stamp = record.stat().st_mtime
+            pq.write_table(pa.table({"id": [1]}), table / orphan)
+            record.write_text(json.dumps({"batch_id": 1, "files": [str(table / orphan)]}))
+            os.utime(record, (stamp, stamp))  # the same (one-second) mtime
+        return committed_since(*args)
+
+    monkeypatch.setattr(maintenance, "_committed_since", republished)
+    report = maintenance.repair(fs, layout, apply=True, min_age_s=60)
+    assert orphan not in report.orphans, report
+    assert not list((meta / "quarantine").rglob("*.parquet")), "the redo's file was moved"

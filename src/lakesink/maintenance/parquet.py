@@ -450,17 +450,23 @@ def repair(fs: HadoopFS, layout: TableLayout, *, apply: bool, min_age_s: float
     report.too_young = sum(1 for f in listed if now_ms - f.mtime_ms < young_ms)
     on_disk = {f.relative: f for f in listed}
     in_flight: set[str] = set()
-    pending_seen = {f.relative: f.mtime_ms
-                    for f in fs.list_files(join(layout.meta, "pending"), suffix=".json")}
-    for f in fs.list_files(join(layout.meta, "pending"), suffix=".json"):
+    pending = fs.list_files(join(layout.meta, "pending"), suffix=".json")
+    pending_seen = {f.relative: f.mtime_ms for f in pending}
+    #: batches being written now: any file of theirs is in flight, listed or not yet
+    #: (a redo's begin() writes its record before the files it will name again)
+    live: set[tuple[str, int]] = set()
+    for f in pending:
         if now_ms - f.mtime_ms >= young_ms:
             continue  # a crashed attempt nobody redid (a lost checkpoint): orphans
+        batch = _pending_batch(f.relative)
+        if batch is not None:
+            live.add(batch)
         try:
-            pending = fs.read_json(f.path) or {}
+            record = fs.read_json(f.path) or {}
         except ValueError:
-            pending = {}
+            record = {}
         table = layout.table.rstrip("/") + "/"
-        for p in pending.get("files", []):
+        for p in record.get("files", []):
             in_flight.add(p.split(table, 1)[1] if table in p else p)
     journal = Journal(fs, layout)
     unfinished = []
@@ -479,7 +485,8 @@ def repair(fs: HadoopFS, layout: TableLayout, *, apply: bool, min_age_s: float
         elif disk.size != f.bytes:
             report.wrong_size.append(path)
     report.unfinished_compactions = sorted(unfinished)
-    unknown = {p: f for p, f in on_disk.items() if p not in files and p not in in_flight}
+    unknown = {p: f for p, f in on_disk.items()
+               if p not in files and p not in in_flight and _batch_of(p) not in live}
     report.orphans = sorted(p for p, f in unknown.items() if now_ms - f.mtime_ms >= young_ms)
     report.young_orphans = sorted(p for p, f in unknown.items()
                                   if now_ms - f.mtime_ms < young_ms)
@@ -487,8 +494,8 @@ def repair(fs: HadoopFS, layout: TableLayout, *, apply: bool, min_age_s: float
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
         target = join(layout.quarantine, stamp)
         for path in report.orphans:
-            if _committed_since(fs, layout, path) or _redone_since(fs, layout, path,
-                                                                   pending_seen):
+            if _committed_since(fs, layout, path) or _in_flight_now(
+                    fs, layout, path, pending_seen, now_ms, young_ms):
                 continue
             fs.replace(join(layout.table, path), join(target, path))
         report.applied, report.moved_to = True, target
@@ -518,21 +525,29 @@ def _batch_of(path: str) -> tuple[str, int] | None:
     return parts[2], int(parts[1])
 
 
-def _redone_since(fs: HadoopFS, layout: TableLayout, path: str,
-                  pending_seen: dict[str, int]) -> bool:
-    """Whether the batch ``path`` belongs to has a pending record that was not there,
-    or was written again, since the repair listed them: a stream (restarted after being
-    down longer than ``min_age_s``) is redoing the batch and publishes this name again
-    (the last check before a move, with :func:`_committed_since`)."""
+def _pending_batch(relative: str) -> tuple[str, int] | None:
+    """(run, batch) of a pending record's ``<run>/<batch>.json`` path."""
+    run, _, name = relative.rpartition("/")
+    stem = name.removesuffix(".json")
+    return (run, int(stem)) if run and stem.isdigit() else None
+
+
+def _in_flight_now(fs: HadoopFS, layout: TableLayout, path: str,
+                   pending_seen: dict[str, int], now_ms: float, young_ms: float) -> bool:
+    """Whether the batch ``path`` belongs to is being written now: its pending record is
+    young, or it was not there or was written again since the repair listed them (a
+    stream restarted after being down longer than ``min_age_s`` redoes the batch and
+    publishes this name again) — the last check before a move, with
+    :func:`_committed_since`."""
     batch = _batch_of(path)
     if batch is None:
         return False
     run, batch_id = batch
-    name = f"{run}/{batch_id:010d}.json"
     now = {f.relative: f.mtime_ms
            for f in fs.list_files(join(layout.meta, "pending", run), suffix=".json")}
     stamp = now.get(f"{batch_id:010d}.json")
-    return stamp is not None and stamp != pending_seen.get(name)
+    return stamp is not None and (stamp != pending_seen.get(f"{run}/{batch_id:010d}.json")
+                                  or now_ms - stamp < young_ms)
 
 
 def _committed_since(fs: HadoopFS, layout: TableLayout, path: str) -> bool:

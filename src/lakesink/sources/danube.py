@@ -149,7 +149,8 @@ class _Receiver:
                 new, keys = [], set()
                 for message in messages:
                     key = message_key(message)
-                    if key not in keys and not spool.seen(message):
+                    if ((key not in keys or not spool.stamped(message))
+                            and not spool.seen(message)):
                         new.append(message)
                     keys.add(key)
                 if new:

@@ -132,9 +132,13 @@ class Spool:
         if message.msg_id.topic_offset == offset == 0:
             # No offsets to go by: a non-reliable topic (Danube's producers default to
             # it; its broker stamps no offset and redelivers nothing), or a reliable
-            # topic's first message. Only the very message spooled last is a resend.
+            # topic's first message. Only the very message spooled last is a resend —
+            # and nothing is, once the producer has sent two messages at offset 0
+            # (unstamped: identical payloads in one millisecond are two messages)
             last = mark[2] if len(mark) > 2 else None
-            if message.publish_time == published and payload_crc(message) == last:
+            unstamped = len(mark) > 3 and bool(mark[3])
+            if (not unstamped and message.publish_time == published
+                    and payload_crc(message) == last):
                 return True
             if producer not in self._unstamped:
                 self._unstamped.add(producer)
@@ -187,10 +191,20 @@ class Spool:
         producer = str(message.msg_id.producer_id)
         offset, published, *rest = known.get(producer, (-1, -1))
         at = (message.msg_id.topic_offset, message.publish_time)
+        last, unstamped = (rest + [None, False])[:2]
         # the checksum of the message with the highest (offset, publish time): what
         # tells a resend from a new message where offsets are all 0 (see seen)
-        crc = payload_crc(message) if at >= (offset, published) else (rest or [None])[0]
-        known[producer] = [max(offset, at[0]), max(published, at[1]), crc]
+        crc = payload_crc(message) if at >= (offset, published) else last
+        if at[0] == 0 and offset == 0:  # a second message at offset 0: nothing stamps them
+            unstamped = True
+        elif at[0] > 0:  # offsets after all (a topic made again had one message)
+            unstamped = False
+        known[producer] = [max(offset, at[0]), max(published, at[1]), crc, unstamped]
+
+    def stamped(self, message: Any) -> bool:
+        """Whether ``message`` has an offset that tells it from others (not 0): only
+        then may two messages of one received group be taken for one."""
+        return bool(message.msg_id.topic_offset)
 
     # -- reading ------------------------------------------------------------------------
 

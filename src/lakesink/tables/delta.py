@@ -23,7 +23,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 
-from lakesink.errors import CommitMismatch, LeaseLost
+from lakesink.errors import CommitMismatch
 from lakesink.faults import fault_point
 from lakesink.tables.base import (
     BatchResult,
@@ -171,14 +171,15 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
         self._committed = batch_id
         fault_point("after_delta_commit", batch_id)
         if not self._committed_by(attempt, before):
-            # Delta skipped the append by its txn, without a job: another writer of this
-            # app id committed the batch meanwhile (a lease taken over while this one was
-            # frozen). Its count would never come (a wait on a job that never runs).
-            raise LeaseLost(
-                f"batch {batch_id} of {self.layout.table} was committed by another writer "
-                f"of app id {self.app_id} while this one wrote it (this writer lost the "
-                "table, or a put it had given up on landed); this writer stops, the batch "
-                "is in the table once")
+            # Delta skipped the append by its txn, without a job: the batch was committed
+            # meanwhile — by a writer that took the table over while this one was frozen
+            # (the proof fails: this writer stops, LeaseLost), or by a delta-rs put this
+            # writer had given up on and that landed (its own: a replay, no count to
+            # wait for)
+            self.prove()
+            logger.warning("batch %d was committed meanwhile by an earlier attempt of "
+                           "this writer: not written again", batch_id)
+            return BatchResult(batch_id, skipped=True)
         info = commit_info() if commit_info else {}
         metrics = self._commit_metrics(batch_id)
         files, size = metrics.get("numFiles", 0), metrics.get("numOutputBytes", 0)
@@ -216,11 +217,13 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
     def _version(self, *, fresh: bool = False) -> int:
         """The table's newest log version as the driver knows it (``fresh``: as the
         log says now; -1: no table yet)."""
+        if fresh:
+            return int(self._snapshot().version())
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
         log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
             self.spark._jsparkSession, self.layout.table)
-        return int((log.update() if fresh else log.unsafeVolatileSnapshot()).version())
+        return int(log.unsafeVolatileSnapshot().version())
 
     def _entry(self, version: int) -> list[dict[str, Any]]:
         text = self.fs.read_text(join(self.layout.table, "_delta_log", f"{version:020d}.json"))

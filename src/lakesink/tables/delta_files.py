@@ -262,10 +262,15 @@ class DeltaFiles:
         self.fs.delete(self.layout.staging(run_tag(self.app_id), batch_id))
 
     def sweep_staging(self) -> None:
-        """At start, under the lease: this app id's staging folders. No batch of this
-        app id is in flight yet; whatever is there was left by a kill (a batch still
-        to do stages its rows again; a committed one never reads them)."""
-        self.fs.delete(self.layout.staging_of(run_tag(self.app_id)))
+        """At start, under the lease: this app id's batch staging folders (the merge's
+        rows). No batch of this app id is in flight yet; whatever is there was left by
+        a kill (a batch still to do stages its rows again; a committed one never reads
+        them). The dead-letter outboxes beside them (``rejected-<batch>``) stay: a
+        committed batch's replay publishes them."""
+        folder = self.layout.staging_of(run_tag(self.app_id))
+        for name in self.fs.list_dirs(folder):
+            if name.isdigit():
+                self.fs.delete(join(folder, name))
 
     def drop_files(self, rels: list[str]) -> None:
         """Delete files the tasks wrote for a batch that is not committed from them
