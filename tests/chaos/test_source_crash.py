@@ -24,7 +24,7 @@ from tests.fixtures.services import (
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.slow]
 
 ROUNDS = int(os.environ.get("CHAOS_ROUNDS", "1"))
-N = 2400
+N = 1200  # three batches of a third (and the bad records)
 BAD = [b"not json %d" % i for i in range(3)]
 #: each source point once per source, and a table point per source (a replay of a
 #: committed batch); CHAOS_FULL=1 adds the repeats
@@ -56,7 +56,7 @@ def test_kill_at_a_fault_point_then_restart(redis_server, tmp_path, kind, fmt, p
     shutil.rmtree(lake, ignore_errors=True)
     source = {"streams": [key], "consumer_group": "lake"} if kind == "stream" else {
         "lists": [key], "consumer_name": f"c{round_}"}
-    data = redis_config(redis_server, lake, max_records_per_trigger=800,
+    data = redis_config(redis_server, lake, max_records_per_trigger=N // 3,
                         table={"format": fmt}, **source)
     kill_then_restart(write_config(tmp_path / "c.yaml", data), point)
     ids = read_ids(lake / "events", fmt)
@@ -146,7 +146,7 @@ def test_danube_kill_at_a_fault_point_then_restart(tmp_path, fmt, point, round_)
         lake = tmp_path / "lake"
         data = source_config({"danube": {"service_url": double.url, "topics": [topic],
                                          "subscription": "lakesink",
-                                         "max_records_per_trigger": 800, "idle_s": 2}},
+                                         "max_records_per_trigger": N // 3, "idle_s": 2}},
                              lake, format=fmt)
         output = kill_then_restart(write_config(tmp_path / "c.yaml", data), point)
         ids = read_ids(lake / "events", fmt)

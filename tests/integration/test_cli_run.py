@@ -12,6 +12,7 @@ import pytest
 
 from tests.fixtures.services import (
     config_dict,
+    full_only,
     duckdb_ids,
     lakesink_cmd,
     produce_events,
@@ -89,7 +90,8 @@ def test_sigterm_stops_after_the_batch_then_restart_is_exact(kafka_broker, topic
 
 
 @pytest.mark.parametrize(("fmt", "storage", "source"),
-                         [("parquet", "local", "kafka"), ("delta", "local", "kafka"),
+                         [("parquet", "local", "kafka"),
+                          full_only("delta", "local", "kafka", id="delta-local-kafka"),
                           ("delta", "s3", "kafka"), ("parquet", "local", "redis")])
 def test_demo_command(tmp_path, fmt, storage, source) -> None:
     """The README's demo, small: its own broker (and S3 server), ingest, DuckDB summary,
