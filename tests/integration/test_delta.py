@@ -178,8 +178,12 @@ def test_a_stale_spark_writer_whose_append_delta_skips_does_not_wait_forever(
         seen["values"] = observation_values(observation, wait_s=1.0)
         return {}
 
-    a.write_batch(0, rows.observe(observation, F.count(F.lit(1)).alias("records")),
-                  commit_info=commit_info)
-    assert seen["values"] == {}, "Delta ran a job for a skipped append?"
+    result = a.write_batch(0, rows.observe(observation, F.count(F.lit(1)).alias("records")),
+                           commit_info=commit_info)
+    # A sees that the commit is not its append (its attempt id is in no new log entry):
+    # the batch is a replay (A's lease, if it had one, is proved first), and nothing
+    # waits for the count of a job that never ran
+    assert result.skipped and "values" not in seen
+    assert observation_values(observation, wait_s=1.0) == {}, "a job ran for it?"
     assert sorted(delta_ids(root)) == [1, 2, 3]
     assert spark.read.format("delta").load(str(root)).count() == 3

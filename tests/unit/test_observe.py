@@ -120,6 +120,22 @@ def test_a_committed_batch_counts_in_every_metric() -> None:
         assert line in text, line
 
 
+def test_the_status_page_lists_the_lag_of_sources_without_partition_numbers() -> None:
+    """A Redis stream's (or list's, or Danube topic's) lag has no partition number: the
+    page failed on it (int('')) for every request of a Redis run — found by the demo's
+    --keep-running test."""
+    from lakesink.observe.page import render
+
+    metrics = Metrics()
+    metrics.lag.labels("sensors", "").set(12)
+    metrics.lag.labels("events", "10").set(3)
+    metrics.lag.labels("events", "2").set(1)
+    page = render(metrics, Health(max_age_s=60, restarts=3))
+    rows = page.split("<th>records behind</th></tr>")[1].split("</table>")[0]
+    assert rows.index(">10<") > rows.index(">2<")  # Kafka partitions by number
+    assert "<td>sensors</td><td></td><td>12</td>" in rows
+
+
 def test_the_status_page_shows_mean_file_size_and_a_hint_for_small_files() -> None:
     from lakesink.observe.page import render
 

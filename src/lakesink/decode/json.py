@@ -171,7 +171,7 @@ class JsonDecoder(Decoder):
             F.when(value.isNull(), F.lit("the record has no value (tombstone)"))
             .when(F.length(text) == 0, F.lit("the value is empty"))
             .when(~F.is_valid_utf8(text), F.lit("the value is not valid UTF-8"))
-            .when(variant.isNull(), F.coalesce(_json_error(text),
+            .when(variant.isNull(), F.coalesce(_json_error(value),
                                                F.lit("the value is not valid JSON")))
             .when(~kind.startswith("OBJECT"),
                   F.concat(F.lit("expected a JSON object, got "), F.lower(kind)))
@@ -185,23 +185,28 @@ class JsonDecoder(Decoder):
         return reason, detail
 
 
-def _parser_message(text: str | None) -> str | None:
-    """Python's JSON parser's message and position for ``text`` (None: it parses)."""
+def _parser_message(raw: bytes | str | None) -> str | None:
+    """Python's JSON parser's message and position for the value ``raw`` (None: it
+    parses, or it is not UTF-8 text — said by the other reasons)."""
     import json
 
+    if raw is None:
+        return None
     try:
-        json.loads(text or "")
+        json.loads(raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw)
     except json.JSONDecodeError as exc:
         return (f"the value is not valid JSON: {exc.msg} at line {exc.lineno} column "
                 f"{exc.colno} (char {exc.pos})")
-    except (ValueError, RecursionError):
+    except (ValueError, RecursionError):  # not UTF-8 (UnicodeDecodeError), too deep
         return None
     return None
 
 
-def _json_error(text: Column) -> Column:
-    """:func:`_parser_message` as a column (a Python function: dead letters only)."""
-    return F.udf(_parser_message, T.StringType())(text)
+def _json_error(value: Column) -> Column:
+    """:func:`_parser_message` as a column over the raw value (a Python function, so
+    it takes the bytes: a string of invalid UTF-8 would fail the worker; dead letters
+    only)."""
+    return F.udf(_parser_message, T.StringType())(value)
 
 
 def _path(name: str) -> str:

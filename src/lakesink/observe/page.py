@@ -100,8 +100,11 @@ def render(metrics: Metrics, health: Health) -> str:
             parts.append("<p>dead letters by reason: " + ", ".join(
                 f"{esc(r)} <b>{int(n)}</b>" for r, n in sorted(reasons.items())) + "</p>")
         parts.append("</div>")
+    # Kafka's partitions are numbers; a Redis stream or list, a Danube topic has none
     lag = sorted(_samples(metrics, "lakesink_consumer_lag_records"),
-                 key=lambda s: (s[0]["topic"], int(s[0]["partition"])))
+                 key=lambda s: (s[0]["topic"], s[0]["partition"].isdigit(),
+                                int(s[0]["partition"] or 0) if s[0]["partition"].isdigit()
+                                else 0, s[0]["partition"]))
     if lag:
         cells = "".join(f"<tr><td>{esc(l['topic'])}</td><td>{esc(l['partition'])}</td>"
                         f"<td>{int(v)}</td></tr>" for l, v in lag)
