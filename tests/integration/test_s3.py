@@ -147,7 +147,7 @@ def test_a_second_delta_writer_on_s3_is_refused(spark, kafka_broker, s3_server, 
 
     from lakesink.errors import ConfigError
     from lakesink.tables.fs import HadoopFS
-    from lakesink.tables.lease import PID_NAMESPACE, SecondWriterError, WriterLease
+    from lakesink.tables.lease import BOOT_ID, PID_NAMESPACE, SecondWriterError, WriterLease
 
     prefix = f"lease-{next(_prefix)}"
     produce(kafka_broker.bootstrap_servers, topic, json_events(range(50)))
@@ -183,7 +183,7 @@ def test_a_second_delta_writer_on_s3_is_refused(spark, kafka_broker, s3_server, 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale = {"writer": "x", "app_id": "old", "host": socket.gethostname(), "pid": dead.pid,
-             "pidns": PID_NAMESPACE, "ttl_s": 600, "released": False}
+             "pidns": PID_NAMESPACE, "boot": BOOT_ID, "ttl_s": 600, "released": False}
     put(stale)
     second = Pipeline.build(load_config(flags=flatten(other), env=env), spark)
     assert newest()[1]["pid"] == os.getpid() and not newest()[1]["released"]
