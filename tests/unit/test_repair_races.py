@@ -16,7 +16,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from lakesink.maintenance import parquet as maintenance
+from lakesink.maintenance import parquet_repair as maintenance
 from lakesink.runtime.arrow_fs import ArrowFS
 from lakesink.tables.layout import TableLayout
 
