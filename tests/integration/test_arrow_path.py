@@ -192,7 +192,7 @@ def test_the_arrow_path_writes_one_new_file_per_folder_per_batch(
 def test_arrow_path_writes_what_the_spark_path_writes(spark, kafka_broker, topic, tmp_path,
                                                       null_value) -> None:
     rng = random.Random(20261127)
-    values = [*EDGE_VALUES, *_random_records(rng, 2000)]
+    values = [*EDGE_VALUES, *_random_records(rng, 800)]
     keys = [b"k%d" % i if i % 7 else (b"\xff\xfe" if i % 2 else None)
             for i in range(len(values))]
     produce(kafka_broker.bootstrap_servers, topic, list(zip(keys, values, strict=True)))
