@@ -101,6 +101,23 @@ if [ ! -x .tools/bin/fake-gcs-server ] || [ "$(cat .tools/fake-gcs.version 2>/de
     say "no Go toolchain: the GCS emulator tests will be skipped"
   fi
 fi
+# --- Azurite (the Azure Blob emulator of the tests), from the npm registry -------------
+AZURITE_VERSION="3.37.0"
+if [ ! -x .tools/azurite/node_modules/.bin/azurite-blob ] \
+    || [ "$(cat .tools/azurite.version 2>/dev/null)" != "$AZURITE_VERSION" ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    say "installing Node.js and npm (Azurite runs on Node.js)"
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    ($SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null) \
+      || say "no Node.js: the Azure tests will fail to start Azurite"
+  fi
+  say "installing Azurite $AZURITE_VERSION with npm"
+  rm -rf .tools/azurite && mkdir -p .tools/azurite
+  npm install --prefix .tools/azurite --no-audit --no-fund --loglevel=error \
+      "azurite@$AZURITE_VERSION" >/dev/null \
+    && echo "$AZURITE_VERSION" > .tools/azurite.version \
+    || say "Azurite did not install: the Azure tests will fail to start it"
+fi
 # --- Apicurio Registry (the tests' Confluent-API schema registry; needs Java 21+) --------
 APICURIO_VERSION="3.3.3"
 APICURIO_HOME=".tools/apicurio-$APICURIO_VERSION"

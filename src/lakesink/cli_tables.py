@@ -213,7 +213,7 @@ def files(
     """The files each table holds by its bookkeeping (committed batches only, after
     compactions and manifest roll-ups), one path per line below the table folder: what
     a reader that wants committed batches only opens (docs/architecture.md). Without
-    Spark on local disk and S3."""
+    Spark on local disk, S3 and Azure."""
     from lakesink import maintenance
 
     listed = _collect(config, set_, {}, lambda cfg: _per_table(
@@ -236,8 +236,8 @@ def compact(
     """Merge small files: Parquet partition folders quiet for maintenance.min_age_s
     (journaled: a crash is resumed by the next compact); Delta OPTIMIZE (optionally
     Z-ordered by maintenance.zorder_by). Safe beside a running ingestion; a Delta table
-    on S3 with the single-driver log store is the exception: refused while a stream
-    writes it (use the DynamoDB log store, docs/storage.md)."""
+    on S3 with the single-driver log store, or on Azure, is the exception: refused while
+    a stream writes it (on S3, use the DynamoDB log store; docs/storage.md)."""
     _maintain("compact", config, set_, as_json, {})
 
 

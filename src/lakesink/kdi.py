@@ -71,7 +71,7 @@ def takeover_start(cfg: Any, args: KdiArgs) -> str | None:  # noqa: ANN401
         if not all(str(p) in seek for p in partitions) and not args.no_takeover:
             if not readable:
                 raise ConfigError("table.base_path", "kafka-delta-ingest's offsets are "
-                                  "read from local disk and S3 only", fix="give "
+                                  "read from local disk, S3 and Azure only", fix="give "
                                   "--seek_offsets (where to start), or --no_takeover to "
                                   "start at --auto_offset_reset")
             refuse_type_tables(cfg)
@@ -94,10 +94,10 @@ def takeover_start(cfg: Any, args: KdiArgs) -> str | None:  # noqa: ANN401
 
 def offsets_readable(cfg: Any) -> bool:  # noqa: ANN401
     """Whether the take-over can read the table and the checkpoint before Spark starts
-    (local disk and S3; other stores need --seek_offsets or --no_takeover)."""
+    (local disk, S3 and Azure; other stores need --seek_offsets or --no_takeover)."""
     paths = [cfg.table.base_path] + ([cfg.checkpoint] if cfg.checkpoint else [])
-    return all((p.split("://", 1)[0] if "://" in p else "file") in ("file", "s3", "s3a")
-               for p in paths)
+    return all((p.split("://", 1)[0] if "://" in p else "file")
+               in ("file", "s3", "s3a", "abfs", "abfss") for p in paths)
 
 
 def checkpoint_is_new(cfg: Any) -> bool:  # noqa: ANN401

@@ -8,7 +8,7 @@ newest batch in its ``commits/``); for a Redis stream the entries added after th
 batch's end; for a Redis list the items still in it; for Danube the records in the spool
 after that batch (:mod:`lakesink.sources.offsets`).
 
-Read directly with pyarrow's filesystems (local disk and S3 with the ``storage.s3``
+Read directly with pyarrow's filesystems (local disk, S3 and Azure with the ``storage``
 settings), delta-rs for Delta logs and ``confluent_kafka`` for the broker's offsets.
 Parquet tables list their manifests (one small JSON per committed batch); Delta tables
 read the log (:meth:`~lakesink.tables.formats.TableFormat.read_contents`). Message-type routes' tables are not listed (their names come with the

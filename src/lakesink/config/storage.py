@@ -37,6 +37,12 @@ class _StoreSection(Section):
         return value
 
 
+def _endpoint_url(value: str | None) -> str | None:
+    if value is not None and not re.match(r"^https?://[^/\s]+/?$", value):
+        raise ValueError("use http(s)://host[:port]")
+    return value.rstrip("/") if value else value
+
+
 class S3Storage(_StoreSection):
     """S3 and S3-compatible stores (Hadoop S3A) for ``s3a://`` and ``s3://`` paths.
 
@@ -68,12 +74,7 @@ class S3Storage(_StoreSection):
     options: dict[str, str] = Field(default_factory=dict,
                                     description="any other S3A option, fs.s3a.<name> -> value")
 
-    @field_validator("endpoint")
-    @classmethod
-    def _endpoint(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^https?://[^/\s]+/?$", value):
-            raise ValueError("use http(s)://host[:port]")
-        return value.rstrip("/") if value else value
+    _endpoint = field_validator("endpoint")(_endpoint_url)
 
     @model_validator(mode="after")
     def _keys(self) -> S3Storage:
@@ -98,11 +99,18 @@ class GcsStorage(_StoreSection):
 
 
 class AzureStorage(_StoreSection):
-    """Azure Data Lake Storage Gen2 (``abfss://container@account.dfs.core.windows.net``,
-    hadoop-azure ABFS). Credentials: an account key, a SAS token, or a service principal
-    (client id/secret/tenant); unset values fall back to the ``AZURE_*`` variables."""
+    """Azure Blob Storage and Data Lake Storage Gen2, for
+    ``abfss://container@account.dfs.core.windows.net/…`` paths (``abfs://`` without TLS):
+    Spark through hadoop-azure's ABFS, the Arrow path through pyarrow and delta-rs.
+    Credentials: an account key, a SAS token, or a service principal (client
+    id/secret/tenant)."""
 
-    account: str | None = Field(default=None, description="storage account name")
+    account: str | None = Field(default=None, description="storage account name (the "
+                                "credentials below are its; default: the path's account)")
+    endpoint: str | None = Field(
+        default=None, description="an emulator's Blob endpoint, e.g. http://127.0.0.1:10000 "
+        "(Azurite): requests go to <endpoint>/<account>/<container> and the account is "
+        "read as one without a hierarchical namespace; unset: Azure")
     account_key: SecretStr | None = None
     sas_token: SecretStr | None = None
     client_id: str | None = None
@@ -111,6 +119,8 @@ class AzureStorage(_StoreSection):
     store: ClassVar[str] = "azure"
     options: dict[str, str] = Field(default_factory=dict,
                                     description="any other ABFS option, fs.azure.<name>")
+
+    _endpoint = field_validator("endpoint")(_endpoint_url)
 
 
 class StorageConfig(Section):

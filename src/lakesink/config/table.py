@@ -90,8 +90,8 @@ class TableConfig(Section):
 
     writer_lease_s: float = Field(
         default=60.0, ge=0, description="TTL of the writer lease every table writer holds "
-        "(one process per checkpoint; for Delta on S3 with the single-driver log store, "
-        "one writer per table): a second writer is refused, a holder gone for this long "
+        "(one process per checkpoint; for Delta on S3 with the single-driver log store "
+        "and on Azure, one writer per table): a second writer is refused, a holder gone for this long "
         "is taken over (0: off)")
     other_writers: Literal["refuse", "ignore"] = Field(
         default="refuse", description="a new checkpoint on a Delta table that holds "

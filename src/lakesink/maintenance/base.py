@@ -69,7 +69,8 @@ def table_commits(spec: TableSpec, fs: HadoopFS, layout: TableLayout,
                   fmt: str) -> Iterator[None]:
     """Around a maintenance command's commits to ``layout``'s table (of format ``fmt``):
     the whole-table writer lease when the table needs one (Delta on S3 with the
-    single-driver log store, where two drivers committing at once lose a commit):
+    single-driver log store, or on Azure, where two drivers committing at once can lose
+    a commit):
     refused while a stream writes there."""
     from lakesink.runtime.storage import lease_options
     from lakesink.tables.lease import WriterLease

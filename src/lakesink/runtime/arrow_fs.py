@@ -4,8 +4,9 @@ footer's schema and rows) over a pyarrow filesystem, for the commands that only 
 a table (``dlq show``, ``repair`` without ``--apply``, ``vacuum --dry-run``, a
 ``compact`` with nothing to do): they answer in a second instead of starting Spark.
 
-Paths are spelled as :class:`HadoopFS` spells them (``file:/…``, ``s3a://bucket/…``), so
-the table layouts and the bookkeeping readers work unchanged. Local disk and S3 only
+Paths are spelled as :class:`HadoopFS` spells them (``file:/…``, ``s3a://bucket/…``,
+``abfss://container@account…/…``), so the table layouts and the bookkeeping readers
+work unchanged. Local disk, S3 and Azure only
 (:func:`~lakesink.runtime.lake.filesystem`); :meth:`ArrowFS.open` returns None for the
 other stores, which take the Spark path. Writing is not part of it: a step that would
 write raises, it never silently does nothing.
@@ -17,7 +18,7 @@ import json
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from lakesink.errors import ConfigError
-from lakesink.tables.fs import FileInfo, local_path
+from lakesink.tables.fs import FileInfo, azure_path, local_path
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -50,6 +51,8 @@ class ArrowFS:
     def _native(path: str) -> str:
         if path.startswith("file:"):
             return str(local_path(path))
+        if path.startswith(("abfs:", "abfss:")):
+            return azure_path(path)
         return path.split("://", 1)[1] if "://" in path else path
 
     def _info(self, path: str) -> Any:  # noqa: ANN401

@@ -11,6 +11,7 @@ which keys are set, not their values).
 from __future__ import annotations
 
 import logging
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -87,25 +88,69 @@ def gcs_options(gcs: GcsStorage) -> dict[str, str]:
     return opts
 
 
-def azure_options(azure: AzureStorage) -> dict[str, str]:
-    """Hadoop options for ``abfss://`` (hadoop-azure ABFS), scoped to the account."""
+def azure_account(uri: str) -> str | None:
+    """The storage account of an ``abfs[s]://container@account.dfs.core.windows.net/…``
+    URI (None: not such a URI)."""
+    m = re.match(r"^abfss?://[^@/]+@([^./]+)\.", uri)
+    return m.group(1) if m else None
+
+
+def on_azure(path: str) -> bool:
+    return path.startswith(("abfs://", "abfss://"))
+
+
+def _azure_accounts(azure: AzureStorage, uris: Iterable[str]) -> list[str]:
+    """The accounts a run reaches: the configured one, then the paths' own."""
+    found = [azure.account] if azure.account else []
+    return found + [a for a in dict.fromkeys(map(azure_account, uris)) if a and a not in found]
+
+
+def _azure_creds(azure: AzureStorage, account: str) -> bool:
+    """Whether the section's credentials are ``account``'s: the configured account's, or
+    every path's when the section names none."""
+    return azure.account in (None, account)
+
+
+def _abfs_credentials(azure: AzureStorage, host: str) -> dict[str, str]:
+    if azure.account_key:
+        return {f"fs.azure.account.key.{host}": azure.account_key.get_secret_value()}
+    if azure.sas_token:
+        return {f"fs.azure.account.auth.type.{host}": "SAS",
+                f"fs.azure.sas.fixed.token.{host}": azure.sas_token.get_secret_value()}
+    if azure.client_id and azure.client_secret and azure.tenant_id:
+        return {f"fs.azure.account.auth.type.{host}": "OAuth",
+                f"fs.azure.account.oauth.provider.type.{host}":
+                    "org.apache.hadoop.fs.azurebfs.oauth2.ClientCredsTokenProvider",
+                f"fs.azure.account.oauth2.client.id.{host}": azure.client_id,
+                f"fs.azure.account.oauth2.client.secret.{host}":
+                    azure.client_secret.get_secret_value(),
+                f"fs.azure.account.oauth2.client.endpoint.{host}":
+                    f"https://login.microsoftonline.com/{azure.tenant_id}/oauth2/token"}
+    return {}
+
+
+def azure_options(azure: AzureStorage, uris: Iterable[str] = ()) -> dict[str, str]:
+    """Hadoop options for ``abfs[s]://`` (hadoop-azure ABFS), scoped to each account of
+    ``uris`` (and ``azure.account``). With ``endpoint`` (an emulator such as Azurite, which
+    serves the Blob API only): requests go to ``<endpoint>/<account>`` and the account is
+    one without a hierarchical namespace, reached through ABFS's Blob-endpoint client."""
     opts: dict[str, str] = {}
-    if azure.account:
-        host = f"{azure.account}.dfs.core.windows.net"
-        if azure.account_key:
-            opts[f"fs.azure.account.key.{host}"] = azure.account_key.get_secret_value()
-        elif azure.sas_token:
-            opts[f"fs.azure.account.auth.type.{host}"] = "SAS"
-            opts[f"fs.azure.sas.fixed.token.{host}"] = azure.sas_token.get_secret_value()
-        elif azure.client_id and azure.client_secret and azure.tenant_id:
-            opts[f"fs.azure.account.auth.type.{host}"] = "OAuth"
-            opts[f"fs.azure.account.oauth.provider.type.{host}"] = (
-                "org.apache.hadoop.fs.azurebfs.oauth2.ClientCredsTokenProvider")
-            opts[f"fs.azure.account.oauth2.client.id.{host}"] = azure.client_id
-            opts[f"fs.azure.account.oauth2.client.secret.{host}"] = (
-                azure.client_secret.get_secret_value())
-            opts[f"fs.azure.account.oauth2.client.endpoint.{host}"] = (
-                f"https://login.microsoftonline.com/{azure.tenant_id}/oauth2/token")
+    for account in _azure_accounts(azure, uris):
+        host = f"{account}.dfs.core.windows.net"
+        if _azure_creds(azure, account):
+            opts.update(_abfs_credentials(azure, host))
+        if azure.endpoint:
+            scheme, _, authority = azure.endpoint.partition("://")
+            if ":" not in authority:
+                authority += ":443" if scheme == "https" else ":80"
+            # ABFS puts /<account> in the path when its endpoint is host:port (emulators)
+            opts[f"fs.azure.abfs.endpoint.{host}"] = authority
+            opts[f"fs.azure.account.hns.enabled.{host}"] = "false"
+            opts[f"fs.azure.fns.account.service.type.{host}"] = "BLOB"
+            if scheme == "http":
+                opts["fs.azure.always.use.https"] = "false"
+                # ABFS's Apache HTTP client wants TLS; the JDK's speaks plain HTTP
+                opts[f"fs.azure.networking.library.{host}"] = "JDK_HTTP_URL_CONNECTION"
     for key, value in {**azure.options, **_secrets(azure.secret_options)}.items():
         opts[key if key.startswith("fs.azure.") else f"fs.azure.{key}"] = value
     return opts
@@ -114,8 +159,9 @@ def azure_options(azure: AzureStorage) -> dict[str, str]:
 def hadoop_options(storage: StorageConfig, uris: Iterable[str] = ()) -> dict[str, str]:
     """The Hadoop options of the storage sections, for a run on ``uris`` (its tables'
     base paths and its checkpoint)."""
+    uris = list(uris)
     opts = {**s3a_options(storage.s3), **gcs_options(storage.gcs),
-            **azure_options(storage.azure)}
+            **azure_options(storage.azure, uris)}
     if any(p.startswith("gs://") for p in uris):
         # the GCS connector 3.1 implements vectored reads against Hadoop 3.4's API, which
         # Hadoop 3.5 changed (NoSuchMethodError): let Parquet read ranges one by one
@@ -150,11 +196,13 @@ def lease_options(storage: StorageConfig, table: TableConfig,
     """The lease keywords of a writer of a ``fmt`` table (default: ``table.format``;
     dead-letter tables pass ``dlq.format``): its TTL, and whether the lease covers the
     whole table (Delta on S3 with the single-driver log store, where two writers of any
-    checkpoints lose commits) or one checkpoint's writer (elsewhere: a dead-letter
+    checkpoints lose commits; Delta on Azure, whose log store renames a file into the log
+    and hadoop-azure's rename on a Blob account checks the name first, then copies) or
+    one checkpoint's writer (elsewhere: a dead-letter
     replay, under its own app id, may write beside a running stream)."""
     whole = (table_format(fmt or table.format).one_driver_on_s3
-             and on_s3(table.base_path)
-             and storage.s3.delta_log_store == "single_driver")
+             and ((on_s3(table.base_path) and storage.s3.delta_log_store == "single_driver")
+                  or on_azure(table.base_path)))
     return {"lease_s": writer_lease_s(storage, table, fmt), "lease_per_table": whole}
 
 
@@ -227,9 +275,11 @@ def task_filesystem(storage: StorageConfig, base: str) -> tuple[str, dict[str, A
     the Hadoop options do, and are never logged."""
     if base.startswith("file:"):
         return "local", {}
+    if on_azure(base):
+        return _azure_task_filesystem(storage.azure, base)
     if not on_s3(base):
-        return f"the Arrow path writes to local disk and S3; {base.split(':', 1)[0]}:// " \
-            "keeps Spark's writer"
+        return f"the Arrow path writes to local disk, S3 and Azure; " \
+            f"{base.split(':', 1)[0]}:// keeps Spark's writer"
     s3 = storage.s3
     if s3.profile:
         return "storage.s3.profile is read by S3A only; the table keeps Spark's writer"
@@ -251,6 +301,40 @@ def task_filesystem(storage: StorageConfig, base: str) -> tuple[str, dict[str, A
         if s3.session_token:
             kwargs["session_token"] = s3.session_token.get_secret_value()
     return "s3", kwargs
+
+
+#: ABFS options that change how it authenticates: pyarrow and delta-rs cannot follow them
+_ABFS_AUTH_OPTIONS = ("account.auth.type", "account.oauth", "sas.token.provider",
+                      "account.key.", "sas.fixed.token")
+
+
+def _azure_task_filesystem(azure: AzureStorage, base: str) -> tuple[str, dict[str, Any]] | str:
+    """:func:`task_filesystem` on Azure: ``("azure", pyarrow.fs.AzureFileSystem
+    keywords)`` (the path's account, the section's credentials — none: Azure's default
+    credential chain —, an emulator's endpoint)."""
+    account = azure_account(base)
+    if account is None:
+        return "an Azure path other than abfs[s]://container@account.dfs.core.windows.net/…; " \
+            "the table keeps Spark's writer"
+    odd = [k for k in {**azure.options, **azure.secret_options}
+           if any(k.removeprefix("fs.azure.").startswith(p) for p in _ABFS_AUTH_OPTIONS)]
+    if odd:
+        return f"storage.azure options {', '.join(sorted(odd))} are ABFS's own; the table " \
+            "keeps Spark's writer"
+    kwargs: dict[str, Any] = {"account_name": account}
+    if _azure_creds(azure, account):
+        if azure.account_key:
+            kwargs["account_key"] = azure.account_key.get_secret_value()
+        elif azure.sas_token:
+            kwargs["sas_token"] = azure.sas_token.get_secret_value()
+        elif azure.client_id and azure.client_secret and azure.tenant_id:
+            kwargs.update(client_id=azure.client_id, tenant_id=azure.tenant_id,
+                          client_secret=azure.client_secret.get_secret_value())
+    if azure.endpoint:
+        scheme, _, authority = azure.endpoint.partition("://")
+        kwargs.update(blob_storage_authority=authority, blob_storage_scheme=scheme,
+                      dfs_storage_authority=authority, dfs_storage_scheme=scheme)
+    return "azure", kwargs
 
 
 def delta_task_filesystem(storage: StorageConfig, base: str) -> tuple[str, dict[str, Any]] | str:

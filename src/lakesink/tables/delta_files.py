@@ -71,6 +71,42 @@ def delta_rs_s3_options(kwargs: dict[str, Any]) -> dict[str, str]:
     return opts
 
 
+def delta_rs_azure_options(kwargs: dict[str, Any]) -> dict[str, str]:
+    """delta-rs's ``storage_options`` for the Azure client the tasks use (pyarrow
+    ``AzureFileSystem`` keywords): the same account, credentials (none: Azure's default
+    chain) and emulator endpoint. Its log commits are conditional puts on Azure without
+    further settings. Secrets: never logged."""
+    opts = {"azure_storage_account_name": kwargs["account_name"]}
+    for ours, theirs in (("account_key", "azure_storage_account_key"),
+                         ("sas_token", "azure_storage_sas_key"),
+                         ("client_id", "azure_client_id"),
+                         ("client_secret", "azure_client_secret"),
+                         ("tenant_id", "azure_tenant_id")):
+        if kwargs.get(ours):
+            opts[theirs] = kwargs[ours]
+    if kwargs.get("blob_storage_authority"):
+        scheme = kwargs.get("blob_storage_scheme", "https")
+        opts["azure_storage_endpoint"] = (f"{scheme}://{kwargs['blob_storage_authority']}/"
+                                          f"{kwargs['account_name']}")
+        if scheme == "http":
+            opts["allow_http"] = "true"
+    return opts
+
+
+def delta_rs_table(filesystem: tuple[str, dict[str, Any]], uri: str) -> Any:  # noqa: ANN401
+    """delta-rs's handle of the Delta table at ``uri`` (a Hadoop URI) on the store of
+    ``filesystem`` (a :func:`~lakesink.runtime.storage.task_filesystem` spec)."""
+    from deltalake import DeltaTable
+
+    kind, kwargs = filesystem
+    if kind == "s3":
+        return DeltaTable(f"s3://{task_path(filesystem, uri)}",
+                          storage_options=delta_rs_s3_options(kwargs))
+    if kind == "azure":
+        return DeltaTable(uri, storage_options=delta_rs_azure_options(kwargs))
+    return DeltaTable(task_path(filesystem, uri))
+
+
 class DeltaFiles:
     """The Arrow path's part of the Delta writer (see the module's docstring)."""
 
@@ -305,18 +341,12 @@ class DeltaFiles:
     def _delta_rs(self, *, refresh: bool = True) -> Any:
         """delta-rs's handle of the table, brought up to date unless ``refresh`` is
         false (it reads only the log entries added since: Spark's writer may have
-        committed some). On S3 its log
-        commits are conditional puts (``If-None-Match: *``): a second commit of the same
-        version fails instead of replacing the first."""
-        from deltalake import DeltaTable
-
+        committed some). On S3 and Azure its log commits are conditional puts
+        (``If-None-Match: *``): a second commit of the same version fails instead of
+        replacing the first."""
         if self._table is None:
-            kind, kwargs = self.task_filesystem  # type: ignore[misc]
-            if kind == "s3":
-                self._table = DeltaTable(f"s3://{self._task_root()}",
-                                         storage_options=delta_rs_s3_options(kwargs))
-            else:
-                self._table = DeltaTable(self._task_root())
+            assert not isinstance(self.task_filesystem, str)
+            self._table = delta_rs_table(self.task_filesystem, self.layout.table)
         elif refresh:
             self._table.update_incremental()
         return self._table

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lakesink.tables.azure_blob import AzureBlobs
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -43,21 +45,33 @@ def local_path(uri: str) -> Path:
 
 
 def open_filesystem(filesystem: tuple[str, dict]) -> Any:
-    """pyarrow's filesystem for ``("local", {})`` or ``("s3", S3FileSystem keywords)``:
-    how the Python tasks (and delta-rs' footer checks) reach the table's store."""
+    """pyarrow's filesystem for ``("local", {})``, ``("s3", S3FileSystem keywords)`` or
+    ``("azure", AzureFileSystem keywords)``: how the Python tasks (and delta-rs' footer
+    checks) reach the table's store."""
     import pyarrow.fs as pafs
 
     kind, kwargs = filesystem
     if kind == "s3":
         return pafs.S3FileSystem(**kwargs)
+    if kind == "azure":
+        return pafs.AzureFileSystem(**kwargs)
     return pafs.LocalFileSystem()
 
 
 def task_path(filesystem: tuple[str, dict], uri: str) -> str:
-    """A Hadoop URI as :func:`open_filesystem`'s filesystem spells it (S3: ``bucket/key``)."""
+    """A Hadoop URI as :func:`open_filesystem`'s filesystem spells it (S3: ``bucket/key``;
+    Azure: ``container/path``, the account being the filesystem's)."""
     if filesystem[0] == "s3":
         return uri.split("://", 1)[1].rstrip("/")
+    if filesystem[0] == "azure":
+        return azure_path(uri)
     return str(local_path(uri))
+
+
+def azure_path(uri: str) -> str:
+    """``abfs[s]://container@account.dfs.core.windows.net/p`` → ``container/p``."""
+    authority, _, rest = uri.split("://", 1)[1].partition("/")
+    return "/".join(p for p in (authority.split("@", 1)[0], rest.strip("/")) if p)
 
 
 def join(*parts: str) -> str:
@@ -83,6 +97,9 @@ class HadoopFS:
         self._conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
         self._Path = jvm.org.apache.hadoop.fs.Path
         self.fs: Any = self._Path(root).getFileSystem(self._conf)
+        #: small files on Azure go through the Blob API (see :mod:`.azure_blob`)
+        self._blobs = AzureBlobs(self._conf.get) if root.startswith(("abfs:", "abfss:")) \
+            else None
 
     def _p(self, path: str) -> Any:
         return self._Path(path)
@@ -177,7 +194,7 @@ class HadoopFS:
             return []
         # Hadoop spells paths its own way (file:/x for file:///x): compare qualified ones.
         root = self.fs.makeQualified(self._p(path)).toUri().getPath().rstrip("/") + "/"
-        out: list[FileInfo] = []
+        out: dict[str, FileInfo] = {}
         it = self.fs.listFiles(self._p(path), True)
         while it.hasNext():
             status = it.next()
@@ -191,9 +208,11 @@ class HadoopFS:
             rel = full[len(root):]
             if any(part.startswith((".", "_")) for part in rel.split("/")[:-1]):
                 continue
-            out.append(FileInfo(p.toString(), rel, int(status.getLen()),
-                                int(status.getModificationTime())))
-        return sorted(out, key=lambda f: f.relative)
+            # keyed by path: hadoop-azure 3.5's recursive listing of a Blob account
+            # returns a file once per folder marker above it
+            out[rel] = FileInfo(p.toString(), rel, int(status.getLen()),
+                                int(status.getModificationTime()))
+        return sorted(out.values(), key=lambda f: f.relative)
 
     def list_dirs(self, path: str) -> list[str]:
         """Names of the folders directly below ``path`` (none if it does not exist)."""
@@ -236,6 +255,9 @@ class HadoopFS:
         temporary name beside it first, then are renamed into place (atomic on local
         disk and HDFS).
         """
+        if self._blobs is not None:
+            self._blobs.put(path, text.encode("utf-8"), if_absent=False)
+            return
         if self.object_store:
             out = self.fs.create(self._p(path), True)
             try:
@@ -266,11 +288,15 @@ class HadoopFS:
         which the store enforces atomically. Local disk: the text goes to a hidden
         temporary file, then a hard link names it (``link`` fails if the name exists).
         HDFS: a temporary file renamed into place (``rename`` refuses an existing
-        destination, atomically in the NameNode). Other object stores (GCS, Azure):
-        ``create`` without overwrite, which their connectors enforce with preconditions.
+        destination, atomically in the NameNode). Azure: a Blob API PUT with
+        ``If-None-Match: *`` (:mod:`.azure_blob`; ABFS's own create only checks first).
+        GCS: ``create`` without overwrite, which its connector enforces with a
+        precondition.
         """
         if path.startswith("file:"):
             return _link_once(local_path(path), text)
+        if self._blobs is not None:
+            return self._blobs.put(path, text.encode("utf-8"), if_absent=True)
         p = self._p(path)
         try:
             if self.s3a or self.object_store:

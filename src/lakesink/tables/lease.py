@@ -2,14 +2,14 @@
 
 Two lakesink processes on one checkpoint (a rolling deploy that starts the new process
 before the old one stopped) must not both write its tables; nor two processes of any
-checkpoints one Delta table on S3 with the single-driver log store, where two drivers
-committing the same version silently lose one commit. Each table writer holds a lease
+checkpoints one Delta table on S3 with the single-driver log store (or on Azure), where
+two drivers committing the same version silently lose one commit. Each table writer holds a lease
 while it writes: per checkpoint (app id), or per table for that Delta case.
 
 The lease is a sequence of small files ``<meta>/writer/lease-<seq>.json`` (``{writer,
 app_id, host, pid, ttl_s, released}``); the newest one says who holds the table. Every
 step creates the *next* file only if it does not exist — a conditional PUT
-(``If-None-Match: *``) on S3, a rename that refuses an existing name on HDFS, a hard
+(``If-None-Match: *``) on S3 and Azure, a rename that refuses an existing name on HDFS, a hard
 link on local disk (:meth:`HadoopFS.write_once`) — so of two processes that try the
 same step, exactly one succeeds and the other learns that it lost (a create whose
 answer was lost is recognised by the attempt id it wrote):
