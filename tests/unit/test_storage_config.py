@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -178,3 +179,86 @@ def test_delta_tables_delta_rs_cannot_address_keep_spark_writer(flags, why) -> N
     cfg = load_config(overrides=[*BASE, "table.format=delta", *flags], env={})
     refused = delta_task_filesystem(cfg.storage, cfg.table.base_path)
     assert isinstance(refused, str) and why in refused
+
+
+def test_azure_emulator_endpoint_reaches_every_client() -> None:
+    """``storage.azure.endpoint`` (Azurite): ABFS's Blob-endpoint client at host:port
+    with the account in the path, plain HTTP through the JDK's client; pyarrow's
+    AzureFileSystem and delta-rs at the same address with the same key."""
+    from lakesink.runtime.storage import delta_task_filesystem, task_filesystem
+    from lakesink.tables.delta_files import delta_rs_azure_options
+    from lakesink.tables.fs import azure_path, task_path
+
+    base = "abfs://lake@dev.dfs.core.windows.net/data"
+    cfg = load_config(overrides=[*BASE, f"table.base_path={base}", "table.format=delta",
+                                 "storage.azure.endpoint=http://127.0.0.1:10000"],
+                      env={"LAKESINK_STORAGE__AZURE__ACCOUNT_KEY": "k3y-secret"})
+    opts = hadoop_options(cfg.storage, plan(cfg).paths())
+    host = "dev.dfs.core.windows.net"
+    assert opts[f"fs.azure.account.key.{host}"] == "k3y-secret"
+    assert opts[f"fs.azure.abfs.endpoint.{host}"] == "127.0.0.1:10000"
+    assert opts[f"fs.azure.account.hns.enabled.{host}"] == "false"
+    assert opts[f"fs.azure.fns.account.service.type.{host}"] == "BLOB"
+    assert opts[f"fs.azure.networking.library.{host}"] == "JDK_HTTP_URL_CONNECTION"
+    assert opts["fs.azure.always.use.https"] == "false"
+    spec = task_filesystem(cfg.storage, base)
+    assert spec == ("azure", {"account_name": "dev", "account_key": "k3y-secret",
+                              "blob_storage_authority": "127.0.0.1:10000",
+                              "blob_storage_scheme": "http",
+                              "dfs_storage_authority": "127.0.0.1:10000",
+                              "dfs_storage_scheme": "http"})
+    assert delta_task_filesystem(cfg.storage, base) == spec
+    assert delta_rs_azure_options(spec[1]) == {
+        "azure_storage_account_name": "dev", "azure_storage_account_key": "k3y-secret",
+        "azure_storage_endpoint": "http://127.0.0.1:10000/dev", "allow_http": "true"}
+    assert task_path(spec, f"{base}/events/") == "lake/data/events"
+    assert azure_path("abfss://c@a.dfs.core.windows.net") == "c"
+    assert "k3y-secret" not in json.dumps(describe(opts))
+
+
+def test_azure_paths_the_arrow_path_cannot_take_keep_spark_writer() -> None:
+    from lakesink.runtime.storage import delta_task_filesystem, task_filesystem
+
+    def why(base: str, *flags: str) -> Any:  # noqa: ANN401
+        cfg = load_config(overrides=[*BASE, f"table.base_path={base}", *flags], env={})
+        return delta_task_filesystem(cfg.storage, cfg.table.base_path)
+
+    assert "abfs[s]://container@account" in why("abfss://lake/no-account")
+    assert "#, % or ?" in why("abfss://c@a.dfs.core.windows.net/x#1")
+    assert "ABFS's own" in why("abfss://c@a.dfs.core.windows.net/x",
+                               "storage.azure.options.account.auth.type=Custom")
+    cfg = load_config(overrides=[*BASE, "table.base_path=abfss://c@a.dfs.core.windows.net/x",
+                                 "storage.azure.account=other"],
+                      env={"LAKESINK_STORAGE__AZURE__ACCOUNT_KEY": "k"})
+    # the section's key is another account's: the path's account gets Azure's chain
+    assert task_filesystem(cfg.storage, cfg.table.base_path) == ("azure", {"account_name": "a"})
+
+
+def test_delta_on_azure_holds_the_whole_table_lease() -> None:
+    from lakesink.runtime.storage import lease_options
+
+    cfg = load_config(overrides=[*BASE, "table.format=delta",
+                                 "table.base_path=abfss://c@a.dfs.core.windows.net/x"], env={})
+    assert lease_options(cfg.storage, cfg.table)["lease_per_table"] is True
+    parquet = load_config(overrides=[*BASE, "table.base_path=abfss://c@a.dfs.core.windows.net/x"],
+                          env={})
+    assert lease_options(parquet.storage, parquet.table)["lease_per_table"] is False
+
+
+def test_azure_blob_addresses_follow_abfs() -> None:
+    """The Blob API client of lakesink's conditional puts goes where ABFS goes."""
+    from lakesink.tables.azure_blob import AzureBlobs, parse
+
+    host = "acct.dfs.core.windows.net"
+    emulator = {f"fs.azure.abfs.endpoint.{host}": "127.0.0.1:10000",
+                "fs.azure.always.use.https": "false"}
+    assert AzureBlobs(emulator.get)._account_url("abfs", host, "acct") == \
+        "http://127.0.0.1:10000/acct"
+    assert AzureBlobs(emulator.get)._account_url("abfss", host, "acct") == \
+        "https://127.0.0.1:10000/acct"
+    assert AzureBlobs({}.get)._account_url("abfss", host, "acct") == \
+        "https://acct.blob.core.windows.net"
+    assert parse("abfss://c@acct.dfs.core.windows.net/a/b.json") == (
+        "abfss", "c", host, "acct", "a/b.json")
+    with pytest.raises(ValueError):
+        parse("abfss://c/a")

@@ -344,9 +344,9 @@ def delta_task_filesystem(storage: StorageConfig, base: str) -> tuple[str, dict[
     if on_s3(base) and storage.s3.delta_log_store == "dynamodb":
         return ("storage.s3.delta_log_store: dynamodb: delta-spark's DynamoDB log store "
                 "coordinates the writers; the table keeps Spark's writer")
-    if on_s3(base) and any(c in base for c in "#%?"):
+    if (on_s3(base) or on_azure(base)) and any(c in base for c in "#%?"):
         # delta-rs reads its table location as a URL, S3A and pyarrow take it literally
-        return "the table's S3 path holds #, % or ?; the table keeps Spark's writer"
+        return "the table's path holds #, % or ?; the table keeps Spark's writer"
     found = task_filesystem(storage, base)
     if not isinstance(found, str) and found[0] == "s3" and storage.s3.endpoint \
             and found[1].get("force_virtual_addressing"):
