@@ -201,6 +201,7 @@ def test_azure_emulator_endpoint_reaches_every_client() -> None:
     assert opts[f"fs.azure.fns.account.service.type.{host}"] == "BLOB"
     assert opts[f"fs.azure.networking.library.{host}"] == "JDK_HTTP_URL_CONNECTION"
     assert opts["fs.azure.always.use.https"] == "false"
+    assert opts["fs.azure.metrics.collection.enabled"] == "false"
     spec = task_filesystem(cfg.storage, base)
     assert spec == ("azure", {"account_name": "dev", "account_key": "k3y-secret",
                               "blob_storage_authority": "127.0.0.1:10000",

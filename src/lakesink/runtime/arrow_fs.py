@@ -74,9 +74,13 @@ class ArrowFS:
                                                             allow_not_found=True))
         except FileNotFoundError:
             return []
+        # on an Azure account without a hierarchical namespace, hadoop-azure's mkdirs
+        # leaves a blob named like the folder (a marker): a file that is a folder too
+        folders = {i.path for i in infos if i.type == pafs.FileType.Directory}
         out = []
         for i in infos:
-            if i.type != pafs.FileType.File or not i.path.startswith(root):
+            if i.type != pafs.FileType.File or not i.path.startswith(root) \
+                    or i.path in folders:
                 continue
             rel = i.path[len(root):]
             if any(part.startswith((".", "_")) for part in rel.split("/")) \

@@ -135,6 +135,10 @@ def azure_options(azure: AzureStorage, uris: Iterable[str] = ()) -> dict[str, st
     serves the Blob API only): requests go to ``<endpoint>/<account>`` and the account is
     one without a hierarchical namespace, reached through ABFS's Blob-endpoint client."""
     opts: dict[str, str] = {}
+    if _azure_accounts(azure, uris):
+        # hadoop-azure 3.5 sends its own metrics to the account, also from a JVM shutdown
+        # hook that retries for minutes when the store is gone: a process that cannot end
+        opts["fs.azure.metrics.collection.enabled"] = "false"
     for account in _azure_accounts(azure, uris):
         host = f"{account}.dfs.core.windows.net"
         if _azure_creds(azure, account):
