@@ -263,3 +263,59 @@ def test_azure_blob_addresses_follow_abfs() -> None:
         "abfss", "c", host, "acct", "a/b.json")
     with pytest.raises(ValueError):
         parse("abfss://c/a")
+
+
+def test_azure_put_whose_answer_was_lost_is_recognised_by_its_bytes() -> None:
+    """The Blob client retries a PUT whose answer was lost; the retry finds the name
+    taken. By these bytes: the first try landed (True); by others: someone else's."""
+    from azure.core.exceptions import ResourceExistsError
+
+    from lakesink.tables.azure_blob import AzureBlobs
+
+    class Container:
+        def __init__(self) -> None:
+            self.blobs: dict[str, bytes] = {}
+
+        def upload_blob(self, name: str, data: bytes, overwrite: bool) -> None:
+            if name in self.blobs and not overwrite:
+                raise ResourceExistsError("BlobAlreadyExists")
+            self.blobs[name] = data
+
+        def download_blob(self, name: str) -> Any:  # noqa: ANN401
+            return type("D", (), {"readall": lambda _self: self.blobs[name]})()
+
+    blobs, container = AzureBlobs({}.get), Container()
+    blobs._containers[("abfss", "c", "a.dfs.core.windows.net")] = container
+    uri = "abfss://c@a.dfs.core.windows.net/m/1.json"
+    container.blobs["m/1.json"] = b"mine"  # the lost first try landed
+    assert blobs.put(uri, b"mine", if_absent=True) is True
+    assert blobs.put(uri, b"theirs", if_absent=True) is False
+    assert blobs.put(uri, b"theirs", if_absent=False) is True
+    assert container.blobs["m/1.json"] == b"theirs"
+
+
+def test_azure_authentication_the_blob_client_cannot_follow_is_refused() -> None:
+    from lakesink.errors import ConfigError
+    from lakesink.tables.azure_blob import AzureBlobs
+
+    host = "a.dfs.core.windows.net"
+    for conf in ({f"fs.azure.account.auth.type.{host}": "Custom"},
+                 {f"fs.azure.account.auth.type.{host}": "SAS",
+                  f"fs.azure.sas.token.provider.type.{host}": "my.Provider"},
+                 {f"fs.azure.account.auth.type.{host}": "OAuth",
+                  f"fs.azure.account.oauth.provider.type.{host}": "x.MsiTokenProvider"}):
+        with pytest.raises(ConfigError, match="storage.azure.options"):
+            AzureBlobs(conf.get)._credential(host, "a")
+    key = {f"fs.azure.account.key.{host}": "k"}
+    assert AzureBlobs(key.get)._credential(host, "a") == {"account_name": "a",
+                                                           "account_key": "k"}
+
+
+def test_azure_outside_the_public_cloud_keeps_spark_writer() -> None:
+    """pyarrow and delta-rs would address <account>.blob.core.windows.net: a path of
+    another cloud (or host) stays on Spark's writer, its credentials never sent there."""
+    from lakesink.runtime.storage import task_filesystem
+
+    cfg = load_config(overrides=[*BASE, "table.base_path=abfss://c@a.dfs.core.chinacloudapi.cn/x"],
+                      env={"LAKESINK_STORAGE__AZURE__SAS_TOKEN": "sv=s3cret"})
+    assert isinstance(task_filesystem(cfg.storage, cfg.table.base_path), str)

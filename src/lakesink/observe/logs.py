@@ -24,7 +24,8 @@ from typing import Any
 _CONTEXT: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
     "lakesink_log_context", default={})  # noqa: B039 - never mutated, only replaced
 _URL_PASSWORD = re.compile(r"(://[^/:@\s]+:)[^@\s/]+@")
-NOISY = ("py4j", "py4j.clientserver", "py4j.java_gateway")
+NOISY = ("py4j", "py4j.clientserver", "py4j.java_gateway",
+         "azure")  # azure-core logs every request at INFO
 
 
 @contextlib.contextmanager

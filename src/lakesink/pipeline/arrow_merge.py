@@ -89,10 +89,16 @@ def merge_in_tasks(spark: SparkSession, spec: TaskSpec, merges: list[Merge], sou
 def _merge_task(spec: TaskSpec, source: str, target: str, file_tag: str,
                 merges: Iterator[Merge]) -> Iterator[Reported]:
     import pyarrow as pa
+    from pyspark import TaskContext
 
     from lakesink.pipeline.arrow_task import file_stats, parquet_bytes, put
 
     fs = spec.open_filesystem()
+    # the attempt in the name, as the tasks' files have it: a second attempt of this task
+    # (a speculative copy, a lost executor's straggler) never opens a file the first one
+    # reported — on Azure, opening a name empties its blob until the stream closes
+    context = TaskContext.get()
+    attempt = f"-{context.taskAttemptId()}" if context is not None else ""
     for merge in merges:
         tables = []
         for rel in merge.inputs:
@@ -102,7 +108,7 @@ def _merge_task(spec: TaskSpec, source: str, target: str, file_tag: str,
         per = max(1, math.ceil(table.num_rows / merge.parts))
         for n, offset in enumerate(range(0, table.num_rows, per)):
             piece = table.slice(offset, per)
-            name = f"part-m-{n:05d}{file_tag}.parquet"
+            name = f"part-m-{n:05d}{attempt}{file_tag}.parquet"
             rel = f"{merge.folder}/{name}" if merge.folder else name
             size = put(fs, f"{target}/{rel}", parquet_bytes(piece, spec.compression))
             yield rel, piece.num_rows, size, file_stats(piece) if spec.stats else None

@@ -76,11 +76,14 @@ class ArrowFS:
             return []
         # on an Azure account without a hierarchical namespace, hadoop-azure's mkdirs
         # leaves a blob named like the folder (a marker): a file that is a folder too
+        # (an emptied folder's marker has no folder beside it: on Azure, a 0-byte file
+        # without an extension is taken for one — lakesink's files all have one)
         folders = {i.path for i in infos if i.type == pafs.FileType.Directory}
+        azure = isinstance(self.fs, pafs.AzureFileSystem)
         out = []
         for i in infos:
             if i.type != pafs.FileType.File or not i.path.startswith(root) \
-                    or i.path in folders:
+                    or i.path in folders or (azure and not i.size and "." not in i.base_name):
                 continue
             rel = i.path[len(root):]
             if any(part.startswith((".", "_")) for part in rel.split("/")) \

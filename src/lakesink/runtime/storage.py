@@ -26,6 +26,7 @@ from lakesink.config.storage import AzureStorage, GcsStorage, S3Storage, Storage
 from lakesink.config.secrets import redact
 from lakesink.errors import ConfigError
 from lakesink.tables.formats import table_format
+from lakesink.tables.fs import on_azure
 
 logger = logging.getLogger(__name__)
 
@@ -93,10 +94,6 @@ def azure_account(uri: str) -> str | None:
     URI (None: not such a URI)."""
     m = re.match(r"^abfss?://[^@/]+@([^./]+)\.", uri)
     return m.group(1) if m else None
-
-
-def on_azure(path: str) -> bool:
-    return path.startswith(("abfs://", "abfss://"))
 
 
 def _azure_accounts(azure: AzureStorage, uris: Iterable[str]) -> list[str]:
@@ -317,7 +314,9 @@ def _azure_task_filesystem(azure: AzureStorage, base: str) -> tuple[str, dict[st
     keywords)`` (the path's account, the section's credentials — none: Azure's default
     credential chain —, an emulator's endpoint)."""
     account = azure_account(base)
-    if account is None:
+    if account is None or not (azure.endpoint or re.match(
+            r"^abfss?://[^@/]+@[^./]+\.dfs\.core\.windows\.net(/|$)", base)):
+        # pyarrow and delta-rs would address <account>.blob.core.windows.net
         return "an Azure path other than abfs[s]://container@account.dfs.core.windows.net/…; " \
             "the table keeps Spark's writer"
     odd = [k for k in {**azure.options, **azure.secret_options}

@@ -46,17 +46,21 @@ class AzureBlobs:
 
     def put(self, uri: str, data: bytes, *, if_absent: bool) -> bool:
         """Store ``data`` at ``uri`` in one PUT (readers see all of it or nothing); with
-        ``if_absent``, only if no blob has that name (False when one had). A retry of a
-        create whose answer was lost answers False: the caller recognises its own file
-        by what it wrote (see :mod:`lakesink.tables.lease`)."""
-        from azure.core.exceptions import ResourceExistsError
+        ``if_absent``, only if no blob has that name (False when one had). The client
+        retries a PUT whose answer was lost; when the retry finds the name taken by
+        exactly these bytes, the first try landed: True (every caller's content is its
+        own — attempt ids, uuids, times — or the same whoever wrote it)."""
+        from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 
         scheme, container, host, account, name = parse(uri)
         client = self._container(scheme, container, host, account)
         try:
             client.upload_blob(name, data, overwrite=not if_absent)
         except ResourceExistsError:
-            return False
+            try:
+                return bool(client.download_blob(name).readall() == data)
+            except ResourceNotFoundError:  # deleted meanwhile: it was someone's
+                return False
         return True
 
     def _conf(self, key: str, host: str) -> str | None:
@@ -86,6 +90,19 @@ class AzureBlobs:
         return f"{protocol}://{account}.blob.{host.split('.', 2)[2]}"
 
     def _credential(self, host: str, account: str) -> Any:  # noqa: ANN401
+        auth = (self._conf("fs.azure.account.auth.type", host) or "SharedKey")
+        provider = self._conf("fs.azure.account.oauth.provider.type", host) or ""
+        if auth not in ("SharedKey", "SAS", "OAuth") \
+                or (auth == "SAS" and not self._conf("fs.azure.sas.fixed.token", host)) \
+                or (auth == "OAuth" and not provider.endswith("ClientCredsTokenProvider")):
+            from lakesink.errors import ConfigError
+
+            raise ConfigError("storage.azure.options", f"ABFS authentication {auth} "
+                              f"{provider} is ABFS's own; lakesink writes its bookkeeping "
+                              "through the Blob API with an account key, a fixed SAS token "
+                              "or a service principal (client id, secret, tenant)",
+                              fix="set storage.azure.account_key, sas_token or client_id + "
+                              "client_secret + tenant_id instead")
         key = self._conf("fs.azure.account.key", host)
         if key:
             return {"account_name": account, "account_key": key}

@@ -68,6 +68,10 @@ def task_path(filesystem: tuple[str, dict], uri: str) -> str:
     return str(local_path(uri))
 
 
+def on_azure(uri: str) -> bool:
+    return uri.startswith(("abfs://", "abfss://"))
+
+
 def azure_path(uri: str) -> str:
     """``abfs[s]://container@account.dfs.core.windows.net/p`` → ``container/p``."""
     authority, _, rest = uri.split("://", 1)[1].partition("/")
@@ -98,8 +102,7 @@ class HadoopFS:
         self._Path = jvm.org.apache.hadoop.fs.Path
         self.fs: Any = self._Path(root).getFileSystem(self._conf)
         #: small files on Azure go through the Blob API (see :mod:`.azure_blob`)
-        self._blobs = AzureBlobs(self._conf.get) if root.startswith(("abfs:", "abfss:")) \
-            else None
+        self._blobs = AzureBlobs(self._conf.get)
 
     def _p(self, path: str) -> Any:
         return self._Path(path)
@@ -255,7 +258,7 @@ class HadoopFS:
         temporary name beside it first, then are renamed into place (atomic on local
         disk and HDFS).
         """
-        if self._blobs is not None:
+        if on_azure(path):
             self._blobs.put(path, text.encode("utf-8"), if_absent=False)
             return
         if self.object_store:
@@ -295,7 +298,7 @@ class HadoopFS:
         """
         if path.startswith("file:"):
             return _link_once(local_path(path), text)
-        if self._blobs is not None:
+        if on_azure(path):
             return self._blobs.put(path, text.encode("utf-8"), if_absent=True)
         p = self._p(path)
         try:
