@@ -293,8 +293,9 @@ def demo(
         str, typer.Option("--format", help="Table format: parquet or delta.")
     ] = "parquet",
     storage: Annotated[
-        str, typer.Option("--storage", help="Where the lake is: local (the --lake folder) "
-                          "or s3 (a local S3 server, SeaweedFS, started for the demo).")
+        str, typer.Option("--storage", help="Where the lake is: local (the --lake folder), "
+                          "s3 (a local S3 server, SeaweedFS, started for the demo) or azure "
+                          "(a local Azure Blob emulator, Azurite, started for the demo).")
     ] = "local",
     source: Annotated[
         str, typer.Option("--source", help="Where the events come from: kafka (a local KRaft "
@@ -314,8 +315,8 @@ def demo(
     try:
         if table_format not in ("parquet", "delta"):
             raise ConfigError("--format", f"must be parquet or delta (got {table_format!r})")
-        if storage not in ("local", "s3"):
-            raise ConfigError("--storage", f"must be local or s3 (got {storage!r})")
+        if storage not in ("local", "s3", "azure"):
+            raise ConfigError("--storage", f"must be local, s3 or azure (got {storage!r})")
         if source not in ("kafka", "redis"):
             raise ConfigError("--source", f"must be kafka or redis (got {source!r})")
         run_demo(events=events, lake=lake, partitions=partitions, console=out,

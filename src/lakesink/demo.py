@@ -6,7 +6,8 @@ clears it first, so every demo run starts from an empty table — but only what 
 earlier demo wrote there (:func:`claim_lake`): a folder it did not make, or one that
 holds a file it did not write, stops the demo with one line naming it. With ``storage="s3"``
 the lake is in a local S3 server (SeaweedFS) started for the run, configured through
-the standard AWS variables as a user would.
+the standard AWS variables as a user would; with ``storage="azure"``, in a local Azure
+Blob emulator (Azurite), configured by ``storage.azure`` with the key in the environment.
 """
 
 from __future__ import annotations
@@ -122,21 +123,20 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
     import os
 
     from lakesink.app import Pipeline
-    from lakesink.local.s3server import SeaweedS3
     from lakesink.runtime.spark import build_spark_session
 
     lake = lake.resolve()
-    if storage != "s3":  # with s3 the lake is in a server started (and emptied) for the run
+    remote = _remote_lake(storage)
+    if remote is None:  # else the lake is in a server started (and emptied) for the run
         claim_lake(lake)
     started = time.monotonic()
-    s3 = SeaweedS3(bucket="lake") if storage == "s3" else None
-    where = "s3a://lake/demo" if s3 is not None else str(lake)
+    where = remote.where if remote is not None else str(lake)
     console.print(f"[bold]lakesink demo[/]: {events:,} sensor events -> {where}/{TOPIC}")
     try:
-        with (s3 or contextlib.nullcontext()), _source(source, events, partitions, console,
-                                                        started) as (source_flags, feed):
-            if s3 is not None:
-                console.print(f"  s3          SeaweedFS on {s3.endpoint}, bucket 'lake'")
+        with (remote.server if remote else contextlib.nullcontext()), \
+                _source(source, events, partitions, console, started) as (source_flags, feed):
+            if remote is not None:
+                console.print(remote.describe())
             flags = {
                 **source_flags,
                 "decode.schema": DEMO_SCHEMA,
@@ -149,14 +149,13 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
             if keep_running and not _port_given(overrides or []):
                 flags["metrics.port"] = DEMO_PORT
             env: dict[str, str] = {}
-            if s3 is not None:  # the lake's place and the client, as the AWS/Quix variables
-                del flags["table.base_path"]
-                env = {**s3.env(), "S3_BUCKET": "lake", "S3_PREFIX": "demo"}
+            if remote is not None:  # the lake's place and its client's settings
+                env = remote.settings(flags)
             cfg = load_config(overrides=overrides or [], flags=flags,
                               env={**{k: v for k, v in os.environ.items()
                                       if k.startswith("LAKESINK_")}, **env},
                               compat="off")
-            if s3 is None:  # the config it ran, for the commands it suggests at the end
+            if remote is None:  # the config it ran, for the commands it suggests at the end
                 from lakesink.config.loader import config_file_text
 
                 lake.mkdir(parents=True, exist_ok=True)
@@ -179,16 +178,16 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
                           f"{stats.files} files in {stats.batches} batch(es) "
                           f"({time.monotonic() - t:.1f}s incl. Spark start)")
             spark.stop()
-            if s3 is not None:
-                summarize_s3(s3, console, table_format)
+            if remote is not None:
+                remote.summarize(console, table_format)
     finally:  # a run that fails records what it wrote too: the next demo clears
-        if s3 is None:  # only that
+        if remote is None:  # only that
             record_lake(lake)
-    if s3 is None:
+    if remote is None:
         summarize(lake, console, table_format)
     server = "redis-server" if source == "redis" else "broker"
     console.print(f"[green]done[/] in {time.monotonic() - started:.1f}s; {server} stopped.")
-    if s3 is None:
+    if remote is None:
         next_steps(lake, console, table_format)
 
 
@@ -342,22 +341,84 @@ def add_to_stream(client: Any, key: str, records: Iterator[tuple[bytes, bytes]],
     return n
 
 
-def summarize_s3(s3: Any, console: Console, table_format: str) -> None:
-    """:func:`summarize` for the lake in the demo's S3 server (DuckDB httpfs, delta-rs)."""
-    con = s3.duckdb()
-    table = f"s3://lake/demo/{TOPIC}"
-    if FORMATS[table_format].has_log:  # read through delta-rs
-        from deltalake import DeltaTable
+def _remote_lake(storage: str) -> Any:  # noqa: ANN401
+    """The server a ``--storage`` other than local puts the lake in (None: local)."""
+    if storage == "s3":
+        from lakesink.local.s3server import SeaweedS3
 
-        delta = DeltaTable(table, storage_options=s3.delta_rs_options())
-        con.register("events", delta.to_pyarrow_dataset())
-        source, files = "events", len(delta.file_uris())
-    else:
-        source = f"read_parquet('{table}/**/*.parquet', hive_partitioning = true)"
-        files = con.execute(f"SELECT count(*) FROM glob('{table}/**/*.parquet')").fetchone()[0]
-    _print_summary(con, source, f"DuckDB over S3: {table}", files, console)
-    with contextlib.suppress(Exception):  # no dead letters: no files to read
-        _print_rejected(con, f"s3://lake/demo/_rejected/{TOPIC}/*.parquet", console)
+        return _S3Lake(SeaweedS3(bucket="lake"))
+    if storage == "azure":
+        from lakesink.local.azurite import Azurite
+
+        return _AzureLake(Azurite(container="lake"))
+    return None
+
+
+class _RemoteLake:
+    """The demo's lake in a store started for the run: ``root`` is the demo folder as
+    DuckDB addresses it; ``label`` names the store in the summary."""
+
+    root = label = ""
+
+    def __init__(self, server: Any, where: str) -> None:  # noqa: ANN401
+        self.server, self.where = server, where
+
+    def summarize(self, console: Console, table_format: str) -> None:
+        """DuckDB over the files; Delta read by delta-rs's own query engine (a file glob
+        would also match the log's checkpoints)."""
+        con = self.server.duckdb()
+        table = f"{self.root}/{TOPIC}"
+        if FORMATS[table_format].has_log:
+            import pyarrow as pa
+            from deltalake import DeltaTable, QueryBuilder
+
+            delta = DeltaTable(f"{self.where}/{TOPIC}",
+                               storage_options=self.server.delta_rs_options())
+            rows = QueryBuilder().register("t", delta).execute("SELECT * FROM t").read_all()
+            con.register("events", pa.table(rows))
+            source, files = "events", len(delta.file_uris())
+        else:
+            source = f"read_parquet('{table}/**/*.parquet', hive_partitioning = true)"
+            files = con.execute(f"SELECT count(*) FROM glob('{table}/**/*.parquet')"
+                                ).fetchone()[0]
+        _print_summary(con, source, f"DuckDB over {self.label}: {table}", files, console)
+        with contextlib.suppress(Exception):  # no dead letters: no files to read
+            _print_rejected(con, f"{self.root}/_rejected/{TOPIC}/*.parquet", console)
+
+
+class _S3Lake(_RemoteLake):
+    """The lake in SeaweedFS, configured through the AWS/Quix variables."""
+
+    root, label = "s3://lake/demo", "S3"
+
+    def __init__(self, server: Any) -> None:  # noqa: ANN401
+        super().__init__(server, "s3a://lake/demo")
+
+    def describe(self) -> str:
+        return f"  s3          SeaweedFS on {self.server.endpoint}, bucket 'lake'"
+
+    def settings(self, flags: dict[str, Any]) -> dict[str, str]:
+        del flags["table.base_path"]
+        return {**self.server.env(), "S3_BUCKET": "lake", "S3_PREFIX": "demo"}
+
+
+class _AzureLake(_RemoteLake):
+    """The lake in Azurite: ``storage.azure`` (account, endpoint), the key from the
+    environment (delta-rs's pyarrow dataset on Azure can abort the process at exit: the
+    summary reads through its query engine)."""
+
+    root, label = "az://lake/demo", "Azure"
+
+    def __init__(self, server: Any) -> None:  # noqa: ANN401
+        super().__init__(server, server.base("demo"))
+
+    def describe(self) -> str:
+        return f"  azure       Azurite on {self.server.endpoint}, container 'lake'"
+
+    def settings(self, flags: dict[str, Any]) -> dict[str, str]:
+        flags["table.base_path"] = self.where
+        flags.update({f"storage.azure.{k}": v for k, v in self.server.storage().items()})
+        return self.server.env()
 
 
 def summarize(lake: Path, console: Console, table_format: str = "parquet") -> None:

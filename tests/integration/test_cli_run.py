@@ -92,7 +92,8 @@ def test_sigterm_stops_after_the_batch_then_restart_is_exact(kafka_broker, topic
 @pytest.mark.parametrize(("fmt", "storage", "source"),
                          [("parquet", "local", "kafka"),
                           full_only("delta", "local", "kafka", id="delta-local-kafka"),
-                          ("delta", "s3", "kafka"), ("parquet", "local", "redis")])
+                          ("delta", "s3", "kafka"), ("parquet", "azure", "kafka"),
+                          ("parquet", "local", "redis")])
 def test_demo_command(tmp_path, fmt, storage, source) -> None:
     """The README's demo, small: its own broker (and S3 server), ingest, DuckDB summary,
     everything stopped. The Redis case keeps running (``--keep-running``): live events
@@ -109,8 +110,9 @@ def test_demo_command(tmp_path, fmt, storage, source) -> None:
         codecs = duckdb.sql("SELECT DISTINCT compression FROM parquet_metadata("
                             f"'{tmp_path}/lake/sensors/**/*.parquet')").fetchall()
         assert codecs == [("ZSTD",)], codecs
-    if storage == "s3":
-        assert "DuckDB over S3: s3://lake/demo/sensors" in result.stdout
+    if storage != "local":  # the lake is in the store's server, nothing on local disk
+        label, root = {"s3": ("S3", "s3"), "azure": ("Azure", "az")}[storage]
+        assert f"DuckDB over {label}: {root}://lake/demo/sensors" in result.stdout
         assert not (tmp_path / "lake").exists()
     rows = 3000
     if keep:  # every live event too, once

@@ -176,3 +176,25 @@ def test_files_lists_what_the_bookkeeping_holds_after_a_compaction(tmp_path: Pat
     shown = CliRunner().invoke(app, ["files", "-c", str(_config(tmp_path))])
     assert shown.exit_code == 0, shown.output
     assert shown.output.strip().endswith("/events/location=a/part-c0000000000-00000.parquet")
+
+
+def test_files_lists_a_delta_tables_log_without_spark(tmp_path: Path) -> None:
+    """delta-rs answers the log's add actions with an arro3 table (not pyarrow's): the
+    command read it as pyarrow and failed with an AttributeError on every Delta table."""
+    path = _config(tmp_path)
+    import yaml
+
+    data = yaml.safe_load(path.read_text())
+    data["table"]["format"] = "delta"
+    path.write_text(yaml.safe_dump(data))
+    table = tmp_path / "lake" / "events"
+    rows = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "location": ["a", "a", "b"]})
+    write_deltalake(str(table), rows, partition_by=["location"])
+    write_deltalake(str(table), rows.slice(0, 1), partition_by=["location"], mode="append")
+    listed = maintenance.files(_spec(path))
+    assert listed is not None
+    assert sorted(f["rows"] for f in listed["files"]) == [1, 1, 2]
+    assert all(f["path"].startswith("location=") and f["bytes"] > 0 for f in listed["files"])
+    shown = CliRunner().invoke(app, ["files", "-c", str(path)])
+    assert shown.exit_code == 0, shown.output
+    assert len([line for line in shown.output.splitlines() if line.endswith(".parquet")]) == 3

@@ -182,8 +182,11 @@ class DeltaMaintainer(Maintainer):
 
         if self.nothing_to_do("files") is not None:
             return []
-        added = delta_table(self.spec.storage, self.layout.table).get_add_actions(
-            flatten=True).select(["path", "num_records", "size_bytes"]).to_pylist()
+        import pyarrow as pa
+
+        # delta-rs 1.x answers with an arro3 table: pyarrow reads it by the C data interface
+        added = pa.table(delta_table(self.spec.storage, self.layout.table).get_add_actions(
+            flatten=True)).select(["path", "num_records", "size_bytes"]).to_pylist()
         return sorted(({"path": a["path"], "rows": a["num_records"], "bytes": a["size_bytes"]}
                        for a in added), key=lambda f: f["path"])
 
