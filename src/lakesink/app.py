@@ -249,6 +249,7 @@ class Pipeline:
                 self.silence.close()
             self.processor.close()
             raise
+        METRICS.describe(sources.describe(self.cfg.source), self.target)
         try:
             progress = (CatchUpProgress(backlog(self.cfg.source.kafka, self.cfg.storage,
                                                 self.checkpoint),

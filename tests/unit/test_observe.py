@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import generate_latest
 
 from lakesink.observe.health import Health, interval_seconds
@@ -237,3 +239,35 @@ def test_silence_metrics() -> None:
                  "lakesink_silence_keys_tracked 38.0",
                  "lakesink_silence_callback_failures_total 3.0"):
         assert line in text, line
+
+
+def test_the_status_page_shows_totals_the_run_and_a_chart_scaled_to_the_uptime() -> None:
+    """Issue 41 item 10: totals per table (rows, rows/s, files, mean file size, time since
+    the last commit), the run's source and tables, thousands separators, the lag's total,
+    and a chart of the minutes since the start (not always 60)."""
+    import re
+
+    from lakesink.observe.page import render
+
+    metrics = Metrics()
+    metrics.started = time.time() - 10 * 60 - 5  # up for ten minutes
+    metrics.describe("kafka 127.0.0.1:9092 ['events']", "s3a://u:hunter2@lake/events")
+    for batch in range(2):
+        metrics.committed("events", records=12_346, written=12_345, rejected={"x": 1},
+                          unknown_dropped=0, files=3, size=3 * (5 << 20), seconds=2.0,
+                          schema_changes=0, pending=None, batch_id=batch)
+    metrics.lag.labels("events", "0").set(1500)
+    metrics.lag.labels("events", "1").set(700)
+    page = render(metrics, Health(max_age_s=60, restarts=3))
+    assert "kafka 127.0.0.1:9092 [&#x27;events&#x27;] &rarr; s3a://u:**********@lake/events" \
+        in page and "hunter2" not in page
+    totals = re.sub(r"<[^>]+>", " ", page.split("<div class='totals'>")[1].split("<svg")[0])
+    words = " ".join(totals.split())
+    assert "24,690 rows" in words and "6 files" in words and "5.0 MiB mean file" in words
+    assert re.search(r"\b(8[0-9]|9[0-9]|1[0-9]{2}) rows/s", words), words  # 24,690 in <= 5 min
+    assert re.search(r"\b[0-2] s ago last commit", words), words
+    assert "<td>12,345</td>" in page
+    chart = page.split("<svg")[1].split("</svg>")[0]
+    assert chart.count("<rect") in (11, 12) and 'width="100%"' in page  # the minutes up
+    assert "-11 min" in page or "-12 min" in page
+    assert "<b>2,200</b> <span>records behind in all</span>" in page

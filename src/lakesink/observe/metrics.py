@@ -36,6 +36,8 @@ class Metrics:
         self.recent: dict[str, collections.deque[dict[str, Any]]] = {}
         self.per_minute: dict[str, dict[int, int]] = {}
         self.started = time.time()
+        #: what the run reads and writes, as its start line logs it (no secrets)
+        self.source = self.target = ""
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.records_read = Counter(
             "lakesink_records_read", "Records a committed batch read from the source",
@@ -107,6 +109,13 @@ class Metrics:
             "lakesink_silence_callback_failures", "silence.callback calls that raised or "
             "timed out", registry=r)
         self._callback_failures_seen = 0
+
+    def describe(self, source: str, target: str) -> None:
+        """The run's source and tables, for the status page: the start line's texts,
+        which carry names and addresses only (passwords in URLs redacted)."""
+        from lakesink.observe.logs import redact
+
+        self.source, self.target = redact(source), redact(target)
 
     def committed(self, table: str, *, records: int, written: int, rejected: Mapping[str, int],
                   unknown_dropped: int, files: int, size: int, seconds: float,
