@@ -146,8 +146,13 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
                 "table.timestamp_column": "ts_ms",
                 "trigger.until_caught_up": not keep_running,
             }
-            if keep_running and not _port_given(overrides or []):
+            if keep_running and not _given(overrides or [], "metrics.port"):
                 flags["metrics.port"] = DEMO_PORT
+            # the sample in a few batches: the progress bar moves, the commits show
+            limit = {"kafka": "source.kafka.max_offsets_per_trigger",
+                     "redis": "source.redis.max_records_per_trigger"}[source]
+            if not _given(overrides or [], limit):
+                flags[limit] = max(1, -(-events // DEMO_BATCHES))
             env: dict[str, str] = {}
             if remote is not None:  # the lake's place and its client's settings
                 env = remote.settings(flags)
@@ -197,11 +202,16 @@ DEMO_CONFIG = "demo.yaml"
 DEMO_PORT = 9108
 
 
-def _port_given(overrides: list[str]) -> bool:
+DEMO_BATCHES = 4  # the sample's batches (a limit per batch, unless --set gives one)
+
+
+def _given(overrides: list[str], key: str) -> bool:
+    """Whether the user set ``key`` (``--set`` or the environment): the demo's own
+    choice for it gives way."""
     import os
 
-    return (any(o.split("=", 1)[0].strip() == "metrics.port" for o in overrides)
-            or "LAKESINK_METRICS__PORT" in os.environ)
+    return (any(o.split("=", 1)[0].strip() == key for o in overrides)
+            or f"LAKESINK_{key.upper().replace('.', '__')}" in os.environ)
 
 
 def _keep_running(pipeline: Any, feed: Callable[[Iterator[tuple[bytes, bytes]]], int],

@@ -128,6 +128,11 @@ def test_demo_command(tmp_path, fmt, storage, source) -> None:
         assert rows == distinct and 3000 < rows <= 3000 + live, (rows, distinct, live)
     else:
         assert "rows 3,000, distinct event ids 3,000" in result.stdout
+        # the sample in a few batches (the progress bar moves), not all in one
+        import re
+
+        batches = int(re.search(r"files in (\d+) batch", result.stdout)[1])
+        assert batches >= 3, result.stdout
     assert "1 x malformed_json" in result.stdout  # the demo's deliberate bad record
     assert ("redis-server stopped" if source == "redis" else "broker stopped") in result.stdout
     if storage == "local":  # it leads somewhere: the config it ran, the next commands
