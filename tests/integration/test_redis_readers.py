@@ -141,6 +141,58 @@ def test_entries_trimmed_by_a_producer_before_they_were_read_fail_the_query(
         reader.latestOffset(end, ReadAllAvailable())
 
 
+def test_a_trim_past_the_position_of_a_group_start_with_pending_entries_fails(
+        redis_server, key) -> None:
+    """audit-2 #6: a new checkpoint on a group with pending entries starts before the
+    oldest one; its count was unknown (-1), so capped batches never proved it and a
+    producer's MAXLEN trim past the position lost entries without an error. The count is
+    now the group's entries-read less the pending range."""
+    client = redis_server.client()
+    client.xgroup_create(key, "g", id="$", mkstream=True)
+    add(redis_server, key, range(1))
+    client.xreadgroup("g", "crashed", {key: ">"}, count=1)  # entry 0 pending, never acked
+    add(redis_server, key, range(1, 50))
+    reader = RedisStreamsReader(options(redis_server, [key], group="g"))
+    start = reader.initialOffset()
+    assert start[key]["n"] == 0, start  # known: nothing before the pending entry
+    end = reader.latestOffset(start, ReadMaxRows(10))
+    assert ids(reader, start, end) == list(range(10)) and end[key]["n"] == 10
+    reader.commit(end)
+    client.xadd(key, {"data": json.dumps({"id": 50}), "k": "50"}, maxlen=30,
+                approximate=False)  # 10..20 gone unread
+    with pytest.raises(SourceError, match=r"were trimmed \(11 entries\)"):
+        reader.latestOffset(end, ReadMaxRows(10))
+
+
+def test_a_trim_between_the_position_check_and_the_page_read_is_found(
+        redis_server, key, monkeypatch) -> None:
+    """audit-2 #6: a producer trimming while a capped batch reads its page left the
+    batch's count unknown (-1) from then on, and later trims past the position went
+    unseen. The loss check runs again instead: a trim that took unread entries fails the
+    query; one that took only read entries keeps the count."""
+    add(redis_server, key, range(40))
+    reader = RedisStreamsReader(options(redis_server, [key]))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadMaxRows(10))
+    reader.commit(end)
+    client = redis_server.client()
+    real = type(reader.client).xrange
+    trim_to: list[int] = []
+
+    def trimming_xrange(self, name, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+        if trim_to:  # a producer's MAXLEN trim, just before the page is read
+            client.xtrim(key, maxlen=trim_to.pop(), approximate=False)
+        return real(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(type(reader.client), "xrange", trimming_xrange)
+    trim_to.append(35)  # only entries 0..4, read already, go
+    second = reader.latestOffset(end, ReadMaxRows(10))
+    assert second[key]["n"] == 20, second  # the count stays known
+    trim_to.append(15)  # 10..24: 10 unread entries of the next page go
+    with pytest.raises(SourceError, match=r"were trimmed"):
+        reader.latestOffset(end, ReadMaxRows(10))
+
+
 def test_earliest_after_a_deleted_entry_and_latest_after_a_deleted_last_one(redis_server, key
                                                                            ) -> None:
     entry_ids = add(redis_server, key, range(10))

@@ -168,8 +168,9 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if group is not None:
                 pending = self.client.xpending(key, self.group)
                 if pending["pending"]:
-                    return {"id": previous_id(as_text(pending["min"])), "n": -1,
-                            "d": _deleted(info)}
+                    low = as_text(pending["min"])
+                    return {"id": previous_id(low), "d": _deleted(info),
+                            "n": self._count_before(key, info, group, low)}
                 read = group.get("entries-read")
                 last = as_text(group["last-delivered-id"])
                 exact = read is not None and parse_id(_deleted(info)) <= parse_id(last)
@@ -185,6 +186,28 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.group:
             self._ensure_group(key, pos)
         return pos
+
+    def _count_before(self, key: str, info: dict, group: dict, low: str) -> int:
+        """The count (entries ever added) just before the group's oldest pending entry
+        ``low``: the group's ``entries-read`` (its last delivered entry's count) less the
+        entries from ``low`` to that one, when no entry of that range was ever deleted
+        or trimmed (-1 otherwise: unknown). Reads the pending range's ids once, at a new
+        checkpoint's start."""
+        read, last = group.get("entries-read"), as_text(group["last-delivered-id"])
+        first = info.get("first-entry")
+        if (read is None or not first or parse_id(_deleted(info)) >= parse_id(low)
+                or parse_id(as_text(first[0])) > parse_id(low)):
+            return -1
+        count, begin = 0, low
+        while True:
+            page = self.client.xrange(key, begin, last, count=PAGE)
+            count += len(page)
+            if len(page) < PAGE:
+                break
+            begin = f"({as_text(page[-1][0])}"
+        # nothing of the range went while it was counted
+        unchanged = self._unchanged_since(key, _deleted(info), low)
+        return int(read) - count if unchanged and int(read) >= count else -1
 
     def _ensure_group(self, key: str, at: Position, *, mkstream: bool = True) -> bool:
         """Create the group at ``at`` unless it exists; False if the stream is gone
@@ -223,7 +246,7 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 end[key] = self._initial(key)  # next batch reads it (see partitions)
                 continue
             begin = start[key]
-            info = self._check_loss(key, begin)
+            info, _ = self._check_loss(key, begin)
             stop = self._end_of(info)
             cap = self.target[key] if self.target is not None else None
             if cap is not None and _id(cap) < _id(stop):
@@ -231,10 +254,13 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if budget is not None and _id(stop) > _id(begin):
                 page = self.client.xrange(key, f"({begin['id']}", stop["id"], count=budget)
                 if len(page) == budget and as_text(page[-1][0]) != stop["id"]:
-                    # the count adds up only if no entry after begin was ever deleted,
-                    # also not between the XINFO above and the XRANGE
+                    # the count adds up only if no entry after begin was ever deleted or
+                    # trimmed, also not between the XINFO above and the XRANGE: the loss
+                    # check again, after the page (a trim is from the oldest entry on, so
+                    # one that took a page's entry leaves fewer entries after begin than
+                    # were added; the page's first entry being the oldest proves nothing)
                     exact = (begin["n"] >= 0 and parse_id(stop["d"]) <= _id(begin)
-                             and self._unchanged_since(key, stop["d"], page[0][0]))
+                             and not self._check_loss(key, begin)[1])
                     stop = {"id": as_text(page[-1][0]), "d": stop["d"],
                             "n": begin["n"] + len(page) if exact else -1}
             end[key] = stop if _id(stop) > _id(begin) else begin
@@ -255,15 +281,15 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return (info is not None and _deleted(info) == deleted and bool(first)
                 and parse_id(as_text(first[0])) <= parse_id(as_text(first_read)))
 
-    def _check_loss(self, key: str, begin: Position) -> dict | None:
+    def _check_loss(self, key: str, begin: Position) -> tuple[dict | None, bool]:
         """Fail (``fail_on_data_loss``) when entries after ``begin`` are gone unread:
         deleted (``XDEL`` since the position was taken: ``max-deleted-entry-id`` grew past
         ``begin``) or trimmed (the stream's oldest entry is past ``begin`` and fewer
         entries are left after it than were added after it). Returns the stream's
-        ``XINFO STREAM``."""
+        ``XINFO STREAM`` and whether a loss was found (and only logged)."""
         info = self._info(key)
         if info is None:
-            return None
+            return None, False
         deleted = _deleted(info)
         first = info.get("first-entry")
         added_after = int(info["entries-added"]) - begin["n"]
@@ -274,14 +300,14 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 and added_after > int(info["length"]):
             what = f"trimmed ({added_after - int(info['length'])} entries)"
         else:
-            return info
+            return info, False
         message = (f"Redis stream {key!r}: entries after the checkpoint's position "
                    f"{begin['id']} were {what} before they were read; rows are lost. Set "
                    "source.redis.fail_on_data_loss: false to go on")
         if self.fail_on_data_loss:
             raise SourceError(message)
         logger.warning(message)
-        return info
+        return info, True
 
     def partitions(self, start: dict[str, Position], end: dict[str, Position]
                    ) -> list[StreamRange]:
