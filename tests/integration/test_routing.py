@@ -245,3 +245,79 @@ def test_record_names_two_writers_lose_no_entry_and_the_first_wins(spark, tmp_pa
     assert 9 not in caught_up.names
     assert kind_of(caught_up, 9, 10) is None, "a replay of batch 10 routes as it did"
     assert kind_of(caught_up, 9, 11) == "acme.Late", "a later batch asks again"
+
+
+class _TypeTable:
+    """A message type's table stand-in: keeps the ids it is given per batch (its commit)
+    or dies before committing (``crash``); the routing's bookkeeping is under test."""
+
+    def __init__(self, name: str, held: dict[str, dict[int, list[int]]], crash: bool) -> None:
+        from types import SimpleNamespace
+
+        from lakesink.pipeline.batch import RunStats
+
+        self.name, self.held, self.crash = name, held, crash
+        self.writer = SimpleNamespace(is_committed=lambda b: b in held.get(name, {}))
+        self.stats = RunStats()
+
+    def __call__(self, df, batch_id: int) -> None:  # noqa: ANN001
+        from pyspark.sql import functions as F
+
+        if self.crash:
+            raise RuntimeError(f"{self.name}: killed before its commit")
+        self.held.setdefault(self.name, {})[batch_id] = sorted(int(r[0]) for r in df.select(
+            F.get_json_object(F.col("value").cast("string"), "$.id")).collect())
+
+    def close(self) -> None:
+        pass
+
+
+def _type_router(spark, checkpoint: Path, held: dict, refuse: set[str],  # noqa: ANN001
+                 crash: set[str] = frozenset()) -> Any:  # noqa: ANN401
+    """A routed checkpoint's router as a start builds it: one message-type route whose
+    factory refuses the types in ``refuse`` (a set-up's ConfigError)."""
+    from lakesink.errors import ConfigError
+    from lakesink.pipeline.routing import JsonFieldType, Route, RoutePlans, Router, TypeTables
+    from lakesink.tables.fs import HadoopFS
+
+    def factory(name: str, samples: Any) -> _TypeTable:  # noqa: ANN401
+        if name.removeprefix("ev_") in refuse:
+            raise ConfigError("table.decode.schema", "no column could be inferred")
+        return _TypeTable(name, held, name.removeprefix("ev_") in crash)
+
+    types = TypeTables(typer=JsonFieldType("type"), allow=None, prefix="ev_",
+                       factory=factory, reserved=set(), sample_size=10,
+                       key="routes.0.message_type")
+    plans = RoutePlans(HadoopFS(spark, str(checkpoint)), f"{checkpoint}/routes", "fp")
+    return Router([Route(topics=["t"], pattern=None, types=types)], None, app_id="app",
+                  plans=plans)
+
+
+def test_a_replay_routes_each_type_as_the_first_attempt_did(spark, tmp_path) -> None:
+    """audit-2 #19: a type's table set-up may decide differently on a replay (a schema
+    inferred from a sample, a catalog's refusal): refused first and accepted on the
+    replay put its records in its table and in the unrouted dead letters; accepted first
+    and refused on the replay put them nowhere. The first attempt's decision is recorded
+    with the batch and followed."""
+    from lakesink.errors import SinkError
+
+    rows = [("t", json.dumps({"id": i, "type": "ab"[i % 2]}).encode()) for i in range(10)]
+    df = spark.createDataFrame(rows, "topic string, value binary")
+
+    # refused in the first attempt (which committed type a's table), accepted now
+    held: dict[str, dict[int, list[int]]] = {}
+    _type_router(spark, tmp_path / "one", held, refuse={"b"})(df, 0)
+    assert held == {"ev_a": {0: [0, 2, 4, 6, 8]}}
+    _type_router(spark, tmp_path / "one", held, refuse=set())(df, 0)
+    assert "ev_b" not in held  # b's records stay with the unrouted, as first decided
+    _type_router(spark, tmp_path / "one", held, refuse=set())(df, 1)  # a new batch: b in
+    assert held["ev_b"] == {1: [1, 3, 5, 7, 9]}
+
+    # given a table in the first attempt (killed before that table committed), refused now
+    held = {}
+    with pytest.raises(RuntimeError, match="killed"):
+        _type_router(spark, tmp_path / "two", held, refuse=set(), crash={"b"})(df, 0)
+    with pytest.raises(SinkError, match="'b' went to table ev_b in the batch's first"):
+        _type_router(spark, tmp_path / "two", held, refuse={"b"})(df, 0)
+    _type_router(spark, tmp_path / "two", held, refuse=set())(df, 0)  # mended: finished
+    assert held == {"ev_a": {0: [0, 2, 4, 6, 8]}, "ev_b": {0: [1, 3, 5, 7, 9]}}

@@ -36,7 +36,7 @@ from pyspark.sql import functions as F
 from lakesink.decode.registered import schema_id
 from lakesink.decode.base import confluent_framed
 from lakesink.decode.registry import WriterSchema
-from lakesink.errors import ConfigError, SourceError
+from lakesink.errors import ConfigError, SinkError, SourceError
 from lakesink.observe.metrics import METRICS
 from lakesink.pipeline.batch import BatchFunction, RunStats
 from lakesink.tables.rejected import dead_letter_rows
@@ -79,11 +79,13 @@ class Route:
             return list(self.types.processors.values())
         return [self.processor] if self.processor is not None else []
 
-    def plan(self, df: DataFrame, batch_id: int) -> Planned:
+    def plan(self, df: DataFrame, batch_id: int, decided: list[str] | None = None
+             ) -> Planned:
         """Decide where the route's records go, before anything is written (a
-        message-type route sets up the tables of new types here)."""
+        message-type route sets up the tables of new types here; ``decided``: the
+        types with a table the batch's first attempt recorded, see :class:`RoutePlans`)."""
         if self.types is not None:
-            return self.types.plan(df, batch_id)
+            return self.types.plan(df, batch_id, decided)
         return Planned(df, [])
 
     def unrouted(self, planned: Planned) -> DataFrame | None:
@@ -291,10 +293,18 @@ class TypeTables:
         return detail.otherwise(F.coalesce(refused, F.concat(
             quoted, F.lit(" does not make a table name (or names another route's table)"))))
 
-    def plan(self, df: DataFrame, batch_id: int) -> Planned:
+    def plan(self, df: DataFrame, batch_id: int, decided: list[str] | None = None
+             ) -> Planned:
         """The batch's records with their type, and the types with a table (a new
-        type's table is set up here; one that cannot be is refused)."""
+        type's table is set up here; one that cannot be is refused). ``decided``: the
+        types the batch's first attempt gave a table (recorded by :class:`RoutePlans`
+        before any table committed it): a replay routes as that attempt did, whatever a
+        set-up decides now (its schema sample, a catalog): a type then refused stays
+        unrouted, and a type then given a table whose set-up fails now fails the batch
+        (its records would otherwise land nowhere)."""
         typed = df.withColumn(_TYPE, self.typer.column(df, batch_id))
+        if decided is not None:
+            return Planned(typed, [k for k in decided if self._decided(typed, k, batch_id)])
         accepted = self._accepted(F.col(_TYPE))
         kinds = sorted(r[0] for r in typed.where(accepted).select(_TYPE).distinct().collect())
         ready = []
@@ -306,6 +316,16 @@ class TypeTables:
             if kind in self.processors or self._create(kind, self._rows(typed, kind)):
                 ready.append(kind)
         return Planned(typed, ready)
+
+    def _decided(self, typed: DataFrame, kind: str, batch_id: int) -> bool:
+        """The table of ``kind``, which the batch's first attempt routed to, is ready."""
+        if kind in self.processors or self._create(kind, self._rows(typed, kind)):
+            return True
+        raise SinkError(f"batch {batch_id}: message type {kind!r} went to table "
+                        f"{self.prefix + kind} in the batch's first attempt, which may have "
+                        f"committed it there; that table cannot be set up now "
+                        f"({self.refused.get(kind)}): mend that, and the batch is "
+                        "finished as it began")
 
     def _room_for(self, kind: str) -> bool:
         """A new type's table fits under ``max_tables`` (one made before always does)."""
@@ -336,8 +356,6 @@ class TypeTables:
             self.processors[kind](self._rows(planned.df, kind), batch_id)
 
     def _create(self, kind: str, rows: DataFrame) -> BatchFunction | None:
-        from lakesink.errors import ConfigError
-
         def samples() -> list[str]:
             return self.typer.samples(rows, kind, self.sample_size)
 
@@ -354,10 +372,14 @@ class TypeTables:
 
 
 class RoutePlans:
-    """Per batch, the route list it was routed under (a fingerprint), recorded before
-    any table commits the batch: a replay of a batch that some table already holds must
-    route it the same way, or records would land in two tables (the one that committed
-    under the old routes, the one that takes them under the new) or in none."""
+    """Per batch, the route list it was routed under (a fingerprint) and, per
+    message-type route, the types it gave a table, recorded before any table commits the
+    batch: a replay of a batch that some table already holds must route it the same way,
+    or records would land in two tables (the one that committed under the old routes or
+    decision, the one that takes them under the new) or in none. A type's set-up can
+    decide differently on a replay (its schema is inferred from a sample of the batch,
+    not the same rows every time; a catalog may refuse meanwhile), so its decision is
+    recorded, not remade (audit-2 #19)."""
 
     def __init__(self, fs: HadoopFS, folder: str, fingerprint: str) -> None:
         self.fs = fs
@@ -367,10 +389,19 @@ class RoutePlans:
     def _path(self, batch_id: int) -> str:
         return f"{self.folder}/{batch_id:010d}.json"
 
-    def begin(self, batch_id: int) -> None:
+    def decided(self, batch_id: int) -> dict[str, list[str]]:
+        """The types each message-type route (by its index) gave a table in the batch's
+        first attempt ({}: a first attempt, or a plan recorded before types were)."""
+        plan = self.fs.read_json(self._path(batch_id))
+        if plan is None or plan.get("routes") != self.fingerprint:
+            return {}
+        return dict(plan.get("types") or {})
+
+    def begin(self, batch_id: int, types: dict[str, list[str]] | None = None) -> None:
         """Before any table writes ``batch_id``: refuse it if it began under other routes
         (a table the current routes do not know may hold it already); else record the
-        current routes for it."""
+        current routes for it, and ``types``: per message-type route, the types with a
+        table (a plan already recorded stays: its decisions were followed)."""
         plan = self.fs.read_json(self._path(batch_id))
         if plan is not None and plan.get("routes") == self.fingerprint:
             return
@@ -383,7 +414,8 @@ class RoutePlans:
                 fix="start once with the previous routes (and unrouted setting) to finish "
                 "the batch, then change them")
         self.fs.write_json(self._path(batch_id), {"batch_id": batch_id,
-                                                  "routes": self.fingerprint})
+                                                  "routes": self.fingerprint,
+                                                  "types": types or {}})
         self.fs.delete(self._path(batch_id - KEEP_PLANS), recursive=False)
 
 
@@ -438,13 +470,17 @@ class Router:
         try:
             # plan first: a message-type route sets up its tables here, so that a
             # restarted batch sees which of them already hold it
-            plans = [r.plan(tagged.where(F.col(_ROUTE) == F.lit(i)).drop(_ROUTE), batch_id)
+            decided = self.plans.decided(batch_id) if self.plans is not None else {}
+            plans = [r.plan(tagged.where(F.col(_ROUTE) == F.lit(i)).drop(_ROUTE), batch_id,
+                            decided.get(str(i)))
                      for i, r in enumerate(self.routes)]
             replay = any(r.committed(batch_id) for r in self.routes)
             if self.lease is not None:
                 self.lease.check()
             if self.plans is not None:
-                self.plans.begin(batch_id)
+                self.plans.begin(batch_id, {str(i): p.kinds for i, (r, p) in
+                                            enumerate(zip(self.routes, plans, strict=True))
+                                            if r.types is not None})
             if not self.exhaustive and not replay:
                 self._stage_unrouted(tagged, plans, batch_id)
             for r, planned in zip(self.routes, plans, strict=True):
