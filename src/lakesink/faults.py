@@ -29,6 +29,11 @@ dict lookup. Points:
   compaction is not committed (``done``)
 * ``compact_after_done``    — committed; the inputs are still in the folder
 * ``compact_mid_move``      — the first input moved out of the table, the others not
+* ``compact_before_publish``, ``compact_mid_roll_back`` — a compaction's lease checked,
+  its merged file not yet published; a roll-back's staging deleted, its output not yet:
+  where the two-compactor race test stalls one compactor (a kill there is the same as
+  at ``compact_after_staging`` / ``compact_after_journal``, so they are not in the
+  kill matrix)
 * ``silence_before_delivery`` — a silence batch has events, none delivered yet
 * ``silence_after_delivery``  — a silence batch's events are delivered (table, topic,
   callback), Spark has not recorded the batch
@@ -56,8 +61,9 @@ SOURCE_POINTS = ("source_after_take", "source_after_spool", "source_before_commi
 SILENCE_POINTS = ("silence_before_delivery", "silence_after_delivery")
 COMPACT_POINTS = ("compact_after_journal", "compact_after_staging", "compact_after_publish",
                   "compact_after_done", "compact_mid_move")
+RACE_POINTS = ("compact_before_publish", "compact_mid_roll_back")
 POINTS = (PARQUET_POINTS + CATALOG_POINTS + DELTA_POINTS + COMMON_POINTS + SOURCE_POINTS
-          + SILENCE_POINTS + COMPACT_POINTS)
+          + SILENCE_POINTS + COMPACT_POINTS + RACE_POINTS)
 
 
 RAISE_POINTS = ("raise_after_delta_commit",)

@@ -199,11 +199,16 @@ def test_kill_at_each_compaction_step_then_resume(spark, pristine, tmp_path, poi
           f"files_before={report['files_before']} files_after=3 lost=0 duplicated=0 resumed={'forward' if report['rolled_forward'] else 'back'}")
 
 
+@pytest.mark.parametrize("stall_at", ["compact_after_publish", "compact_before_publish"])
 def test_a_stalled_compactor_and_the_one_that_took_its_lease(spark, pristine,
-                                                             tmp_path) -> None:
+                                                             tmp_path, stall_at) -> None:
     """known-open T2: compactor A stalls between publishing its merged file and its
     outcome, past its lease; compactor B takes the lease, rolls A's compaction back and
-    compacts; A resumes and stops (its outcome is refused), nothing lost or twice."""
+    compacts; A resumes and stops (its outcome is refused), nothing lost or twice.
+    audit-2 #20b (``compact_before_publish``): A stalls after its lease check, before it
+    publishes, and resumes between the two deletes of B's roll-back: it must find
+    nothing to publish (before: the output landed after B deleted it, an orphan beside
+    its inputs that glob readers counted twice)."""
     import threading
 
     from lakesink.maintenance import parquet
@@ -226,10 +231,13 @@ def test_a_stalled_compactor_and_the_one_that_took_its_lease(spark, pristine,
     real_point = parquet.fault_point
 
     def stall(name: str, *args: object) -> None:
-        if name == "compact_after_publish" and not stalled.is_set():
+        if name == stall_at and not stalled.is_set():
             a.lease._stop.set()  # a stalled process renews nothing
             stalled.set()
             assert go.wait(120)
+        if name == "compact_mid_roll_back" and stall_at == "compact_before_publish":
+            go.set()  # A resumes between B's two deletes and runs to its end
+            thread.join(120)
         real_point(name, *args)
 
     outcome: list[BaseException | None] = []

@@ -218,13 +218,22 @@ class ParquetCompactor:
             raise
         fault_point("compact_after_staging")
         self.lease.check()
-        self.fs.replace(staged.path, join(self.layout.table, output))
+        fault_point("compact_before_publish")  # a stall here: see roll_back
+        try:
+            self.fs.replace(staged.path, join(self.layout.table, output))
+        except Exception as exc:  # its staging gone: another compactor rolled it back
+            if "aborted" in self.journal.states().get(cid, set()):
+                raise SinkError(f"compaction {cid} was rolled back by another compactor "
+                                "(this one stalled past its lease); its inputs stay") from exc
+            raise
         opened = time.monotonic()
         fault_point("compact_after_publish")
         done = {"id": cid, "at": _now(),
                 "outputs": [{"path": output, "rows": rows, "bytes": staged.size}]}
         self.lease.check()
         if self.journal.decide(cid, "done", done) != "done":
+            # rolled back: the output it published is its own (the name has its id)
+            self.fs.delete(join(self.layout.table, output), recursive=False)
             raise SinkError(f"compaction {cid} was rolled back by another compactor (this "
                             "one stalled past its lease); its inputs stay")
         self._outputs.add(output)
@@ -263,13 +272,18 @@ class ParquetCompactor:
 
     def roll_back(self, cid: int, plan: dict[str, Any]) -> None:
         """Undo a compaction before its commit point: ``aborted`` is recorded first (a
-        compaction already ``done`` is finished instead), then its output and staging
-        go; its inputs (never touched) stay."""
+        compaction already ``done`` is finished instead), then its staging goes and then
+        its output; its inputs (never touched) stay. Staging first: a stalled compactor
+        that resumes after the staging went has nothing to publish, and one that
+        published before has its output deleted here (the other order let one publish
+        between the two deletes: an orphan beside its inputs, audit-2 #20b). A stalled
+        one that reaches its ``done`` finds ``aborted`` and deletes its own output."""
         if self.journal.decide(cid, "aborted", {"id": cid, "at": _now()}) == "done":
             self.finish(cid, plan)
             return
-        self.fs.delete(join(self.layout.table, plan["output"]), recursive=False)
         self.fs.delete(join(self.layout.meta, "staging", "compact", f"{cid:010d}"))
+        fault_point("compact_mid_roll_back")
+        self.fs.delete(join(self.layout.table, plan["output"]), recursive=False)
         logger.warning("compaction %d rolled back: its inputs stay", cid)
 
 
