@@ -67,6 +67,14 @@ CASES: dict[str, tuple[bytes | None, bytes, str]] = {
                                  "invalid_partition_value"),
     "partition_nul": (b"k", _record(18, location="a\x00b"), "invalid_partition_value"),
     "partition_backslash_dot": (b"k", _record(19, location="..\\..\\x"), "written"),
+    # known-open L11: an escape of half a UTF-16 surrogate pair has no character (Spark's
+    # reader wrote "?"); a whole pair, and an escaped backslash before "udc80", are text
+    "json_lone_surrogate": (b"k", b'{"id": 21, "location": "ok", "payload": "a\\udc80b"}',
+                            "malformed_json"),
+    "json_surrogate_pair": (b"k", b'{"id": 22, "location": "ok", "payload": '
+                            b'"\\ud83d\\ude00"}', "written"),
+    "json_backslash_then_udc80": (b"k", b'{"id": 23, "location": "ok", "payload": '
+                                  b'"\\\\udc80"}', "written"),
 }
 
 

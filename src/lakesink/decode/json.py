@@ -1,6 +1,8 @@
 """JSON payloads -> typed columns with Spark's ``from_json`` (no per-row Python).
 
-A record is rejected, never dropped, when its value is null or empty, is not JSON,
+A record is rejected, never dropped, when its value is null or empty, is not JSON (not
+UTF-8, or a string with a ``\\uXXXX`` escape of half a UTF-16 surrogate pair: no
+Unicode character, which Spark's reader would write as ``?``),
 is not a JSON object, has a field whose value does not fit the declared type (a
 ``float`` that overflows to infinity included), lacks a value for a field declared
 ``nullable: false``, or — with ``reject_unknown`` — has a top-level field the schema
@@ -36,6 +38,22 @@ NOT_AN_OBJECT = "not_an_object"
 SCHEMA_MISMATCH = "schema_mismatch"
 MISSING_REQUIRED = "missing_required"
 UNKNOWN_FIELD = "unknown_field"
+
+# a JSON string's \uXXXX escape of a high (D800-DBFF) or low (DC00-DFFF) surrogate
+_HIGH = r"\\u[dD][89abAB][0-9a-fA-F]{2}"
+_LOW = r"\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+#: half a pair: a high one not followed by a low one, a low one not after a high one
+_LONE_SURROGATE = f"{_HIGH}(?!{_LOW})|(?<!{_HIGH}){_LOW}"
+
+
+def lone_surrogate(text: Column) -> Column:
+    """True when the JSON text escapes half a UTF-16 surrogate pair (``"\\udc80"``):
+    valid JSON grammar with no Unicode character behind it, which Spark's JSON reader
+    turns into ``?`` (a silent change of the value; pyarrow's refuses it). Escaped
+    backslashes (``\\\\``) are taken out first, so ``"\\\\udc80"`` (a backslash and
+    the letters) is no escape. Only texts holding ``\\u`` pay for the regex."""
+    unescaped = F.regexp_replace(text, r"\\\\", "")
+    return text.contains("\\u") & unescaped.rlike(_LONE_SURROGATE)
 
 
 class JsonDecoder(Decoder):
@@ -120,6 +138,7 @@ class JsonDecoder(Decoder):
             # Spark's JSON reader turns invalid UTF-8 into U+FFFD: a silent change of
             # the data, so such a value is not JSON (RFC 8259 8.1) and is rejected
             .when(~F.is_valid_utf8(value.cast("string")), F.lit(MALFORMED_JSON))
+            .when(lone_surrogate(value.cast("string")), F.lit(MALFORMED_JSON))
             .when(parsed[CORRUPT].isNotNull(), F.lit(SCHEMA_MISMATCH))
         )
         overflow = self._float_overflow(parsed)
@@ -146,7 +165,8 @@ class JsonDecoder(Decoder):
         extra = self.unknown_keys(value)
         reason = (
             F.when(value.isNull(), F.lit(NULL_VALUE))
-            .when(variant.isNull() | ~F.is_valid_utf8(text), F.lit(MALFORMED_JSON))
+            .when(variant.isNull() | ~F.is_valid_utf8(text) | lone_surrogate(text),
+                  F.lit(MALFORMED_JSON))
             .when(~kind.startswith("OBJECT"), F.lit(NOT_AN_OBJECT))
             .when(corrupt, F.lit(SCHEMA_MISMATCH))
             .when(missing_any if missing_any is not None else F.lit(False),
@@ -171,6 +191,9 @@ class JsonDecoder(Decoder):
             F.when(value.isNull(), F.lit("the record has no value (tombstone)"))
             .when(F.length(text) == 0, F.lit("the value is empty"))
             .when(~F.is_valid_utf8(text), F.lit("the value is not valid UTF-8"))
+            .when(lone_surrogate(text), F.lit(
+                "the value escapes half a UTF-16 surrogate pair (\\uD800-\\uDFFF without "
+                "its other half): no Unicode character"))
             .when(variant.isNull(), F.coalesce(_json_error(value),
                                                F.lit("the value is not valid JSON")))
             .when(~kind.startswith("OBJECT"),
