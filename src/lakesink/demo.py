@@ -148,6 +148,8 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
             }
             if keep_running and not _given(overrides or [], "metrics.port"):
                 flags["metrics.port"] = DEMO_PORT
+            if keep_running and not _given(overrides or [], "trigger.interval"):
+                flags["trigger.interval"] = "2 seconds"  # a lively page to watch
             # the sample in a few batches: the progress bar moves, the commits show
             limit = {"kafka": "source.kafka.max_offsets_per_trigger",
                      "redis": "source.redis.max_records_per_trigger"}[source]

@@ -70,7 +70,7 @@ def test_s3_down_mid_run_then_back(kafka_broker, topic, tmp_path) -> None:
                 f"timed out waiting for the first records on S3:\n{log.read_text()[-4000:]}")
             s3.stop(keep_data=True)
             produce_events(kafka_broker, topic, range(1000, 2000))
-            time.sleep(20)  # batches fail and back off meanwhile
+            time.sleep(10)  # batches fail and back off meanwhile
             if proc.poll() is not None:
                 raise AssertionError("the run stopped during the outage:\n"
                                      + log.read_text()[-4000:])
@@ -83,7 +83,7 @@ def test_s3_down_mid_run_then_back(kafka_broker, topic, tmp_path) -> None:
         stderr = log.read_text()
         assert waited, f"timed out waiting for every record; the run's log:\n{stderr[-6000:]}"
         ids = _ids(s3, table)
-        print(f"outage backend=s3 down=20s produced=3000 lost={3000 - len(set(ids))} "
+        print(f"outage backend=s3 down=10s produced=3000 lost={3000 - len(set(ids))} "
               f"duplicated={len(ids) - len(set(ids))}")
         assert proc.returncode == 0, stderr[-3000:]
         assert "retrying in" in stderr or "restarting from the checkpoint" in stderr, (

@@ -168,7 +168,8 @@ def _status_page_in_chromium(url: str, tmp_path) -> str:  # noqa: ANN001
     """The status page rendered by a real headless Chromium (Debian's
     chromium-headless-shell, installed by scripts/setup.sh): its DOM holds the table,
     the chart and the dead-letter reasons, and a screenshot is taken
-    (``LAKESINK_SCREENSHOT`` copies it out, for the docs)."""
+    (``SCREENSHOT_TO`` copies it out, for the docs; not a ``LAKESINK_`` name, which
+    every command would read as configuration)."""
     import os
     import shutil
     import subprocess
@@ -185,6 +186,6 @@ def _status_page_in_chromium(url: str, tmp_path) -> str:  # noqa: ANN001
     subprocess.run([*args, f"--screenshot={shot}", "--window-size=900,760", url],
                    capture_output=True, timeout=120)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 5000
-    if os.environ.get("LAKESINK_SCREENSHOT"):
-        shutil.copy(shot, os.environ["LAKESINK_SCREENSHOT"])
+    if os.environ.get("SCREENSHOT_TO"):
+        shutil.copy(shot, os.environ["SCREENSHOT_TO"])
     return dom

@@ -270,4 +270,7 @@ def test_the_status_page_shows_totals_the_run_and_a_chart_scaled_to_the_uptime()
     chart = page.split("<svg")[1].split("</svg>")[0]
     assert chart.count("<rect") in (11, 12) and 'width="100%"' in page  # the minutes up
     assert "-11 min" in page or "-12 min" in page
+    metrics.started = time.time() - 90  # up for a minute and a half: ten minutes shown
+    page = render(metrics, Health(max_age_s=60, restarts=3))
+    assert page.split("<svg")[1].split("</svg>")[0].count("<rect") == 10
     assert "<b>2,200</b> <span>records behind in all</span>" in page

@@ -41,10 +41,10 @@ def _samples(metrics: Metrics, name: str) -> list[tuple[dict[str, str], float]]:
 
 
 def _chart(per_minute: dict[int, int], now: float, started: float) -> str:
-    """Rows written per minute since the start (at least 5 minutes, at most the last
+    """Rows written per minute since the start (at least 10 minutes, at most the last
     60), as an SVG bar chart as wide as the page."""
     current = int(now // 60)
-    span = max(5, min(60, current - int(started // 60) + 1))
+    span = max(10, min(60, current - int(started // 60) + 1))
     values = [per_minute.get(current - span + 1 + i, 0) for i in range(span)]
     top = max(values) or 1
     width, height, slot = 600, 90, 600 / span
@@ -78,6 +78,10 @@ def _ago(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds // 60} min ago"
     return f"{seconds // 3600} h ago"
+
+
+def _rate_text(rate: float) -> str:
+    return f"{rate:,.1f}" if rate < 10 else f"{rate:,.0f}"
 
 
 def _rate(per_minute: dict[int, int], now: float, started: float) -> float:
@@ -134,7 +138,8 @@ def _table_card(table: str, total: dict[str, int], recent: list[dict[str, Any]],
     last = _ago(now - recent[0]["at"]) if recent else "—"
     parts = [f"<div class='card'><h2>{esc(table)}</h2><div class='totals'>",
              f"<div><b>{total['records']:,}</b> <span>rows</span></div>",
-             f"<div><b>{_rate(minutes, now, started):,.0f}</b> <span>rows/s (5 min)</span></div>",
+             f"<div><b>{_rate_text(_rate(minutes, now, started))}</b> "
+             "<span>rows/s (5 min)</span></div>",
              f"<div><b>{files:,}</b> <span>files</span></div>",
              f"<div><b>{_kib(size, files)}</b> <span>mean file</span></div>",
              f"<div><b>{last}</b> <span>last commit</span></div></div>",
