@@ -75,6 +75,9 @@ CASES: dict[str, tuple[bytes | None, bytes, str]] = {
                             b'"\\ud83d\\ude00"}', "written"),
     "json_backslash_then_udc80": (b"k", b'{"id": 23, "location": "ok", "payload": '
                                   b'"\\\\udc80"}', "written"),
+    # two halves with an escaped backslash between them are no pair
+    "json_halves_around_a_backslash": (b"k", b'{"id": 24, "location": "ok", "payload": '
+                                       b'"\\ud800\\\\\\udc00"}', "malformed_json"),
 }
 
 

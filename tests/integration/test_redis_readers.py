@@ -164,6 +164,25 @@ def test_a_trim_past_the_position_of_a_group_start_with_pending_entries_fails(
         reader.latestOffset(end, ReadMaxRows(10))
 
 
+def test_a_pending_entry_past_the_groups_last_delivered_one_leaves_the_count_unknown(
+        redis_server, key) -> None:
+    """A group moved back (XGROUP SETID) behind its pending entries: the pending range
+    is empty up to the last delivered entry, so entries-read says nothing about the
+    position before the oldest pending one; a count taken from it would be too small
+    and later report a trim that never happened."""
+    entry_ids = add(redis_server, key, range(10))
+    client = redis_server.client()
+    client.xgroup_create(key, "g", id="0", entries_read=0)
+    client.xreadgroup("g", "c", {key: ">"}, count=5)  # 0..4 pending
+    client.xack(key, "g", *entry_ids[:3])  # 3, 4 still pending
+    client.xgroup_setid(key, "g", entry_ids[1], entries_read=2)
+    reader = RedisStreamsReader(options(redis_server, [key], group="g"))
+    start = reader.initialOffset()
+    assert start[key] == {"id": previous_id(entry_ids[3]), "n": -1, "d": "0-0"}, start
+    assert ids(reader, start, reader.latestOffset(start, ReadAllAvailable())) == list(
+        range(3, 10))
+
+
 def test_a_trim_between_the_position_check_and_the_page_read_is_found(
         redis_server, key, monkeypatch) -> None:
     """audit-2 #6: a producer trimming while a capped batch reads its page left the

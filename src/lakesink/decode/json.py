@@ -50,9 +50,10 @@ def lone_surrogate(text: Column) -> Column:
     """True when the JSON text escapes half a UTF-16 surrogate pair (``"\\udc80"``):
     valid JSON grammar with no Unicode character behind it, which Spark's JSON reader
     turns into ``?`` (a silent change of the value; pyarrow's refuses it). Escaped
-    backslashes (``\\\\``) are taken out first, so ``"\\\\udc80"`` (a backslash and
-    the letters) is no escape. Only texts holding ``\\u`` pay for the regex."""
-    unescaped = F.regexp_replace(text, r"\\\\", "")
+    backslashes (``\\\\``) are replaced first, so ``"\\\\udc80"`` (a backslash and the
+    letters) is no escape, and by a letter, so the halves around one are not joined.
+    Only texts holding ``\\u`` pay for the regex."""
+    unescaped = F.regexp_replace(text, r"\\\\", "_")  # not "": it would join two halves
     return text.contains("\\u") & unescaped.rlike(_LONE_SURROGATE)
 
 

@@ -42,7 +42,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lakesink.errors import ConfigError, SinkError
+from lakesink.errors import ConfigError, LeaseLost, SinkError
 from lakesink.faults import fault_point
 from lakesink.maintenance.base import Maintainer
 from lakesink.maintenance.journal import Journal, committed_files
@@ -230,10 +230,13 @@ class ParquetCompactor:
         fault_point("compact_after_publish")
         done = {"id": cid, "at": _now(),
                 "outputs": [{"path": output, "rows": rows, "bytes": staged.size}]}
-        self.lease.check()
+        try:
+            self.lease.check()
+        except LeaseLost:
+            self._drop_if_aborted(cid, output)  # its publish may have landed after the
+            raise                               # roll-back's delete (a copy on a store)
         if self.journal.decide(cid, "done", done) != "done":
-            # rolled back: the output it published is its own (the name has its id)
-            self.fs.delete(join(self.layout.table, output), recursive=False)
+            self._drop_if_aborted(cid, output)
             raise SinkError(f"compaction {cid} was rolled back by another compactor (this "
                             "one stalled past its lease); its inputs stay")
         self._outputs.add(output)
@@ -245,6 +248,13 @@ class ParquetCompactor:
         report.files_merged += len(inputs)
         logger.info("compaction %d: %d file(s) of %s merged into %s (%d rows)", cid,
                     len(inputs), folder or "/", output, rows)
+
+    def _drop_if_aborted(self, cid: int, output: str) -> None:
+        """Delete the output this compactor published when another rolled its compaction
+        back: the name has the compaction's id, so the file is this one's, and after
+        ``aborted`` no reader's bookkeeping holds it."""
+        if "aborted" in self.journal.states().get(cid, set()):
+            self.fs.delete(join(self.layout.table, output), recursive=False)
 
     def _stage(self, inputs: list[TableFile], staging: str) -> Any:  # noqa: ANN401
         self.fs.delete(staging)

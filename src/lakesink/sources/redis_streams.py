@@ -196,8 +196,9 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         read, last = group.get("entries-read"), as_text(group["last-delivered-id"])
         first = info.get("first-entry")
         if (read is None or not first or parse_id(_deleted(info)) >= parse_id(low)
-                or parse_id(as_text(first[0])) > parse_id(low)):
-            return -1
+                or parse_id(as_text(first[0])) > parse_id(low)
+                or parse_id(low) > parse_id(last)):  # a pending entry past the group's
+            return -1                                # last delivered one (SETID, XCLAIM)
         count, begin = 0, low
         while True:
             page = self.client.xrange(key, begin, last, count=PAGE)
