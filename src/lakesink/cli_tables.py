@@ -60,16 +60,17 @@ def _print_json(data: Any) -> None:  # noqa: ANN401
     out.print(json.dumps(data, indent=1), highlight=False, markup=False, soft_wrap=True)
 
 
-def _per_table(cfg: Any, suffix: str, read_only: Any, with_spark: Any) -> list[Any]:  # noqa: ANN401
-    """``read_only(spec)`` for every table of ``cfg``, without Spark; if it returns None
-    for one (or a message-type route's tables are listed only through Spark),
-    ``with_spark(spec, spark)`` for every table in a session of the command's."""
+def _per_table(cfg: Any, suffix: str, without_spark: Any, with_spark: Any) -> list[Any]:  # noqa: ANN401
+    """``without_spark(spec)`` for every table of ``cfg``; if it returns None for one (or
+    a message-type route's tables are listed only through Spark), ``with_spark(spec,
+    spark)`` in a session of the command's for every table not done yet."""
     specs = _tables(cfg, None)
-    done = [read_only(spec) for spec in specs] if specs is not None else [None]
-    if all(d is not None for d in done):
-        return done
+    done = {spec.name: without_spark(spec) for spec in specs} if specs is not None else {}
+    if specs is not None and all(d is not None for d in done.values()):
+        return list(done.values())
     spark = _spark(cfg, suffix=suffix)
-    return [with_spark(spec, spark) for spec in _tables(cfg, spark) or []]
+    return [done.get(spec.name) or with_spark(spec, spark)
+            for spec in _tables(cfg, spark) or []]
 
 
 @dlq_app.command("show")

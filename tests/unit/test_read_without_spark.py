@@ -130,9 +130,77 @@ def test_repair_vacuum_and_an_idle_compact_read_without_spark(tmp_path: Path) ->
     compacted = maintenance.without_spark("compact", spec)
     assert compacted is not None and compacted["compactions"] == 0
     assert compacted["files_before"] == 1 and compacted["rows"] == 1
-    # what writes takes Spark: an apply, a vacuum that deletes
+    # what writes takes Spark: an apply
     assert maintenance.without_spark("repair", spec, apply=True) is None
+
+
+def _finished_compaction(tmp_path: Path, spec: TableSpec, *, finished: bool) -> Path:
+    """The journal of compaction 0 of ``location=a``'s file, its input moved to the
+    replaced folder; ``finished`` or crashed after its ``done``."""
+    meta = tmp_path / "lake" / ".lakesink" / "events"
+    journal = meta / "compactions"
+    journal.mkdir(parents=True)
+    (journal / "0000000000.json").write_text(json.dumps({"id": 0, "inputs": []}))
+    (journal / "0000000000.outcome.json").write_text(json.dumps({"id": 0, "outcome": "done"}))
+    if finished:
+        (journal / "0000000000.finished.json").write_text(json.dumps(
+            {"id": 0, "at": "2026-01-01T00:00:00+00:00"}))
+    replaced = meta / "replaced" / "0000000000" / "location=a"
+    replaced.mkdir(parents=True)
+    pq.write_table(pa.table({"id": [7]}), replaced / "part-old.parquet")
+    return replaced.parent
+
+
+def test_a_parquet_vacuum_on_local_disk_deletes_without_spark(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """issue 41 item 7: a Parquet vacuum that deletes took 6 s of Spark start-up on the
+    demo's lake; it takes the compactor lease and deletes through Python's filesystem
+    calls (the same create-if-absent: a hard link) and leaves the lease released."""
+    spec = _committed_lake(tmp_path, files=1)
+    replaced = _finished_compaction(tmp_path, spec, finished=True)
+    vacuumed = maintenance.without_spark("vacuum", spec, force=False, dry_run=False)
+    assert vacuumed is not None, "a vacuum on local disk needs no Spark"
+    assert (vacuumed["files_deleted"], vacuumed["compactions_vacuumed"]) == (1, [0])
+    assert not replaced.exists()
+    leases = sorted((tmp_path / "lake" / ".lakesink" / "events" / "compactor").glob("*.json"))
+    assert leases and json.loads(leases[-1].read_text())["released"], leases
+    again = maintenance.without_spark("vacuum", spec, force=False, dry_run=False)
+    assert again is not None and again["files_deleted"] == 0
+    # the CLI says what it did, with no Spark
+    import lakesink.cli_tables
+
+    def no_spark(*_: object, **__: object) -> None:
+        raise AssertionError("the command started Spark")
+
+    monkeypatch.setattr(lakesink.cli_tables, "_spark", no_spark)
+    shown = CliRunner().invoke(app, ["vacuum", "-c", str(_config(tmp_path)), "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)[0]["files_deleted"] == 0
+
+
+def test_a_vacuum_that_must_finish_a_crashed_compaction_takes_spark(tmp_path: Path) -> None:
+    spec = _committed_lake(tmp_path, files=1)
+    _finished_compaction(tmp_path, spec, finished=False)
     assert maintenance.without_spark("vacuum", spec, force=False, dry_run=False) is None
+    assert maintenance.without_spark("vacuum", spec, force=False, dry_run=True) is not None
+
+
+def test_python_writes_only_where_the_store_gives_create_if_absent(tmp_path: Path) -> None:
+    spec = _spec(_config(tmp_path))
+    fs = ArrowFS.open(spec.storage, str(tmp_path), writes=True)
+    assert fs is not None and fs.writes
+    target = f"file:{tmp_path}/a/b.json"
+    assert fs.write_once(target, "1") and not fs.write_once(target, "2")
+    assert fs.read_text(target) == "1"
+    fs.write_text(target, "3")
+    assert fs.read_text(target) == "3"
+    with pytest.raises(OSError, match="not empty"):
+        fs.delete(f"file:{tmp_path}/a", recursive=False)
+    assert fs.delete(f"file:{tmp_path}/a") and not fs.delete(f"file:{tmp_path}/a")
+    with pytest.raises(NotImplementedError):  # moves are Spark's
+        fs.rename(target, target + ".x")
+    # pyarrow's S3 client has no conditional PUT: S3 is written through Spark
+    assert ArrowFS.open(spec.storage, "s3a://bucket/lake", writes=True) is None
 
 
 def test_a_compact_with_files_to_merge_takes_spark(tmp_path: Path) -> None:

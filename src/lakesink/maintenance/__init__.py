@@ -43,24 +43,31 @@ OPERATIONS = {"compact": "OPTIMIZE", "vacuum": "VACUUM", "repair": "FSCK"}
 def without_spark(what: str, spec: TableSpec, **options: Any) -> dict[str, Any] | None:  # noqa: ANN401
     """The report of ``what`` (with the options of :func:`compact`, :func:`vacuum` or
     :func:`repair`) on ``spec``'s table when it needs no Spark, read with pyarrow,
-    delta-rs and DuckDB: a table with nothing to maintain yet, or a run that only reads
-    (:meth:`~lakesink.maintenance.base.Maintainer.read_only`). None: run it with Spark.
-    Local disk and S3 only (the stores pyarrow reads here)."""
-    from lakesink.runtime.arrow_fs import ArrowFS
+    delta-rs and DuckDB: a table with nothing to maintain yet, a run that only reads,
+    or one whose writes Python makes as safely as Hadoop's client (a Parquet
+    ``vacuum`` on local disk or Azure:
+    :meth:`~lakesink.maintenance.base.Maintainer.without_spark`). None: run it with
+    Spark. Local disk, S3 and Azure only (the stores pyarrow reads here)."""
+    from lakesink.runtime.arrow_fs import ArrowFS, NeedsSpark
     from lakesink.tables.layout import TableLayout
 
     if what == "vacuum" and (spec.dlq.retention_days is not None
                              or table_format(spec.dlq.format).has_log):
-        return None  # the dead letters' retention and vacuum write
+        return None  # the dead letters' retention and vacuum write through Spark
     layout = TableLayout.of(spec.table.base_path, spec.name)
-    fs = ArrowFS.open(spec.storage, layout.base)
+    writes = what == "vacuum" and not options.get("dry_run")
+    fs = (writes and ArrowFS.open(spec.storage, layout.base, writes=True)) \
+        or ArrowFS.open(spec.storage, layout.base)
     if fs is None:
         return None
     m = table_format(spec.format).maintainer_class()(spec, None, fs, layout)
     empty = m.nothing_to_do(OPERATIONS[what])
     if empty is not None:
         return empty | ({"problems": 0} if what == "repair" else {})
-    return m.read_only(what, **options)  # type: ignore[no-any-return]
+    try:
+        return m.without_spark(what, **options)  # type: ignore[no-any-return]
+    except NeedsSpark:
+        return None
 
 
 def files(spec: TableSpec, spark: SparkSession | None = None) -> dict[str, Any] | None:

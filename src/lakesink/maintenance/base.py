@@ -40,11 +40,13 @@ class Maintainer(ABC):
         there is something)."""
         return None
 
-    def read_only(self, what: str, **options: Any) -> dict[str, Any] | None:  # noqa: ANN401
+    def without_spark(self, what: str, **options: Any) -> dict[str, Any] | None:  # noqa: ANN401
         """The report of ``what`` (``compact``, ``vacuum``, ``repair`` with their
-        options) when it only reads this table, without Spark (``self.spark`` is None,
-        ``self.fs`` an :class:`~lakesink.runtime.arrow_fs.ArrowFS`); None when it would
-        write or needs Spark to read."""
+        options) done without Spark (``self.spark`` is None, ``self.fs`` an
+        :class:`~lakesink.runtime.arrow_fs.ArrowFS`, which writes only when opened so:
+        ``self.fs.writes``); None when it needs Spark. A step that turns out to need it
+        midway raises :class:`~lakesink.runtime.arrow_fs.NeedsSpark` (the command then
+        runs through Spark: every step is idempotent)."""
         return None
 
     @abstractmethod

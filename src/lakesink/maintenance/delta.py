@@ -190,7 +190,7 @@ class DeltaMaintainer(Maintainer):
         return sorted(({"path": a["path"], "rows": a["num_records"], "bytes": a["size_bytes"]}
                        for a in added), key=lambda f: f["path"])
 
-    def read_only(self, what: str, **options: Any) -> dict[str, Any] | None:  # noqa: ANN401
+    def without_spark(self, what: str, **options: Any) -> dict[str, Any] | None:  # noqa: ANN401
         """``repair`` without ``--apply`` (delta-rs reads the log and the store)."""
         return self.repair(apply=False) if what == "repair" and not options["apply"] \
             else None

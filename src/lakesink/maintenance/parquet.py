@@ -143,6 +143,11 @@ class ParquetCompactor:
         finally:
             self.lease.release()
 
+    def crashed(self) -> bool:
+        """Whether a compaction was left unfinished (for :meth:`resume`)."""
+        return any("" in s and not s & {"finished", "aborted"}
+                   for s in self.journal.states().values())
+
     def resume(self, report: CompactReport) -> None:
         """Finish or undo what a crashed compaction left (see the module docstring)."""
         for cid, states in sorted(self.journal.states().items()):
@@ -397,17 +402,21 @@ class ParquetMaintainer(Maintainer):
                 for f in sorted(committed_files(self.fs, self.layout).values(),
                                 key=lambda f: f.path)]
 
-    def read_only(self, what: str, **options: Any) -> dict[str, Any] | None:  # noqa: ANN401
-        """``repair`` without ``--apply``, ``vacuum --dry-run``, and a ``compact`` that
-        finds nothing to merge and no compaction to resume."""
+    def without_spark(self, what: str, **options: Any) -> dict[str, Any] | None:  # noqa: ANN401
+        """``repair`` without ``--apply``, ``vacuum --dry-run``, a ``vacuum`` where the
+        filesystem writes (local disk, Azure) and no crashed compaction is to be
+        finished first, and a ``compact`` that finds nothing to merge and no compaction
+        to resume."""
         if what == "repair" and not options["apply"]:
             return self.repair(apply=False)
-        if what == "vacuum" and options["dry_run"]:
-            return self.vacuum(force=options["force"], dry_run=True)
+        if what == "vacuum" and (options["dry_run"] or (
+                getattr(self.fs, "writes", False) and not self.compactor().crashed())):
+            # a compaction that crashes after this check: its resume's first move
+            # raises NeedsSpark, and the command runs again through Spark
+            return self.vacuum(force=options["force"], dry_run=options["dry_run"])
         if what == "compact" and options.get("partition") is None:
             compactor = self.compactor()
-            if any("" in s and not s & {"finished", "aborted"}
-                   for s in compactor.journal.states().values()):
+            if compactor.crashed():
                 return None  # a crashed compaction to finish or undo: it writes
             report = CompactReport(self.layout.name)
             files = committed_files(self.fs, self.layout)

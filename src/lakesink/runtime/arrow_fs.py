@@ -8,8 +8,16 @@ Paths are spelled as :class:`HadoopFS` spells them (``file:/…``, ``s3a://bucke
 ``abfss://container@account…/…``), so the table layouts and the bookkeeping readers
 work unchanged. Local disk, S3 and Azure only
 (:func:`~lakesink.runtime.lake.filesystem`); :meth:`ArrowFS.open` returns None for the
-other stores, which take the Spark path. Writing is not part of it: a step that would
-write raises, it never silently does nothing.
+other stores, which take the Spark path.
+
+Opened with ``writes=True`` it also writes where the store gives Python a create-if-absent
+as atomic as :meth:`HadoopFS.write_once`'s — local disk (a hard link of a complete
+temporary file) and Azure (a Blob API PUT with ``If-None-Match: *``, the same
+:class:`~lakesink.tables.azure_blob.AzureBlobs` the Spark path uses) — so a Parquet
+``vacuum`` takes the compactor lease and deletes without Spark. pyarrow's S3 client has
+no conditional PUT: on S3 (and HDFS) ``open(..., writes=True)`` returns None. Moves
+(``rename``/``replace``) are never part of it. A step it cannot take raises
+:class:`NeedsSpark`; it never silently does nothing.
 """
 
 from __future__ import annotations
@@ -18,34 +26,55 @@ import json
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from lakesink.errors import ConfigError
-from lakesink.tables.fs import FileInfo, azure_path, local_path
+from lakesink.tables.fs import FileInfo, link_once, azure_path, local_path, on_azure
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
     from lakesink.config.storage import StorageConfig
+    from lakesink.tables.azure_blob import AzureBlobs
+
+
+class NeedsSpark(NotImplementedError):
+    """A step :class:`ArrowFS` cannot take on this store (a move, or a write on a store
+    it only reads): the command runs again through Spark."""
 
 
 class ArrowFS:
     """See the module docstring."""
 
-    object_store = False  # only read: the write paths that ask are never taken
+    object_store = False  # the write paths that ask (HadoopFS.replace) are never taken
 
-    def __init__(self, fs: pafs.FileSystem) -> None:
+    def __init__(self, fs: pafs.FileSystem, blobs: AzureBlobs | None = None, *,
+                 writes: bool = False) -> None:
         self.fs = fs
+        self._blobs = blobs
+        #: whether the write steps work (see the module docstring)
+        self.writes = writes
 
     @classmethod
-    def open(cls, storage: StorageConfig, root: str) -> ArrowFS | None:
-        """The read-only filesystem of ``root``'s store (None: a store read only
-        through Spark)."""
+    def open(cls, storage: StorageConfig, root: str, *,
+             writes: bool = False) -> ArrowFS | None:
+        """The filesystem of ``root``'s store (None: a store read only through Spark,
+        or, with ``writes``, one written only through Spark)."""
         from lakesink.runtime.lake import filesystem
         from lakesink.tables.fs import to_uri
 
+        uri = to_uri(root)
         try:
-            fs, _ = filesystem(storage, to_uri(root))
+            fs, _ = filesystem(storage, uri)
         except ConfigError:
             return None
-        return cls(fs)
+        if not writes:
+            return cls(fs)
+        if uri.startswith("file:"):
+            return cls(fs, writes=True)
+        if on_azure(uri):
+            from lakesink.runtime.storage import azure_options
+            from lakesink.tables.azure_blob import AzureBlobs
+
+            return cls(fs, AzureBlobs(azure_options(storage.azure, [uri]).get), writes=True)
+        return None
 
     @staticmethod
     def _native(path: str) -> str:
@@ -131,7 +160,61 @@ class ArrowFS:
         return ds.dataset([self._native(p) for p in paths], filesystem=self.fs,
                           format="parquet")
 
-    def _refuse(self, *_: object, **__: object) -> NoReturn:
-        raise NotImplementedError("ArrowFS only reads; this step needs the Spark path")
+    # -- writes (``writes=True``: local disk and Azure) ---------------------------------
 
-    mkdirs = delete = rename = replace = write_text = write_once = write_json = _refuse
+    def _writable(self) -> None:
+        if not self.writes:
+            raise NeedsSpark("this store is written through Spark only here")
+
+    def write_once(self, path: str, text: str) -> bool:
+        """:meth:`HadoopFS.write_once`: create ``path`` with ``text`` only if it does not
+        exist (False if it did), all or nothing."""
+        self._writable()
+        if self._blobs is not None:
+            return self._blobs.put(path, text.encode("utf-8"), if_absent=True)
+        return link_once(local_path(path), text)
+
+    def write_text(self, path: str, text: str) -> None:
+        """:meth:`HadoopFS.write_text`: readers see the whole file or none."""
+        self._writable()
+        if self._blobs is not None:
+            self._blobs.put(path, text.encode("utf-8"), if_absent=False)
+            return
+        import os
+        import uuid
+
+        target = local_path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".{target.name}.{uuid.uuid4().hex}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, target)
+
+    def write_json(self, path: str, data: Any) -> None:  # noqa: ANN401
+        self.write_text(path, json.dumps(data, indent=1, sort_keys=True))
+
+    def mkdirs(self, path: str) -> None:
+        self._writable()
+        self.fs.create_dir(self._native(path), recursive=True)
+
+    def delete(self, path: str, *, recursive: bool = True) -> bool:
+        """:meth:`HadoopFS.delete`: False when nothing was there."""
+        import pyarrow.fs as pafs
+
+        self._writable()
+        native = self._native(path)
+        kind = self.fs.get_file_info(native).type
+        if kind == pafs.FileType.NotFound:
+            return False
+        if kind == pafs.FileType.Directory:
+            if not recursive and self.fs.get_file_info(
+                    pafs.FileSelector(native, recursive=False)):
+                raise OSError(f"{path} is a folder that is not empty")
+            self.fs.delete_dir(native)
+        else:
+            self.fs.delete_file(native)
+        return True
+
+    def _refuse(self, *_: object, **__: object) -> NoReturn:
+        raise NeedsSpark("a move on the table's store: this step needs the Spark path")
+
+    rename = replace = _refuse

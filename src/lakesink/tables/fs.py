@@ -297,7 +297,7 @@ class HadoopFS:
         precondition.
         """
         if path.startswith("file:"):
-            return _link_once(local_path(path), text)
+            return link_once(local_path(path), text)
         if on_azure(path):
             return self._blobs.put(path, text.encode("utf-8"), if_absent=True)
         p = self._p(path)
@@ -339,7 +339,7 @@ class HadoopFS:
         self.write_text(path, json.dumps(data, indent=1, sort_keys=True))
 
 
-def _link_once(path: Path, text: str) -> bool:
+def link_once(path: Path, text: str) -> bool:
     """Create ``path`` with ``text`` unless it exists, all or nothing (a hard link of a
     complete temporary file; ``link`` fails atomically on an existing name)."""
     import os
