@@ -466,15 +466,16 @@ def _preflight_tables(cfg: LakesinkConfig) -> list[str]:
 
 def _check_local_layout(cfg: LakesinkConfig, layout: TableLayout) -> str:
     """Partition check for local tables without Spark (other stores: checked at start)."""
-    from lakesink.tables.base import compare_layout
-    from lakesink.tables.fs import local_path
+    import pyarrow.fs as pafs
+
+    from lakesink.runtime.arrow_fs import ArrowFS
+    from lakesink.tables.base import check_layout
 
     if not layout.layout_file.startswith("file:"):
         return "table layout: checked at start (remote store)"
-    record = local_path(layout.layout_file)
-    if not record.exists():
+    existing = check_layout(ArrowFS(pafs.LocalFileSystem()), layout, cfg.table.format,
+                            cfg.table.partition_by,
+                            null_value=cfg.table.null_partition_value)
+    if existing is None:
         return "table layout: new table"
-    existing = json.loads(record.read_text())
-    compare_layout(existing, cfg.table.format, cfg.table.partition_by, table=layout.table,
-                   null_value=cfg.table.null_partition_value)
     return f"table layout: matches the existing table ({existing.get('partition_by')})"

@@ -42,6 +42,7 @@ point and publishes them after it (:mod:`lakesink.tables.rejected`).
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -49,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lakesink.errors import CommitMismatch, LayoutError
+from lakesink.tables.fs import join
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -162,15 +164,8 @@ class TableWriter(ABC):
     def prepare(self) -> None:
         """Check an existing table's layout, or record the layout of a new one; then
         take the writer lease."""
-        if not check_layout(self.fs, self.layout, self.format, self.partition_by,
-                            null_value=self.null_value):
-            self.fs.mkdirs(self.layout.table)
-            record: dict[str, Any] = {
-                "format": self.format, "partition_by": self.partition_by,
-                "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
-            if self.partition_by and self.null_value is not None:
-                record["null_partition_value"] = self.null_value
-            self.fs.write_json(self.layout.layout_file, record)
+        record_layout(self.fs, self.layout, self.format, self.partition_by,
+                      null_value=self.null_value)
         if self.lease is not None:
             self.lease.acquire()
 
@@ -259,17 +254,62 @@ def compare_layout(existing: dict[str, Any], fmt: str, partition_by: Sequence[st
         )
 
 
-def check_layout(fs: HadoopFS, layout: TableLayout, fmt: str,
-                 partition_by: Sequence[str], *, null_value: str | None = None) -> bool:
-    """Refuse an existing table whose recorded format or partition columns differ.
+#: beside ``layout.json``: the NULL folder's value of a table recorded without one
+NULL_RECORD = "null_partition_value.json"
 
-    Returns whether the table was recorded before. Runs before any data moves.
-    """
+
+def recorded_layout(fs: HadoopFS, layout: TableLayout) -> dict[str, Any] | None:
+    """The table's recorded layout (None: a new table): ``layout.json``, with the NULL
+    folder's value from :data:`NULL_RECORD` when ``layout.json`` predates it."""
     existing = fs.read_json(layout.layout_file)
+    if not isinstance(existing, dict) or "null_partition_value" in existing:
+        return existing  # type: ignore[no-any-return]
+    side = fs.read_json(join(layout.meta, NULL_RECORD))
+    if isinstance(side, dict) and "null_partition_value" in side:
+        return {**existing, "null_partition_value": side["null_partition_value"]}
+    return existing
+
+
+def check_layout(fs: HadoopFS, layout: TableLayout, fmt: str,
+                 partition_by: Sequence[str], *,
+                 null_value: str | None = None) -> dict[str, Any] | None:
+    """Refuse an existing table whose recorded format, partition columns or NULL folder
+    value differ. Returns the recorded layout (None: a new table). Runs before any data
+    moves."""
+    existing = recorded_layout(fs, layout)
+    if existing is not None:
+        compare_layout(existing, fmt, partition_by, table=layout.table,
+                       null_value=null_value)
+    return existing
+
+
+def record_layout(fs: HadoopFS, layout: TableLayout, fmt: str,
+                  partition_by: Sequence[str], *, null_value: str | None = None) -> None:
+    """:func:`check_layout`, then record what is not recorded yet: a new table's layout,
+    or the NULL folder's value of a table recorded before lakesink kept it. Each record
+    is a create-if-absent, so of two first starts (of any checkpoints: each holds its
+    own lease) exactly one records, and the other is compared with it — an overwrite
+    let the second start's NULL folder value replace the first's while the first wrote
+    (known-open L13: NULLs in two folders)."""
+    existing = check_layout(fs, layout, fmt, partition_by, null_value=null_value)
+    keeps_nulls = bool(partition_by) and null_value is not None
     if existing is None:
-        return False
-    compare_layout(existing, fmt, partition_by, table=layout.table, null_value=null_value)
-    return True
+        fs.mkdirs(layout.table)
+        record: dict[str, Any] = {
+            "format": fmt, "partition_by": list(partition_by),
+            "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+        if keeps_nulls:
+            record["null_partition_value"] = null_value
+        created = fs.write_once(layout.layout_file,
+                                json.dumps(record, indent=1, sort_keys=True))
+    elif keeps_nulls and "null_partition_value" not in existing:
+        created = fs.write_once(join(layout.meta, NULL_RECORD), json.dumps(
+            {"null_partition_value": null_value,
+             "recorded": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}))
+    else:
+        return
+    if not created:  # another start recorded it first: it holds
+        check_layout(fs, layout, fmt, partition_by, null_value=null_value)
 
 
 @dataclass(frozen=True)
