@@ -19,7 +19,7 @@ from pyspark.sql import types as T
 
 from lakesink import sources
 from lakesink.config.models import LakesinkConfig
-from lakesink.config.plan import RunPlan, TypeRouteSpec, plan
+from lakesink.config.plan import RunPlan, TableSpec, TypeRouteSpec, plan
 from lakesink.decode import fixed_decoder
 from lakesink.decode.registry import SchemaRegistry
 from lakesink.decode.schema import declared_schema
@@ -111,7 +111,7 @@ class Pipeline:
             parts = TableParts.resolve(cfg, spark)
             checkpoint = run_plan.checkpoint_uri()
             app_id = checkpoint_app_id(parts.fs, checkpoint)
-            processor = parts.processor(app_id)
+            processor = _watched(parts.processor(app_id), TableSpec(cfg), spark)
             _refuse_other_writers(processor, cfg)
             pipeline = cls(cfg, spark, parts.layout.name, parts.layout.table, checkpoint,
                            processor, headers=parts.transforms.uses_headers)
@@ -163,7 +163,7 @@ class Pipeline:
                 else:
                     with route_keys(i):
                         parts = TableParts.resolve(spec.config, spark)
-                    route.processor = parts.processor(app_id)
+                    route.processor = _watched(parts.processor(app_id), TableSpec(parts.cfg), spark)
                     _refuse_other_writers(route.processor, parts.cfg)
                     targets.append(parts.layout.table)
                 routes.append(route)
@@ -305,8 +305,18 @@ def _type_tables(spec: TypeRouteSpec, spark: SparkSession, app_id: str
     def make(table: str, samples: Callable[[], list[str]]) -> BatchFunction:
         with route_keys(spec.route):
             parts = TableParts.resolve(spec.table(table).config, spark, samples)
-        return parts.processor(app_id)
+        return _watched(parts.processor(app_id), TableSpec(parts.cfg), spark)
     return make
+
+
+def _watched(processor: BatchFunction, spec: TableSpec, spark: SparkSession
+             ) -> BatchFunction:
+    """``processor`` with its table's watch: a compaction a killed compactor left is
+    finished by the run too, not only by the next ``compact`` (audit-2 #20a)."""
+    from lakesink import maintenance
+
+    processor.watch = maintenance.watcher(spec, spark)
+    return processor
 
 
 class _MarkStarted:

@@ -199,6 +199,35 @@ def test_kill_at_each_compaction_step_then_resume(spark, pristine, tmp_path, poi
           f"files_before={report['files_before']} files_after=3 lost=0 duplicated=0 resumed={'forward' if report['rolled_forward'] else 'back'}")
 
 
+def test_a_running_ingestion_finishes_a_killed_compaction(spark, pristine, tmp_path) -> None:
+    """audit-2 #20a: a compaction killed after its commit point left its output beside
+    its inputs — listing readers count those rows twice — until the next ``compact``;
+    a ``lakesink run`` on the table now finishes it (at start, then at most every
+    ``maintenance.resume_every_s`` after a batch)."""
+    import time
+
+    source, _ = pristine
+    shutil.copytree(source["table"]["base_path"], tmp_path / "lake")
+    data = {**source, "table": {**source["table"], "base_path": str(tmp_path / "lake")}}
+    table = tmp_path / "lake" / "events"
+    cfg = write_config(tmp_path / "c.yaml", data)
+    crashed = run_cli("compact", "-c", str(cfg), env={"LAKESINK_FAULT": "compact_after_done"},
+                      timeout=300)
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    doubled = duckdb_ids(table)
+    assert len(doubled) > N, "the killed compaction's output is beside its inputs"
+    assert run_once(spark, data).written == 0  # nothing new in the topic: only the start
+    finished = tmp_path / "lake" / ".lakesink" / "events" / "compactions" / \
+        "0000000000.finished.json"
+    deadline = time.monotonic() + 60
+    while not finished.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert finished.exists(), "the run did not finish the killed compaction"
+    assert_every_row_once(spark, table)
+    report = maintenance.compact(TableSpec(cfg_of(data)), spark)
+    assert report["rolled_forward"] == [] and report["rolled_back"] == [], report
+
+
 @pytest.mark.parametrize("stall_at", ["compact_after_publish", "compact_before_publish"])
 def test_a_stalled_compactor_and_the_one_that_took_its_lease(spark, pristine,
                                                              tmp_path, stall_at) -> None:

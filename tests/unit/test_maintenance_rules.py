@@ -27,3 +27,58 @@ def test_committed_compactions_replace_their_inputs_in_order() -> None:
     out = apply_compactions(dict(files), [first, second])
     assert out == {"d/c1": TableFile("d/c1", 30, 22)}
     assert sum(x.rows for x in out.values()) == sum(x.rows for x in files.values())
+
+
+class _Compactor:
+    """A stand-in compactor: ``crashed`` says what its journal says; each resume
+    finishes compaction 7 or raises ``error``."""
+
+    table = "file:/lake/events"
+
+    def __init__(self, crashed: bool, error: Exception | None = None) -> None:
+        self.is_crashed, self.error, self.resumes = crashed, error, 0
+
+    def crashed(self) -> bool:
+        return self.is_crashed
+
+    def resume_unfinished(self) -> tuple[list[int], list[int]]:
+        self.resumes += 1
+        if self.error is not None:
+            raise self.error
+        self.is_crashed = False
+        return [7], []
+
+
+def test_the_runs_compaction_watch_resumes_at_most_once_per_interval(caplog) -> None:
+    from lakesink.maintenance.watch import CompactionWatch
+
+    compactor = _Compactor(crashed=True)
+    watch = CompactionWatch(compactor, every_s=3600)
+    with caplog.at_level("WARNING", logger="lakesink.maintenance.watch"):
+        watch.poke()
+        watch.wait(10)
+        compactor.is_crashed = True
+        watch.poke()  # within the interval: no second look
+        watch.close()
+    assert (compactor.resumes, watch.resumed) == (1, [7])
+    assert "finished [7]" in caplog.text
+    idle = _Compactor(crashed=False)
+    CompactionWatch(idle, every_s=0).poke()
+    assert idle.resumes == 0
+
+
+def test_the_compaction_watch_leaves_a_running_compaction_and_survives_errors(caplog) -> None:
+    from lakesink.errors import SecondWriterError
+    from lakesink.maintenance.watch import CompactionWatch
+
+    for error, said in ((SecondWriterError("held by pid 12"), "a compaction is running"),
+                        (OSError("store down"), "could not resume")):
+        compactor = _Compactor(crashed=True, error=error)
+        watch = CompactionWatch(compactor, every_s=0)
+        with caplog.at_level("INFO", logger="lakesink.maintenance.watch"):
+            watch.poke()
+            watch.wait(10)
+            watch.poke()  # every_s 0: looks again
+            watch.close()
+        assert compactor.resumes == 2 and watch.resumed == []
+        assert said in caplog.text

@@ -212,6 +212,10 @@ class MaintenanceConfig(Section):
     replaced_grace_s: float = Field(
         default=86400, ge=0, description="Parquet: files a compaction replaced are kept "
         "(outside the table) this long before `lakesink vacuum` deletes them")
+    resume_every_s: float = Field(
+        default=60, ge=0, description="Parquet: a running `lakesink run` finishes (or "
+        "undoes) a compaction a killed compactor left, at start and then at most this "
+        "often after a batch (0: only `compact`, `vacuum` and `repair --apply` do)")
     vacuum_retention_hours: float = Field(
         default=168, ge=0, description="Delta VACUUM retention; less than 168 hours is "
         "refused unless `lakesink vacuum --force`")

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from lakesink.config.plan import TableSpec
+    from lakesink.maintenance.watch import CompactionWatch
 
 
 def maintainer(spec: TableSpec, spark: SparkSession, fmt: str | None = None,
@@ -34,6 +35,15 @@ def maintainer(spec: TableSpec, spark: SparkSession, fmt: str | None = None,
         layout = dead_letter_layout(layout)
     cls = table_format(fmt or spec.format).maintainer_class()
     return cls(spec, spark, fs, layout)  # type: ignore[no-any-return]
+
+
+def watcher(spec: TableSpec, spark: SparkSession) -> CompactionWatch | None:
+    """What a running ``lakesink run`` on ``spec``'s table keeps an eye on
+    (:meth:`~lakesink.maintenance.base.Maintainer.watch`), already poked once."""
+    found = maintainer(spec, spark).watch()
+    if found is not None:
+        found.poke()
+    return found
 
 
 #: the operation each command's "nothing to do" report names

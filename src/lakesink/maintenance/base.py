@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from lakesink.config.plan import TableSpec
+    from lakesink.maintenance.watch import CompactionWatch
     from lakesink.runtime.arrow_fs import ArrowFS
     from lakesink.tables.fs import HadoopFS
     from lakesink.tables.layout import TableLayout
@@ -47,6 +48,11 @@ class Maintainer(ABC):
         ``self.fs.writes``); None when it needs Spark. A step that turns out to need it
         midway raises :class:`~lakesink.runtime.arrow_fs.NeedsSpark` (the command then
         runs through Spark: every step is idempotent)."""
+        return None
+
+    def watch(self) -> CompactionWatch | None:
+        """What a running ``lakesink run`` keeps an eye on for this table (Parquet: its
+        compaction journal, :mod:`lakesink.maintenance.watch`); None: nothing."""
         return None
 
     @abstractmethod

@@ -53,6 +53,7 @@ from lakesink.tables.manifests import TableFile
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from lakesink.maintenance.watch import CompactionWatch
     from lakesink.tables.fs import HadoopFS
     from lakesink.tables.layout import TableLayout
 
@@ -142,6 +143,16 @@ class ParquetCompactor:
             self.resume(report)
         finally:
             self.lease.release()
+
+    @property
+    def table(self) -> str:
+        return self.layout.table
+
+    def resume_unfinished(self) -> tuple[list[int], list[int]]:
+        """:meth:`resume_locked`; the compactions (finished, undone)."""
+        report = CompactReport(self.layout.name)
+        self.resume_locked(report)
+        return report.rolled_forward, report.rolled_back
 
     def crashed(self) -> bool:
         """Whether a compaction was left unfinished (for :meth:`resume`)."""
@@ -396,6 +407,12 @@ class ParquetMaintainer(Maintainer):
                               "the files compaction replaces (a Hive catalog, which lists "
                               "folders, is fine)")
         return self.compactor().run().as_dict()
+
+    def watch(self) -> CompactionWatch | None:
+        from lakesink.maintenance.watch import CompactionWatch
+
+        every = self.spec.maintenance.resume_every_s
+        return CompactionWatch(self.compactor(), every) if every > 0 else None
 
     def files(self) -> list[dict[str, Any]]:
         return [{"path": f.path, "rows": f.rows, "bytes": f.bytes}

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pyspark.sql import types as T
 
@@ -83,6 +83,16 @@ class RunStats:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
+class Watch(Protocol):
+    """Something a run keeps an eye on beside its batches (a Parquet table's compaction
+    journal: :class:`lakesink.maintenance.watch.CompactionWatch`). ``poke`` must return
+    at once: a batch never waits for it."""
+
+    def poke(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class BatchFunction:
     """One table's ``foreachBatch`` function (see the module's docstring)."""
 
@@ -101,12 +111,15 @@ class BatchFunction:
         engine: str = "spark",
         task_filesystem: tuple[str, dict[str, Any]] | str = "no filesystem for the tasks",
         registrar: Registrar | None = None,
+        watch: Watch | None = None,
     ) -> None:
         """``registrar``: registers each committed batch in a catalog (after its commit
         and its dead letters; :mod:`lakesink.catalog.outbox`); ``engine``: ``spark`` (JVM
         row expressions), ``arrow`` (pyarrow in the tasks; refused at start for a table
         it cannot write) or ``auto`` (arrow where it can); ``task_filesystem``: where the
-        Arrow tasks write (:func:`~lakesink.runtime.storage.task_filesystem`)."""
+        Arrow tasks write (:func:`~lakesink.runtime.storage.task_filesystem`);
+        ``watch``: poked after each committed batch (:mod:`lakesink.maintenance.watch`:
+        it never makes a batch wait)."""
         self.engine = engine
         self.task_filesystem = task_filesystem
         self.arrow: TaskSpec | None = None  #: the Arrow engine's spec, when it is used
@@ -114,6 +127,7 @@ class BatchFunction:
         self.rejected = rejected
         rejected.guard = writer.prove  # the outbox is the table's: the same lease
         self.registrar = registrar
+        self.watch = watch
         self.app_id = app_id
         self.stats = RunStats()
         self._span: Any = None  # the running batch's trace span (with OpenTelemetry)
@@ -186,6 +200,8 @@ class BatchFunction:
             logger.info("batch %d: %d record(s) rejected -> %s", batch_id,
                         counts.rejected, self.rejected.path(batch_id))
         self._register(batch_id)
+        if self.watch is not None:
+            self.watch.poke()
         stats = self.stats
         stats.batches += 1
         stats.seconds += time.monotonic() - started
@@ -253,5 +269,7 @@ class BatchFunction:
                 self.stats.unregistered = len(self.registrar.pending)
                 self.stats.refused_by_catalog = self.registrar.refused
         finally:
+            if self.watch is not None:
+                self.watch.close()
             self.writer.close()
             self.rejected.close()
