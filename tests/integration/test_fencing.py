@@ -3,10 +3,13 @@ a destructive step of a batch while the second takes the lease over and commits 
 batch; then the first resumes. Nothing of the new holder's is deleted, no row is lost
 or twice (read back by DuckDB and Spark), and the stale writer stops with a clear
 message. The freeze is a hook in the first writer's own filesystem calls (a stall of
-the process there: GC, a partition, SIGSTOP), on local disk."""
+the process there: GC, a partition, SIGSTOP), on local disk, S3 (SeaweedFS: the lease's
+steps are conditional PUTs) and HDFS (MiniDFSCluster: renames that refuse an existing
+name)."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,25 +27,68 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 TTL_S = 2.0
 
 
-def _writer(spark, lake: Path) -> Any:  # noqa: ANN001, ANN401
-    writer = open_writer("parquet", spark, TableLayout.of(str(lake), "events"),
+_n = itertools.count()
+
+
+def _writer(spark, lake: str) -> Any:  # noqa: ANN001, ANN401
+    writer = open_writer("parquet", spark, TableLayout.of(lake, "events"),
                          WriterOptions(app_id="app-fenced", lease_s=TTL_S))
     writer.prepare()
     return writer
 
 
-def _ids(lake: Path) -> list[int]:
-    return sorted(r[0] for r in duckdb.sql(
-        f"SELECT id FROM read_parquet('{lake}/events/**/*.parquet')").fetchall())
+class _Store:
+    """Where the lake lives, and an independent reader of its Parquet files."""
+
+    def __init__(self, request: pytest.FixtureRequest, spark, tmp_path: Path,  # noqa: ANN001
+                 kind: str) -> None:
+        self.kind, self.tmp = kind, tmp_path
+        conf = spark.sparkContext._jsc.hadoopConfiguration()
+        if kind == "s3":
+            from lakesink.config.storage import S3Storage
+            from lakesink.runtime.storage import s3a_options
+
+            self.server = request.getfixturevalue("s3_server")
+            for key, value in s3a_options(S3Storage(
+                    endpoint=self.server.endpoint, region="us-east-1",
+                    access_key_id=self.server.access_key,
+                    secret_access_key=self.server.secret_key)).items():
+                conf.set(key, value)
+            self.lake = f"s3a://{self.server.bucket}/fencing-{next(_n)}"
+        elif kind == "hdfs":
+            from tests.fixtures.services import HDFS_CLIENT_CONF
+
+            self.server = request.getfixturevalue("hdfs")
+            for key, value in HDFS_CLIENT_CONF.items():
+                conf.set(key.removeprefix("spark.hadoop."), value)
+            self.lake = f"{self.server.uri}/fencing-{next(_n)}"
+        else:
+            self.lake = str(tmp_path / "lake")
+
+    def ids(self) -> list[int]:
+        """DuckDB's count of every Parquet file in the table folder (a glob reader)."""
+        if self.kind == "s3":
+            con, glob = self.server.duckdb(), f"s3://{self.lake.split('://', 1)[1]}"
+        elif self.kind == "hdfs":
+            from tests.integration.test_hdfs import hdfs_parquet_ids
+
+            return sorted(hdfs_parquet_ids(self.server, self.lake.split(self.server.uri)[1]
+                                           + "/events", self.tmp / f"got-{next(_n)}"))
+        else:
+            con, glob = duckdb.connect(), self.lake
+        return sorted(r[0] for r in con.sql(
+            f"SELECT id FROM read_parquet('{glob}/events/**/*.parquet')").fetchall())
 
 
+@pytest.mark.parametrize("store", ["local", "s3", "hdfs"])
 @pytest.mark.parametrize("step", ["replace", "write_once"])
-def test_a_frozen_writer_never_touches_what_the_new_holder_committed(spark, tmp_path,
-                                                                      step) -> None:
+def test_a_frozen_writer_never_touches_what_the_new_holder_committed(
+        request, spark, tmp_path, step, store) -> None:
     """``replace``: frozen inside its publish, after its checks (the audit's sequence
     (a): it deleted the holder's committed file before its rename). ``write_once``:
     frozen right before its manifest, after its proof."""
-    lake = tmp_path / "lake"
+    where = _Store(request, spark, tmp_path, store)
+    lake = where.lake
     rows = spark.range(0, 50).selectExpr("id", "cast(id % 5 as string) as location")
     stale = _writer(spark, lake)
     frozen, resume = threading.Event(), threading.Event()
@@ -79,19 +125,19 @@ def test_a_frozen_writer_never_touches_what_the_new_holder_committed(spark, tmp_
     try:
         done = holder.write_batch(0, rows)  # the batch again, from its start
         assert done.files >= 1 and not done.skipped
-        committed = _ids(lake)
+        committed = where.ids()
         assert committed == list(range(50))
         resume.set()
         thread.join(120)
         (error,) = outcome
         assert isinstance(error, (SecondWriterError, LeaseLost)), error
-        print(f"fencing step={step}: the stale writer stopped with: {error}")
-        assert _ids(lake) == list(range(50)), "the stale writer changed the table"
-        assert spark.read.parquet(str(lake / "events")).count() == 50
+        print(f"fencing store={store} step={step}: the stale writer stopped with: {error}")
+        assert where.ids() == list(range(50)), "the stale writer changed the table"
+        assert spark.read.parquet(f"{lake}/events").count() == 50
         assert holder.is_committed(0)
         more = spark.range(50, 60).selectExpr("id", "cast(id % 5 as string) as location")
         assert not holder.write_batch(1, more).skipped  # the holder goes on
-        assert _ids(lake) == list(range(60))
+        assert where.ids() == list(range(60))
     finally:
         resume.set()
         holder.close()
