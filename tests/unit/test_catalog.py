@@ -150,10 +150,12 @@ LAYOUT = TableLayout("file:/lake", "events")
 
 
 def commit(fs: FakeFS, run: str, batch: int) -> None:
+    """A committed batch: its manifest, and its file in the table."""
+    rel = f"day=1/part-{batch:010d}-{run}-0.parquet"
+    fs.write_json(f"{LAYOUT.table}/{rel}", {})
     fs.write_json(LAYOUT.manifest(run, batch), {
         "batch_id": batch, "app_id": f"app-{run}",
-        "files": [{"path": f"day=1/part-{batch:010d}-{run}-0.parquet", "bytes": 10,
-                   "rows": 3}]})
+        "files": [{"path": rel, "bytes": 10, "rows": 3}]})
 
 
 class Clock:
@@ -462,3 +464,32 @@ def test_two_registrars_of_one_batch_append_it_once(tmp_path: Path) -> None:
                for s in table.snapshots() if s.summary]
     assert batches.count("7") == 1, batches
     assert table.scan().to_arrow().num_rows == 6  # batches 6 and 7, each once
+
+
+def test_a_batch_whose_files_are_gone_is_set_aside_and_the_backlog_goes_on() -> None:
+    """known-open L9: a batch whose files were deleted made the catalog fail reading them
+    (as if unavailable), retried forever, holding every later batch back."""
+    fs, clock = FakeFS(), Clock()
+
+    class Reads(FakeCatalog):
+        def register(self, batch: CommittedBatch) -> None:
+            if any(not fs.exists(f.path) for f in batch.files):
+                raise CatalogUnavailable(f"reading batch {batch.batch_id}'s footers: "
+                                         "FileNotFoundException")
+            super().register(batch)
+
+    catalog = Reads()
+    for b in range(3):
+        commit(fs, "r2", b)
+    fs.delete(f"{LAYOUT.table}/day=1/part-{1:010d}-r2-0.parquet")  # by hand
+    reg = make(fs, catalog, clock)
+    reg.start()
+    assert catalog.batches == [("r2", 0), ("r2", 2)] and reg.pending == []
+    assert reg.refused == 1 and reg.failures == 0
+    refusal = fs.read_json(reg.refusal("r2", 1))
+    assert "no longer in the table (day=1/part-0000000001-r2-0.parquet)" in refusal["refusal"]
+    # a catalog that is down is still waited for, files or not
+    catalog.down = 1
+    commit(fs, "r2", 3)
+    reg.committed(3)
+    assert reg.pending == [("r2", 3)] and reg.failures == 1

@@ -193,8 +193,7 @@ class Registrar:
             return
         batch = committed_batch(manifest, table=self.layout.name, location=self.layout.table,
                                 run=run, null_value=self.null_value)
-        batch = self._current(batch)
-        self.catalog.register(batch)
+        batch = self._register_current(batch)
         fault_point("after_registration", batch_id)
         self.fs.write_json(self.mark(run, batch_id), {
             "batch_id": batch_id, "app_id": batch.app_id, "files": len(batch.files),
@@ -203,6 +202,29 @@ class Registrar:
             self.fs.delete(self.refusal(run, batch_id), recursive=False)
         logger.info("catalog %s: batch %d registered (%d file(s), %d row(s))",
                     self.catalog.describe(), batch_id, len(batch.files), batch.rows)
+
+    def _register_current(self, committed: CommittedBatch) -> CommittedBatch:
+        """Register ``committed`` with the files that hold its rows now. When the catalog
+        cannot read them: once more if a compaction moved them meanwhile; a batch whose
+        files are gone (deleted by hand, quarantined) is a refusal — set aside, reported,
+        the backlog behind it goes on (known-open L9: it failed as "unavailable" and held
+        every later batch back forever)."""
+        batch = self._current(committed)
+        try:
+            self.catalog.register(batch)
+            return batch
+        except CatalogUnavailable:
+            again = self._current(committed)
+            if again != batch:  # a compaction swapped its files meanwhile
+                self.catalog.register(again)
+                return again
+            gone = [f.relative for f in batch.files if not self.fs.exists(f.path)]
+            if not gone:
+                raise
+        raise CatalogError(
+            f"{len(gone)} of batch {committed.batch_id}'s {len(batch.files)} file(s) are "
+            f"no longer in the table ({', '.join(gone[:3])}{' …' if len(gone) > 3 else ''}):"
+            " deleted or moved outside lakesink; `lakesink repair` reports them")
 
     def _current(self, batch: CommittedBatch) -> CommittedBatch:
         """The batch with the files that hold its rows *now*: a file a compaction merged
