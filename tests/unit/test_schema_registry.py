@@ -215,3 +215,32 @@ def test_reader_schema_defines_each_named_type_at_its_first_use() -> None:
     fastavro.parse_schema(reader)  # every name defined once, before it is referenced
     assert reader["fields"][0]["type"][1]["name"] == "Point"  # defined at its first use
     assert reader["fields"][1]["type"] == "a.Point"
+
+
+class _Probe:
+    """A session whose probe of a writer schema fails with ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def range(self, _n: int) -> None:
+        raise self.error
+
+
+def test_only_the_schemas_own_error_is_a_verdict() -> None:
+    """known-open L14: any failure of Spark's probe of a writer schema was cached as the
+    schema's verdict for the run (its records then went to the dead letters); a JVM that
+    could not be reached is raised instead, so the batch is retried."""
+    from py4j.protocol import Py4JNetworkError
+
+    from lakesink.decode.avro_registry import avro_struct
+
+    with pytest.raises(Py4JNetworkError):
+        avro_struct(_Probe(Py4JNetworkError("Answer from Java side is empty")), "{}")  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError):
+        avro_struct(_Probe(RuntimeError("java.lang.OutOfMemoryError: Java heap space")), "{}")  # type: ignore[arg-type]
+    said = avro_struct(_Probe(RuntimeError(  # type: ignore[arg-type]
+        "An error occurred while calling o67.select. : org.apache.spark.sql.avro."
+        "IncompatibleSchemaException: Found recursive reference in Avro schema")), "{}")
+    assert isinstance(said, str) and said.startswith("Spark cannot read it: ")
+    assert "recursive reference" in said

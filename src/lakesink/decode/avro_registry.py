@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
@@ -98,13 +99,26 @@ def spark_struct(spark: SparkSession, registry: SchemaRegistry, writer: WriterSc
     return cache[writer.id]
 
 
+#: the JVM errors that are the schema's verdict (Avro's parser, spark-avro's converter)
+_SCHEMA_ERROR = re.compile(r"\b(?:org\.apache\.avro|org\.apache\.spark\.sql\.avro)\.\w+")
+
+
 def avro_struct(spark: SparkSession, text: str) -> T.StructType | str:
-    """Spark's type of an Avro record schema (its text), or why it has none."""
+    """Spark's type of an Avro record schema (its text), or why it has none. Only an
+    answer about the schema is a verdict (it is cached for the run: every record of that
+    writer then takes it): Avro's or spark-avro's error, or Spark's analysis. Any other
+    failure of the probe — the JVM unreachable, out of memory, the session stopping — is
+    raised, and the batch is retried (known-open L14: it was cached as "Spark cannot
+    read it", and that writer's good records went to the dead letters until a
+    restart)."""
+    from pyspark.errors import AnalysisException
     from pyspark.sql.avro.functions import from_avro
 
     try:
         probe = spark.range(0).select(from_avro(F.lit(None).cast("binary"), text).alias("r"))
-    except Exception as exc:  # noqa: BLE001 - Spark's analysis error, as text
+    except Exception as exc:
+        if not isinstance(exc, AnalysisException) and not _SCHEMA_ERROR.search(str(exc)):
+            raise
         return f"Spark cannot read it: {one_line(exc, 200, name=False)}"
     struct = probe.schema["r"].dataType
     return struct if isinstance(struct, T.StructType) else "not a record"
