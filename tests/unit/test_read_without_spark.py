@@ -266,3 +266,58 @@ def test_files_lists_a_delta_tables_log_without_spark(tmp_path: Path) -> None:
     shown = CliRunner().invoke(app, ["files", "-c", str(path)])
     assert shown.exit_code == 0, shown.output
     assert len([line for line in shown.output.splitlines() if line.endswith(".parquet")]) == 3
+
+
+def test_a_roll_up_killed_between_its_write_and_its_deletes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """known-open T1: a vacuum that dies after writing a rollup and deleting only some of
+    its per-batch manifests leaves batches in both. Every reader counts each batch once,
+    repair finds nothing, each batch still reads as committed, and the next vacuum
+    finishes the deletes."""
+    import lakesink.tables.manifests as manifests_module
+    from lakesink.tables.layout import TableLayout
+    from lakesink.tables.manifests import read_manifest, rollup_path
+
+    monkeypatch.setattr(manifests_module, "ROLLUP", 10)
+    spec = _spec(_config(tmp_path))
+    lake = tmp_path / "lake"
+    folder = lake / "events" / "location=a"
+    folder.mkdir(parents=True)
+    runs = lake / ".lakesink" / "events" / "manifests" / "run1"
+    runs.mkdir(parents=True)
+    for b in range(25):  # ranges 0-9 and 10-19 complete, 20-24 the newest: not rolled up
+        name = f"part-{b:010d}-run1-00000.parquet"
+        pq.write_table(pa.table({"id": [b, b + 100]}), folder / name)
+        (runs / f"{b:010d}.json").write_text(json.dumps({
+            "batch_id": b, "app_id": "app1", "files": [{
+                "path": f"location=a/{name}", "rows": 2,
+                "bytes": (folder / name).stat().st_size}]}))
+    deleted: list[str] = []
+    real = ArrowFS.delete
+
+    def killed_after_three(self: ArrowFS, path: str, *, recursive: bool = True) -> bool:
+        if "/manifests/" in path and len(deleted) == 3:
+            raise SystemExit("killed mid roll-up")
+        deleted.append(path)
+        return real(self, path, recursive=recursive)
+
+    monkeypatch.setattr(ArrowFS, "delete", killed_after_three)
+    with pytest.raises(SystemExit):
+        maintenance.without_spark("vacuum", spec, force=False, dry_run=False)
+    monkeypatch.setattr(ArrowFS, "delete", real)
+    layout = TableLayout.of(str(lake), "events")
+    fs = ArrowFS.open(spec.storage, str(lake))
+    assert fs is not None and fs.exists(rollup_path(layout, "run1", 0))
+    assert len(list(runs.glob("0*.json"))) == 22  # 3 of the first range's 10 deleted
+    listed = maintenance.files(spec)
+    assert listed is not None and listed["rows"] == 50 and len(listed["files"]) == 25
+    repaired = maintenance.without_spark("repair", spec, apply=False)
+    assert repaired is not None and repaired["problems"] == 0, repaired
+    assert all(read_manifest(fs, layout, "run1", b) for b in range(25))
+    again = maintenance.without_spark("vacuum", spec, force=False, dry_run=False)
+    assert again is not None and again["manifests_rolled_up"] == 17  # 7 left + 10
+    assert sorted(p.name for p in runs.iterdir()) == [
+        *(f"{b:010d}.json" for b in range(20, 25)),
+        "rollup-0000000000.json", "rollup-0000000001.json"]
+    final = maintenance.files(spec)
+    assert final is not None and final["rows"] == 50 and len(final["files"]) == 25
