@@ -110,7 +110,7 @@ class Pipeline:
         else:
             parts = TableParts.resolve(cfg, spark)
             checkpoint = run_plan.checkpoint_uri()
-            app_id = checkpoint_app_id(parts.fs, checkpoint)
+            app_id = checkpoint_app_id(parts.fs, checkpoint, cfg.source.start_settings())
             processor = _watched(parts.processor(app_id), TableSpec(cfg), spark)
             _refuse_other_writers(processor, cfg)
             pipeline = cls(cfg, spark, parts.layout.name, parts.layout.table, checkpoint,
@@ -132,7 +132,7 @@ class Pipeline:
         cfg = run.cfg
         checkpoint = run.checkpoint_uri()
         fs = HadoopFS(spark, to_uri(cfg.table.base_path))
-        app_id = checkpoint_app_id(fs, checkpoint)
+        app_id = checkpoint_app_id(fs, checkpoint, cfg.source.start_settings())
         lease = None
         if cfg.table.writer_lease_s > 0:
             lease = WriterLease(fs, f"{checkpoint.rstrip('/')}/writer", app_id=app_id,

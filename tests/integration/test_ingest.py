@@ -261,3 +261,31 @@ def test_unknown_partition_column_is_a_config_error(spark, kafka_broker, topic, 
         run_once(spark, config_dict(kafka_broker, topic, tmp_path / "lake",
                                     partition_by=["nope"]))
     assert info.value.key == "table.partition_by"
+
+
+def test_a_start_setting_changed_before_the_first_commit_is_refused(
+        spark, kafka_broker, topic, tmp_path, caplog) -> None:
+    """known-open L6: a first start from ``latest`` whose first batch never reached
+    Spark's commit log (a crash), then corrected to ``earliest``: Spark kept the first
+    start and the correction silently read nothing. Now it is refused, naming the key;
+    set back, the checkpoint runs on from where it started. After a commit the change is
+    only said (Spark reads on from its logs)."""
+    produce_events(kafka_broker, topic, range(10))
+    data = config_dict(kafka_broker, topic, tmp_path / "lake")
+    data["source"]["kafka"]["starting_offsets"] = "latest"
+    assert run_once(spark, data).written == 0  # an empty batch 0 at the topic's end
+    commits = tmp_path / "lake" / ".lakesink" / "events" / "checkpoint" / "commits"
+    for entry in commits.iterdir():  # the first batch never reached the commit log
+        entry.unlink()
+    data["source"]["kafka"]["starting_offsets"] = "earliest"
+    with pytest.raises(ConfigError) as refused:
+        run_once(spark, data)
+    assert refused.value.key == "source.kafka.starting_offsets"
+    assert "'latest'" in str(refused.value)
+    data["source"]["kafka"]["starting_offsets"] = "latest"
+    produce_events(kafka_broker, topic, range(10, 15))
+    assert run_once(spark, data).written == 5
+    data["source"]["kafka"]["starting_offsets"] = "earliest"
+    with caplog.at_level("WARNING", logger="lakesink.tables.identity"):
+        assert run_once(spark, data).written == 0
+    assert "source.kafka.starting_offsets" in caplog.text and "ignored" in caplog.text

@@ -297,6 +297,15 @@ class SourceConfig(Section):
                                  "one source per run")
         return self
 
+    def start_settings(self) -> dict[str, str]:
+        """The settings where a new checkpoint starts reading (by their keys): Spark
+        keeps a checkpoint's first start in its logs and ignores a change of them."""
+        if self.kafka is not None:
+            return {"source.kafka.starting_offsets": self.kafka.starting_offsets}
+        if self.redis is not None:
+            return {"source.redis.starting_position": self.redis.starting_position}
+        return {}
+
     @property
     def names(self) -> list[str]:
         """What the records' ``topic`` can be, when the source names them up front."""

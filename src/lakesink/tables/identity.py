@@ -23,6 +23,7 @@ import datetime as dt
 import json
 import logging
 import uuid
+from typing import Any
 
 from lakesink.errors import ConfigError
 from lakesink.tables.fs import HadoopFS, join
@@ -49,12 +50,16 @@ def has_started(fs: HadoopFS, checkpoint: str) -> bool:
     return any(fs.list_files(join(checkpoint, d)) for d in STARTED_DIRS)
 
 
-def checkpoint_app_id(fs: HadoopFS, checkpoint: str) -> str:
-    """Return the checkpoint's app id, creating one for a new checkpoint."""
+def checkpoint_app_id(fs: HadoopFS, checkpoint: str,
+                      start: dict[str, str] | None = None) -> str:
+    """Return the checkpoint's app id, creating one for a new checkpoint. ``start``: the
+    settings where a new checkpoint starts reading (:func:`check_start`)."""
     path = join(checkpoint, IDENTITY_FILE)
     data = fs.read_json(path)
     offsets = has_offsets(fs, checkpoint)
     if data and data.get("app_id"):
+        if start is not None:
+            check_start(fs, checkpoint, data, start)
         if offsets:
             return str(data["app_id"])
         if data.get("batches_started"):
@@ -81,7 +86,8 @@ def checkpoint_app_id(fs: HadoopFS, checkpoint: str) -> str:
     fs.mkdirs(checkpoint)
     identity = {"app_id": app_id,
                 "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                "previous": (data or {}).get("app_id")}
+                "previous": (data or {}).get("app_id"),
+                **({"start": start} if start is not None else {})}
     if data:  # an id no batch has run under, replaced (one process: the others wait
         fs.write_json(path, identity)  # for the lease the old id's start left)
     elif not fs.write_once(path, json.dumps(identity)):
@@ -96,6 +102,40 @@ def checkpoint_app_id(fs: HadoopFS, checkpoint: str) -> str:
     logger.info("new checkpoint %s, app id %s", checkpoint, app_id)
     return app_id
 
+
+
+def check_start(fs: HadoopFS, checkpoint: str, identity: dict[str, Any],
+                start: dict[str, str]) -> None:
+    """Refuse a changed start setting that Spark would ignore (known-open L6).
+
+    Once a query has started in a checkpoint, Spark reads on from its own logs: a new
+    ``starting_offsets`` is ignored. After a committed batch that is the point of a
+    checkpoint (and documented). Before one — a first start that failed or was stopped,
+    then corrected on the command line — the correction looked accepted and was not:
+    the checkpoint still started where the first attempt said. Such a start is refused,
+    naming the key. A checkpoint that has not started yet takes the new setting (and
+    records it); one with a committed batch says the change is ignored."""
+    recorded = identity.get("start")
+    if recorded == start:
+        return
+    if not has_started(fs, checkpoint):
+        fs.write_json(join(checkpoint, IDENTITY_FILE), {**identity, "start": start})
+        return
+    if recorded is None:
+        return  # recorded by no start of this version
+    key = next(k for k in sorted({*start, *recorded}) if start.get(k) != recorded.get(k))
+    if fs.list_files(join(checkpoint, "commits")):
+        logger.warning("%s: %r is ignored: checkpoint %s has committed batches and reads "
+                       "on from its logs (it started from %r; a new start needs a new "
+                       "checkpoint)", key, start.get(key), checkpoint, recorded.get(key))
+        return
+    raise ConfigError(
+        key, f"{checkpoint} started reading from {key}: {recorded.get(key)!r} and has not "
+        f"committed a batch yet; Spark keeps that start and would ignore "
+        f"{start.get(key)!r}",
+        fix=f"set {key} back to {recorded.get(key)!r}; or, to start from the new "
+        f"setting, delete the checkpoint folder {checkpoint} (a first batch already "
+        "in the table would then be read again)")
 
 
 def mark_started(fs: HadoopFS, checkpoint: str) -> None:
