@@ -130,17 +130,21 @@ def test_repair_vacuum_and_an_idle_compact_read_without_spark(tmp_path: Path) ->
     compacted = maintenance.without_spark("compact", spec)
     assert compacted is not None and compacted["compactions"] == 0
     assert compacted["files_before"] == 1 and compacted["rows"] == 1
-    # what writes takes Spark: an apply
-    assert maintenance.without_spark("repair", spec, apply=True) is None
+    # on local disk an apply moves without Spark too (the young orphan stays: it could
+    # be a live batch's)
+    applied = maintenance.without_spark("repair", spec, apply=True)
+    assert applied is not None and applied["problems"] == 1, applied
 
 
 def _finished_compaction(tmp_path: Path, spec: TableSpec, *, finished: bool) -> Path:
     """The journal of compaction 0 of ``location=a``'s file, its input moved to the
-    replaced folder; ``finished`` or crashed after its ``done``."""
+    replaced folder; ``finished`` or crashed after its ``done`` (its recorded input, the
+    committed file, still in the table)."""
     meta = tmp_path / "lake" / ".lakesink" / "events"
     journal = meta / "compactions"
     journal.mkdir(parents=True)
-    (journal / "0000000000.json").write_text(json.dumps({"id": 0, "inputs": []}))
+    (journal / "0000000000.json").write_text(json.dumps({"id": 0, "inputs": [] if finished else [
+        {"path": "location=a/part-0000000000-run1-00000.parquet", "rows": 1, "bytes": 1}]}))
     (journal / "0000000000.outcome.json").write_text(json.dumps({"id": 0, "outcome": "done"}))
     if finished:
         (journal / "0000000000.finished.json").write_text(json.dumps(
@@ -178,11 +182,18 @@ def test_a_parquet_vacuum_on_local_disk_deletes_without_spark(
     assert json.loads(shown.output)[0]["files_deleted"] == 0
 
 
-def test_a_vacuum_that_must_finish_a_crashed_compaction_takes_spark(tmp_path: Path) -> None:
+def test_a_vacuum_on_local_disk_finishes_a_crashed_compaction_without_spark(
+        tmp_path: Path) -> None:
     spec = _committed_lake(tmp_path, files=1)
-    _finished_compaction(tmp_path, spec, finished=False)
-    assert maintenance.without_spark("vacuum", spec, force=False, dry_run=False) is None
+    replaced = _finished_compaction(tmp_path, spec, finished=False)
     assert maintenance.without_spark("vacuum", spec, force=False, dry_run=True) is not None
+    vacuumed = maintenance.without_spark("vacuum", spec, force=False, dry_run=False)
+    assert vacuumed is not None and vacuumed["kept_in_grace"] == 1, vacuumed
+    journal = tmp_path / "lake" / ".lakesink" / "events" / "compactions"
+    assert (journal / "0000000000.finished.json").exists()
+    assert (replaced / "location=a" / "part-0000000000-run1-00000.parquet").exists()
+    assert not (tmp_path / "lake" / "events" / "location=a" /
+                "part-0000000000-run1-00000.parquet").exists()
 
 
 def test_python_writes_only_where_the_store_gives_create_if_absent(tmp_path: Path) -> None:
@@ -197,8 +208,17 @@ def test_python_writes_only_where_the_store_gives_create_if_absent(tmp_path: Pat
     with pytest.raises(OSError, match="not empty"):
         fs.delete(f"file:{tmp_path}/a", recursive=False)
     assert fs.delete(f"file:{tmp_path}/a") and not fs.delete(f"file:{tmp_path}/a")
-    with pytest.raises(NotImplementedError):  # moves are Spark's
-        fs.rename(target, target + ".x")
+    fs.write_text(target, "4")
+    assert fs.rename(target, target + ".x") and not fs.exists(target)
+    fs.write_text(target, "5")
+    assert not fs.rename(target, target + ".x")  # an existing destination
+    fs.replace(target, target + ".x")
+    assert fs.read_text(target + ".x") == "5" and not fs.exists(target)
+    from lakesink.runtime.arrow_fs import NeedsSpark
+
+    on_azure = ArrowFS(fs.fs, object(), writes=True)  # type: ignore[arg-type]
+    with pytest.raises(NeedsSpark):  # moves on Azure are ABFS's
+        on_azure.replace(target + ".x", target)
     # pyarrow's S3 client has no conditional PUT: S3 is written through Spark
     assert ArrowFS.open(spec.storage, "s3a://bucket/lake", writes=True) is None
 

@@ -22,29 +22,10 @@ from lakesink.tables.layout import TableLayout
 
 
 class LocalFS(ArrowFS):
-    """:class:`ArrowFS` with the writes repair makes, on local disk."""
+    """:class:`ArrowFS` with its local-disk writes and moves (what repair makes)."""
 
     def __init__(self) -> None:
-        super().__init__(pafs.LocalFileSystem())
-
-    def write_text(self, path: str, text: str) -> None:
-        p = Path(self._native(path))
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-
-    def write_json(self, path: str, data: Any) -> None:  # noqa: ANN401
-        self.write_text(path, json.dumps(data))
-
-    def delete(self, path: str, *, recursive: bool = True) -> bool:  # noqa: ARG002
-        p = Path(self._native(path))
-        if not p.exists():
-            return False
-        p.unlink()
-        return True
-
-    def replace(self, src: str, dst: str, **_: object) -> None:
-        Path(self._native(dst)).parent.mkdir(parents=True, exist_ok=True)
-        os.replace(self._native(src), self._native(dst))
+        super().__init__(pafs.LocalFileSystem(), writes=True)
 
 
 HOUR_AGO = time.time() - 3600

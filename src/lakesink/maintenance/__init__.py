@@ -55,7 +55,7 @@ def without_spark(what: str, spec: TableSpec, **options: Any) -> dict[str, Any] 
     :func:`repair`) on ``spec``'s table when it needs no Spark, read with pyarrow,
     delta-rs and DuckDB: a table with nothing to maintain yet, a run that only reads,
     or one whose writes Python makes as safely as Hadoop's client (a Parquet
-    ``vacuum`` on local disk or Azure:
+    ``vacuum`` on local disk or Azure, ``repair --apply`` on local disk:
     :meth:`~lakesink.maintenance.base.Maintainer.without_spark`). None: run it with
     Spark. Local disk, S3 and Azure only (the stores pyarrow reads here)."""
     from lakesink.runtime.arrow_fs import ArrowFS, NeedsSpark
@@ -65,7 +65,8 @@ def without_spark(what: str, spec: TableSpec, **options: Any) -> dict[str, Any] 
                              or table_format(spec.dlq.format).has_log):
         return None  # the dead letters' retention and vacuum write through Spark
     layout = TableLayout.of(spec.table.base_path, spec.name)
-    writes = what == "vacuum" and not options.get("dry_run")
+    writes = (what == "vacuum" and not options.get("dry_run")) \
+        or (what == "repair" and options.get("apply"))
     fs = (writes and ArrowFS.open(spec.storage, layout.base, writes=True)) \
         or ArrowFS.open(spec.storage, layout.base)
     if fs is None:

@@ -421,15 +421,17 @@ class ParquetMaintainer(Maintainer):
 
     def without_spark(self, what: str, **options: Any) -> dict[str, Any] | None:  # noqa: ANN401
         """``repair`` without ``--apply``, ``vacuum --dry-run``, a ``vacuum`` where the
-        filesystem writes (local disk, Azure) and no crashed compaction is to be
-        finished first, and a ``compact`` that finds nothing to merge and no compaction
-        to resume."""
-        if what == "repair" and not options["apply"]:
-            return self.repair(apply=False)
-        if what == "vacuum" and (options["dry_run"] or (
-                getattr(self.fs, "writes", False) and not self.compactor().crashed())):
-            # a compaction that crashes after this check: its resume's first move
-            # raises NeedsSpark, and the command runs again through Spark
+        filesystem writes (local disk; Azure unless a crashed compaction is to be
+        finished first: that moves files), a ``repair --apply`` where it moves (local
+        disk), and a ``compact`` that finds nothing to merge and no compaction to
+        resume."""
+        writes, moves = getattr(self.fs, "writes", False), getattr(self.fs, "moves", False)
+        if what == "repair" and (not options["apply"] or moves):
+            return self.repair(apply=options["apply"])
+        if what == "vacuum" and (options["dry_run"] or moves or (
+                writes and not self.compactor().crashed())):
+            # on Azure, a compaction that crashes after this check: its resume's first
+            # move raises NeedsSpark, and the command runs again through Spark
             return self.vacuum(force=options["force"], dry_run=options["dry_run"])
         if what == "compact" and options.get("partition") is None:
             compactor = self.compactor()

@@ -16,19 +16,23 @@ temporary file) and Azure (a Blob API PUT with ``If-None-Match: *``, the same
 :class:`~lakesink.tables.azure_blob.AzureBlobs` the Spark path uses) — so a Parquet
 ``vacuum`` takes the compactor lease and deletes without Spark. pyarrow's S3 client has
 no conditional PUT: on S3 (and HDFS) ``open(..., writes=True)`` returns None. Moves
-(``rename``/``replace``) are never part of it. A step it cannot take raises
+(``rename``/``replace``) only on local disk, where ``rename(2)`` is as atomic as
+Hadoop's local rename (so ``repair --apply`` and the resume of a crashed compaction run
+there too); on Azure they are Spark's (ABFS). A step it cannot take raises
 :class:`NeedsSpark`; it never silently does nothing.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from lakesink.errors import ConfigError
 from lakesink.tables.fs import FileInfo, link_once, azure_path, local_path, on_azure
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pyarrow.fs as pafs
 
     from lakesink.config.storage import StorageConfig
@@ -51,6 +55,8 @@ class ArrowFS:
         self._blobs = blobs
         #: whether the write steps work (see the module docstring)
         self.writes = writes
+        #: whether moves work too (local disk)
+        self.moves = writes and blobs is None
 
     @classmethod
     def open(cls, storage: StorageConfig, root: str, *,
@@ -214,7 +220,32 @@ class ArrowFS:
             self.fs.delete_file(native)
         return True
 
-    def _refuse(self, *_: object, **__: object) -> NoReturn:
-        raise NeedsSpark("a move on the table's store: this step needs the Spark path")
+    def _movable(self) -> None:
+        self._writable()
+        if not self.moves:
+            raise NeedsSpark("a move on Azure: this step needs the Spark path (ABFS)")
 
-    rename = replace = _refuse
+    def rename(self, src: str, dst: str) -> bool:
+        """:meth:`HadoopFS.rename` on local disk: False when ``dst`` exists."""
+        self._movable()
+        if self.exists(dst):
+            return False
+        import os
+
+        target = local_path(dst)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(local_path(src), target)
+        return True
+
+    def replace(self, src: str, dst: str, *,
+                before_delete: Callable[[], None] | None = None) -> None:
+        """:meth:`HadoopFS.replace` on local disk: one atomic ``rename(2)`` over what is
+        at ``dst`` (``before_delete`` first, when there is something)."""
+        self._movable()
+        import os
+
+        target = local_path(dst)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if before_delete is not None and target.exists():
+            before_delete()
+        os.replace(local_path(src), target)
