@@ -163,3 +163,56 @@ def test_retention_deletes_old_dead_letters_but_not_a_replay_in_progress(
         swept = maintenance.vacuum(TableSpec(forced), spark, force=True)["dead_letters_vacuum"]
         assert swept["files_after"] == 1, swept
     assert stored_values() == [b"[2]", b"[2]"]
+
+
+def test_dead_letter_retention_beside_a_running_replay(spark, kafka_broker, topic, tmp_path,
+                                                       monkeypatch) -> None:
+    """known-open T4: ``vacuum`` with ``dlq.retention_days`` (another process) while a
+    ``dlq replay`` runs. Both take the replay lock: the vacuum finds the replay renewing
+    it and stops with one line, expiring nothing under the replay's feet; after the
+    replay it expires the replayed letters. Every row once."""
+    import threading
+    import time
+
+    from lakesink import maintenance
+    from tests.fixtures.services import run_cli
+
+    lake = tmp_path / "lake"
+    produce(kafka_broker.bootstrap_servers, topic,
+            json_events(range(5)) + json_events(range(5, 11), site="north"))
+    strict = config_dict(kafka_broker, topic, lake, partition_by=[],
+                         schema_evolution="strict", unknown_fields="reject")
+    first = run_once(spark, strict)
+    assert (first.written, first.rejected) == (5, 6)
+    fixed = config_dict(kafka_broker, topic, lake, partition_by=[])
+    fixed["dlq"] = {"retention_days": 1.5 / 86400}  # 1.5 s
+    spec = TableSpec(load_config(flags=flatten(fixed), env={}))
+    time.sleep(2)  # the dead letters are past their retention
+    monkeypatch.setattr(dlq, "REPLAY_LOCK_TTL_S", 3.0)  # renewed every second
+    inside, go = threading.Event(), threading.Event()
+    real = dlq._replay_locked
+
+    def held(*args: Any) -> Any:  # noqa: ANN401
+        inside.set()
+        assert go.wait(300)
+        return real(*args)
+
+    monkeypatch.setattr(dlq, "_replay_locked", held)
+    replayed: list[Any] = []
+    thread = threading.Thread(target=lambda: replayed.append(dlq.replay(spark, spec)))
+    thread.start()
+    try:
+        assert inside.wait(120)
+        beside = run_cli("vacuum", "-c", str(write_config(tmp_path / "c.yaml", fixed)))
+    finally:
+        go.set()
+        thread.join(300)
+    assert beside.returncode == 1, beside.stderr[-2000:]
+    assert "renewed its lease" in beside.stderr, beside.stderr[-2000:]
+    (result,) = replayed
+    assert (result["records"], result["written"], result["rejected"]) == (6, 6, 0), result
+    assert sorted(read_ids(lake / "events", "parquet")) == list(range(11))
+    expired = maintenance.vacuum(spec, spark)["dead_letters_expired"]
+    assert expired["files"] == 1, expired
+    assert dlq.show(spark, spec)["by_reason"] == {}
+    assert sorted(read_ids(lake / "events", "parquet")) == list(range(11))
