@@ -461,3 +461,28 @@ def test_kill_while_a_registry_schema_evolves_then_restart(kafka_broker, topic, 
     for id_, amount, note in rows:
         want = _v1(id_) if id_ < N // 2 else _v2(id_)
         assert (amount, note) == (want["amount"], want.get("note"))
+
+
+def test_kill_after_a_capped_schema_evolution_then_restart(kafka_broker, topic,
+                                                           tmp_path) -> None:
+    """known-open T8: a kill right after a schema evolution that ``table.max_columns``
+    capped (3 new fields, room for 2). The redo finds the stored schema full and must
+    reach the first attempt's outcome: the same two columns, the same records written
+    and the same dead letters (``too_many_fields``), each once."""
+    from tests.fixtures.services import duckdb_ids
+    from tests.integration.test_evolution import NARROW_SCHEMA, event, rejected, table_rows
+
+    lake = tmp_path / "lake"
+    data = config_dict(kafka_broker, topic, lake, partition_by=[], max_columns=7)
+    data["decode"] = {"schema": NARROW_SCHEMA}  # 5 fields: room for 2
+    produce(kafka_broker.bootstrap_servers, topic,
+            [event(0), event(1, a_new=1), event(2, b_new=2, c_new=3), event(3)])
+    kill_then_restart(write_config(tmp_path / "c.yaml", data), "after_schema_evolved",
+                      batch=0)
+    rows = table_rows(lake / "events", "parquet", ["a_new", "b_new"])
+    dead = rejected(lake)
+    print(f"crash-matrix point=after_schema_evolved max_columns=7 written={sorted(rows)} "
+          f"rejected={[(r, json.loads(v)['id']) for r, _, v in dead]}")
+    assert sorted(rows) == [0, 1, 3] and rows[1]["a_new"] == 1
+    assert [(r, json.loads(v)["id"]) for r, _, v in dead] == [("too_many_fields", 2)]
+    assert len(duckdb_ids(lake / "events")) == 3
