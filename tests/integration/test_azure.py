@@ -111,6 +111,19 @@ def test_azure_end_to_end(spark, kafka_broker, azure_server, topic, tmp_path, ca
         (vacuumed,) = json.loads(_cli(azure_server, tmp_path, data, "vacuum", "--force",
                                       "--json", spark_free=True))
         assert vacuumed["files_deleted"] == compacted["files_merged"], vacuumed
+        import pyarrow.fs as pafs
+
+        from lakesink.config.storage import AzureStorage, StorageConfig
+        from lakesink.runtime.arrow_fs import ArrowFS
+
+        lake = ArrowFS.open(StorageConfig(azure=AzureStorage(
+            **azure_server.storage(), account_key=azure_server.key)), base)
+        assert lake is not None
+        replaced = lake._native(f"{base}/.lakesink/events/replaced")
+        left = lake.fs.get_file_info(pafs.FileSelector(replaced, recursive=True,
+                                                       allow_not_found=True))
+        # hadoop-azure's folder markers (0-byte blobs named like a folder) went too
+        assert [i.path for i in left if i.type == pafs.FileType.File] == [], left
         ids = [r[0] for r in duck.sql(f"SELECT id FROM read_parquet('{az}/**/*.parquet')"
                                       ).fetchall()]
         assert sorted(ids) == list(range(350))

@@ -341,3 +341,23 @@ def test_a_roll_up_killed_between_its_write_and_its_deletes(
         "rollup-0000000000.json", "rollup-0000000001.json"]
     final = maintenance.files(spec)
     assert final is not None and final["rows"] == 50 and len(final["files"]) == 25
+
+
+def test_a_roll_back_cut_off_between_its_deletes_is_done_again(tmp_path: Path) -> None:
+    """A roll-back killed after ``aborted`` and before deleting the output left that
+    output beside its inputs for good (``aborted`` counted as the end): listing readers
+    counted its rows twice. A roll-back now ends with ``finished``; one without it is
+    done again by the next resume."""
+    spec = _committed_lake(tmp_path, files=1)
+    journal = tmp_path / "lake" / ".lakesink" / "events" / "compactions"
+    journal.mkdir(parents=True)
+    output = "location=a/part-c0000000000-00000.parquet"
+    (journal / "0000000000.json").write_text(json.dumps({"id": 0, "output": output,
+                                                         "inputs": []}))
+    (journal / "0000000000.outcome.json").write_text(json.dumps({"id": 0,
+                                                                 "outcome": "aborted"}))
+    pq.write_table(pa.table({"id": [0]}), tmp_path / "lake" / "events" / output)
+    vacuumed = maintenance.without_spark("vacuum", spec, force=False, dry_run=False)
+    assert vacuumed is not None
+    assert not (tmp_path / "lake" / "events" / output).exists()
+    assert json.loads((journal / "0000000000.finished.json").read_text())["rolled_back"]

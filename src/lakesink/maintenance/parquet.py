@@ -24,9 +24,11 @@ into one file, with a journal in ``<meta>/compactions/``:
 
 A crash anywhere is resumed by the next ``lakesink compact`` (or ``vacuum``, or
 ``repair --apply``) before it does anything else: a journal without an outcome is
-rolled back (``aborted`` recorded, then its output and staging deleted; the inputs were
-never touched), one whose outcome is ``done`` and without ``finished`` is rolled forward
-(step 5 again: moving is idempotent). One compactor per
+rolled back (``aborted`` recorded, then its staging and output deleted — the inputs were
+never touched — then ``finished``; a roll-back cut off before that is done again), one
+whose outcome is ``done`` and without ``finished`` is rolled forward (step 5 again:
+moving is idempotent). A running ``lakesink run`` resumes them too
+(:mod:`lakesink.maintenance.watch`). One compactor per
 table at a time: it holds the table's compactor lease (:mod:`lakesink.tables.lease`).
 
 Inputs are only files of committed manifests (never a batch being published), in
@@ -155,21 +157,24 @@ class ParquetCompactor:
         return report.rolled_forward, report.rolled_back
 
     def crashed(self) -> bool:
-        """Whether a compaction was left unfinished (for :meth:`resume`)."""
-        return any("" in s and not s & {"finished", "aborted"}
-                   for s in self.journal.states().values())
+        """Whether a compaction was left unfinished (for :meth:`resume`): without
+        ``finished``, which a roll-back records too once its deletes are done."""
+        return any("" in s and "finished" not in s for s in self.journal.states().values())
 
     def resume(self, report: CompactReport) -> None:
-        """Finish or undo what a crashed compaction left (see the module docstring)."""
+        """Finish or undo what a crashed compaction left (see the module docstring); a
+        roll-back cut off between its deletes (``aborted`` without ``finished``) is done
+        again (its output beside its inputs would be counted twice by listing readers)."""
         for cid, states in sorted(self.journal.states().items()):
-            if states & {"finished", "aborted"} or "" not in states:
+            if "finished" in states or "" not in states:
                 continue
             if "done" in states:
                 self.finish(cid, self.journal.read(cid))
                 report.rolled_forward.append(cid)
             else:
                 self.roll_back(cid, self.journal.read(cid))
-                report.rolled_back.append(cid)
+                if "aborted" not in states:
+                    report.rolled_back.append(cid)
 
     # -- planning ----------------------------------------------------------------------
 
@@ -310,6 +315,7 @@ class ParquetCompactor:
         self.fs.delete(join(self.layout.meta, "staging", "compact", f"{cid:010d}"))
         fault_point("compact_mid_roll_back")
         self.fs.delete(join(self.layout.table, plan["output"]), recursive=False)
+        self.journal.record(cid, "finished", {"id": cid, "at": _now(), "rolled_back": True})
         logger.warning("compaction %d rolled back: its inputs stay", cid)
 
 

@@ -203,20 +203,27 @@ class ArrowFS:
         self.fs.create_dir(self._native(path), recursive=True)
 
     def delete(self, path: str, *, recursive: bool = True) -> bool:
-        """:meth:`HadoopFS.delete`: False when nothing was there."""
+        """:meth:`HadoopFS.delete`: False when nothing was there. On Azure a folder can
+        also be a 0-byte blob of its own name (hadoop-azure's ``mkdirs`` marker), which
+        pyarrow reports as a file: what lies below the name goes too, then the marker."""
         import pyarrow.fs as pafs
 
         self._writable()
         native = self._native(path)
         kind = self.fs.get_file_info(native).type
-        if kind == pafs.FileType.NotFound:
+        below = []
+        if kind == pafs.FileType.Directory or (self._blobs is not None
+                                               and kind != pafs.FileType.NotFound):
+            below = self.fs.get_file_info(pafs.FileSelector(native, allow_not_found=True))
+        if kind == pafs.FileType.NotFound and not below:
             return False
-        if kind == pafs.FileType.Directory:
-            if not recursive and self.fs.get_file_info(
-                    pafs.FileSelector(native, recursive=False)):
+        if below:
+            if not recursive:
                 raise OSError(f"{path} is a folder that is not empty")
             self.fs.delete_dir(native)
-        else:
+        elif kind == pafs.FileType.Directory:
+            self.fs.delete_dir(native)
+        if self.fs.get_file_info(native).type == pafs.FileType.File:
             self.fs.delete_file(native)
         return True
 
