@@ -493,3 +493,26 @@ def test_a_batch_whose_files_are_gone_is_set_aside_and_the_backlog_goes_on() -> 
     commit(fs, "r2", 3)
     reg.committed(3)
     assert reg.pending == [("r2", 3)] and reg.failures == 1
+
+
+def test_a_store_that_cannot_tell_whether_files_are_gone_keeps_the_batch_waiting() -> None:
+    """The look for gone files fails too (the store is down): an outage, not a refusal."""
+    fs, clock = FakeFS(), Clock()
+
+    class Down(FakeFS):
+        def exists(self, path: str) -> bool:
+            if "/events/day=" in path:
+                raise OSError("store unreachable")
+            return super().exists(path)
+
+    class Unreadable(FakeCatalog):
+        def register(self, batch: CommittedBatch) -> None:
+            raise CatalogUnavailable("reading the batch's footers: store unreachable")
+
+    fs = Down()
+    commit(fs, "r2", 0)
+    reg = make(fs, Unreadable(), clock)
+    reg.start()
+    clock.now += 10
+    reg.drain()
+    assert reg.pending == [("r2", 0)] and reg.refused == 0 and reg.failures == 2

@@ -239,8 +239,23 @@ def test_only_the_schemas_own_error_is_a_verdict() -> None:
         avro_struct(_Probe(Py4JNetworkError("Answer from Java side is empty")), "{}")  # type: ignore[arg-type]
     with pytest.raises(RuntimeError):
         avro_struct(_Probe(RuntimeError("java.lang.OutOfMemoryError: Java heap space")), "{}")  # type: ignore[arg-type]
-    said = avro_struct(_Probe(RuntimeError(  # type: ignore[arg-type]
-        "An error occurred while calling o67.select. : org.apache.spark.sql.avro."
-        "IncompatibleSchemaException: Found recursive reference in Avro schema")), "{}")
+    class JavaError(Exception):
+        """As py4j raises a JVM exception: ``java_exception`` is the Java object."""
+
+        def __init__(self, java_class: str, message: str) -> None:
+            super().__init__(f"An error occurred while calling o67.select. : {java_class}: "
+                             f"{message} at org.apache.spark.sql.avro.SchemaConverters")
+            self.java_exception = type("J", (), {"getClass": lambda _: type(
+                "C", (), {"getName": lambda _: java_class})()})()
+
+    said = avro_struct(_Probe(JavaError(  # type: ignore[arg-type]
+        "org.apache.spark.sql.avro.IncompatibleSchemaException",
+        "Found recursive reference in Avro schema")), "{}")
     assert isinstance(said, str) and said.startswith("Spark cannot read it: ")
     assert "recursive reference" in said
+    assert isinstance(avro_struct(_Probe(JavaError(  # type: ignore[arg-type]
+        "org.apache.avro.SchemaParseException", "Undefined name: Nope")), "{}"), str)
+    # thrown inside spark-avro, but the JVM's own trouble: not the schema's verdict
+    with pytest.raises(JavaError):
+        avro_struct(_Probe(JavaError("java.lang.OutOfMemoryError",  # type: ignore[arg-type]
+                                     "Java heap space")), "{}")

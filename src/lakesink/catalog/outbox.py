@@ -206,21 +206,28 @@ class Registrar:
     def _register_current(self, committed: CommittedBatch) -> CommittedBatch:
         """Register ``committed`` with the files that hold its rows now. When the catalog
         cannot read them: once more if a compaction moved them meanwhile; a batch whose
-        files are gone (deleted by hand, quarantined) is a refusal — set aside, reported,
-        the backlog behind it goes on (known-open L9: it failed as "unavailable" and held
-        every later batch back forever)."""
+        files are gone (deleted by hand, quarantined) — and stay gone by a second look
+        at the compaction journal — is a refusal: set aside, reported, the backlog
+        behind it goes on (known-open L9: it failed as "unavailable" and held every
+        later batch back forever). A store that cannot be read to tell keeps it an
+        outage."""
         batch = self._current(committed)
         try:
             self.catalog.register(batch)
             return batch
-        except CatalogUnavailable:
-            again = self._current(committed)
-            if again != batch:  # a compaction swapped its files meanwhile
-                self.catalog.register(again)
-                return again
+        except CatalogUnavailable as exc:
+            unavailable = exc
+        again = self._current(committed)
+        if again != batch:  # a compaction swapped its files meanwhile
+            self.catalog.register(again)
+            return again
+        try:
             gone = [f.relative for f in batch.files if not self.fs.exists(f.path)]
-            if not gone:
-                raise
+            settled = bool(gone) and self._current(committed) == batch
+        except Exception:  # noqa: BLE001 - the store unreadable: an outage, not a refusal
+            raise unavailable from None
+        if not settled:
+            raise unavailable
         raise CatalogError(
             f"{len(gone)} of batch {committed.batch_id}'s {len(batch.files)} file(s) are "
             f"no longer in the table ({', '.join(gone[:3])}{' …' if len(gone) > 3 else ''}):"

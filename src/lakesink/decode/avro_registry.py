@@ -99,8 +99,31 @@ def spark_struct(spark: SparkSession, registry: SchemaRegistry, writer: WriterSc
     return cache[writer.id]
 
 
-#: the JVM errors that are the schema's verdict (Avro's parser, spark-avro's converter)
-_SCHEMA_ERROR = re.compile(r"\b(?:org\.apache\.avro|org\.apache\.spark\.sql\.avro)\.\w+")
+#: the JVM exceptions that are the schema's verdict (Avro's parser, spark-avro's converter)
+_SCHEMA_ERROR = re.compile(r"(?:org\.apache\.avro|org\.apache\.spark\.sql\.avro)\.[\w$.]+")
+
+
+def _schema_answer(exc: Exception) -> str | None:
+    """The probe's failure as an answer about the schema (None: it is not one): Spark's
+    analysis, or a JVM exception thrown by Avro's parser or spark-avro's converter (by
+    its class, not its text: py4j's message names spark-avro's function whatever
+    failed), said as the JVM says it. An Error (memory, stack) or an unreachable JVM is
+    not an answer."""
+    from pyspark.errors import AnalysisException
+
+    if isinstance(exc, AnalysisException):
+        return one_line(exc, 200, name=False)
+    java = getattr(exc, "java_exception", None)
+    if java is None:
+        return None
+    try:
+        name = str(java.getClass().getName())
+        said = str(java.toString()) if hasattr(java, "toString") else str(exc)
+    except Exception:  # noqa: BLE001 - the JVM cannot be asked: not a verdict
+        return None
+    if _SCHEMA_ERROR.fullmatch(name) is None:
+        return None
+    return one_line(said.removeprefix(f"{name}: "), 200, name=False)
 
 
 def avro_struct(spark: SparkSession, text: str) -> T.StructType | str:
@@ -111,15 +134,15 @@ def avro_struct(spark: SparkSession, text: str) -> T.StructType | str:
     raised, and the batch is retried (known-open L14: it was cached as "Spark cannot
     read it", and that writer's good records went to the dead letters until a
     restart)."""
-    from pyspark.errors import AnalysisException
     from pyspark.sql.avro.functions import from_avro
 
     try:
         probe = spark.range(0).select(from_avro(F.lit(None).cast("binary"), text).alias("r"))
     except Exception as exc:
-        if not isinstance(exc, AnalysisException) and not _SCHEMA_ERROR.search(str(exc)):
+        answer = _schema_answer(exc)
+        if answer is None:
             raise
-        return f"Spark cannot read it: {one_line(exc, 200, name=False)}"
+        return f"Spark cannot read it: {answer}"
     struct = probe.schema["r"].dataType
     return struct if isinstance(struct, T.StructType) else "not a record"
 
