@@ -62,7 +62,9 @@ def takeover_start(cfg: Any, args: KdiArgs) -> str | None:  # noqa: ANN401
     reset = start_reset(args)
     readable = offsets_readable(cfg)
     if readable and not checkpoint_is_new(cfg):
-        return None  # Spark starts from the checkpoint
+        # Spark starts from the checkpoint; the start it recorded stays the config's (a
+        # restart before the first commit is refused when the start setting changed)
+        return recorded_start(cfg)
     # kafka-delta-ingest must have stopped before its offsets are read (and the query
     # checks again at start: require_idle_group)
     require_idle_group(cfg, topic)
@@ -104,23 +106,28 @@ def checkpoint_is_new(cfg: Any) -> bool:  # noqa: ANN401
     """Whether no query has started in the run's checkpoint (no offset or source log,
     :func:`lakesink.tables.identity.has_started`): only then does a take-over happen
     (afterwards Spark starts from the checkpoint, whatever the table says)."""
-    import pyarrow.fs as pafs
-
-    from lakesink.runtime.lake import filesystem
     from lakesink.config.plan import plan
+    from lakesink.runtime.arrow_fs import ArrowFS
+    from lakesink.tables.identity import has_started
 
     checkpoint = plan(cfg).checkpoint_uri()
-    from lakesink.tables.identity import STARTED_DIRS
+    fs = ArrowFS.open(cfg.storage, checkpoint)
+    return fs is None or not has_started(fs, checkpoint)
 
-    fs, root = filesystem(cfg.storage, checkpoint)
-    for folder in STARTED_DIRS:  # as has_started: hidden and _-prefixed names skipped
-        found = fs.get_file_info(pafs.FileSelector(f"{root}/{folder}", recursive=True,
-                                                   allow_not_found=True))
-        if any(f.type == pafs.FileType.File and not any(
-                part.startswith((".", "_")) for part in
-                f.path[len(root) + len(folder) + 2:].split("/")) for f in found):
-            return False
-    return True
+
+def recorded_start(cfg: Any) -> str | None:  # noqa: ANN401
+    """The ``starting_offsets`` the checkpoint's first start recorded (None: none)."""
+    from lakesink.config.plan import plan
+    from lakesink.runtime.arrow_fs import ArrowFS
+    from lakesink.tables.fs import join
+    from lakesink.tables.identity import IDENTITY_FILE
+
+    checkpoint = plan(cfg).checkpoint_uri()
+    fs = ArrowFS.open(cfg.storage, checkpoint)
+    identity = fs.read_json(join(checkpoint, IDENTITY_FILE)) if fs is not None else None
+    start = (identity or {}).get("start") or {}
+    value = start.get("source.kafka.starting_offsets")
+    return value if isinstance(value, str) else None
 
 
 def refuse_type_tables(cfg: Any) -> None:  # noqa: ANN401

@@ -233,3 +233,25 @@ def test_a_take_over_after_lakesink_wrote_last_is_refused(tmp_path) -> None:  # 
                                                 "lakesink.batch_id": 3})}
     assert lakesink_wrote_last([{"operation": "OPTIMIZE"}, spark_commit])["version"] == 7
     assert lakesink_wrote_last([{"operation": "WRITE"}, spark_commit]) is None
+
+
+def test_a_restart_keeps_the_start_the_take_over_recorded(tmp_path) -> None:
+    """A ``kdi ingest`` restart after its take-over started (Spark's source log) but
+    before its first commit: the checkpoint's recorded start (the take-over's offsets)
+    stays the config's; the flags' own ``earliest`` would be a changed start setting,
+    refused at start."""
+    from lakesink.config.plan import plan
+    from lakesink.kdi import ingest_config
+    from lakesink.tables.identity import IDENTITY_FILE
+
+    argv = ["ingest", "--topic", "web", "--table_base_uri", str(tmp_path / "lake"), "-k",
+            "127.0.0.1:1", "-g", "g", "-a", "kdi", "-e"]
+    checkpoint = tmp_path / "lake" / ".lakesink" / "web" / "checkpoint"
+    (checkpoint / "sources" / "0").mkdir(parents=True)
+    (checkpoint / "sources" / "0" / "0").write_text("v1\n{}")
+    took_over = json.dumps({"web": {"0": 30, "1": -2}})
+    (checkpoint / IDENTITY_FILE).write_text(json.dumps({
+        "app_id": "a" * 32, "start": {"source.kafka.starting_offsets": took_over}}))
+    cfg, _ = ingest_config(argv, {})
+    assert cfg.source.kafka.starting_offsets == took_over
+    assert plan(cfg).checkpoint_uri().endswith("/lake/.lakesink/web/checkpoint")
