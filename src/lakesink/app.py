@@ -46,7 +46,7 @@ from lakesink.runtime.query_runner import RestartPolicy, run_with_restarts
 from lakesink.runtime.shutdown import StopGate, StopRequest
 from lakesink.silence.query import SilenceQuery, SilenceRunner
 from lakesink.tables.fs import HadoopFS, to_uri
-from lakesink.tables.identity import checkpoint_app_id, mark_started
+from lakesink.tables.identity import checkpoint_app_id, mark_started, record_start
 from lakesink.tables.layout import TableLayout
 from lakesink.tables.lease import WriterLease
 from lakesink.tables.rejected import RejectedWriter
@@ -113,6 +113,11 @@ class Pipeline:
             app_id = checkpoint_app_id(parts.fs, checkpoint, cfg.source.start_settings())
             processor = _watched(parts.processor(app_id), TableSpec(cfg), spark)
             _refuse_other_writers(processor, cfg)
+            try:  # the writer lease is held: no other process records a start now
+                record_start(parts.fs, checkpoint, cfg.source.start_settings())
+            except BaseException:
+                processor.close()
+                raise
             pipeline = cls(cfg, spark, parts.layout.name, parts.layout.table, checkpoint,
                            processor, headers=parts.transforms.uses_headers)
         if cfg.silence.enabled:
@@ -142,6 +147,7 @@ class Pipeline:
         routes: list[Route] = []
         targets = []
         try:
+            record_start(fs, checkpoint, cfg.source.start_settings())
             for i, (r, spec) in enumerate(zip(cfg.routes, run.routes, strict=True)):
                 route = Route(list(r.topics), r.topic_pattern)
                 if isinstance(spec, TypeRouteSpec):
@@ -320,8 +326,8 @@ def _watched(processor: BatchFunction, spec: TableSpec, spark: SparkSession
 
 
 class _MarkStarted:
-    """A batch function that records in the checkpoint's identity file, after its first
-    batch, that the app id has run batches (:func:`identity.mark_started`)."""
+    """A batch function that records in the checkpoint's identity file, before its first
+    batch writes, that the app id has begun batches (:func:`identity.mark_started`)."""
 
     def __init__(self, fn: Callable[..., None], fs: HadoopFS, checkpoint: str) -> None:
         self.fn, self.fs, self.checkpoint, self.done = fn, fs, checkpoint, False
@@ -331,10 +337,10 @@ class _MarkStarted:
         return self.fn.stats  # type: ignore[attr-defined]
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        self.fn(df, batch_id)
         if not self.done:
             mark_started(self.fs, self.checkpoint)
             self.done = True
+        self.fn(df, batch_id)
 
 
 def routes_fingerprint(cfg: LakesinkConfig) -> str:

@@ -61,10 +61,11 @@ def takeover_start(cfg: Any, args: KdiArgs) -> str | None:  # noqa: ANN401
     seek = parse_seek_offsets(args.seek_offsets) if args.seek_offsets else {}
     reset = start_reset(args)
     readable = offsets_readable(cfg)
-    if readable and not checkpoint_is_new(cfg):
+    started, recorded = started_checkpoint(cfg) if readable else (False, None)
+    if started:
         # Spark starts from the checkpoint; the start it recorded stays the config's (a
         # restart before the first commit is refused when the start setting changed)
-        return recorded_start(cfg)
+        return recorded
     # kafka-delta-ingest must have stopped before its offsets are read (and the query
     # checks again at start: require_idle_group)
     require_idle_group(cfg, topic)
@@ -102,32 +103,23 @@ def offsets_readable(cfg: Any) -> bool:  # noqa: ANN401
                in ("file", "s3", "s3a", "abfs", "abfss") for p in paths)
 
 
-def checkpoint_is_new(cfg: Any) -> bool:  # noqa: ANN401
-    """Whether no query has started in the run's checkpoint (no offset or source log,
-    :func:`lakesink.tables.identity.has_started`): only then does a take-over happen
+def started_checkpoint(cfg: Any) -> tuple[bool, str | None]:  # noqa: ANN401
+    """Whether a query has started in the run's checkpoint (its offset or source log,
+    :func:`lakesink.tables.identity.has_started`), and the ``starting_offsets`` its
+    first start recorded (None: none). A take-over happens only before the start
     (afterwards Spark starts from the checkpoint, whatever the table says)."""
     from lakesink.config.plan import plan
     from lakesink.runtime.arrow_fs import ArrowFS
-    from lakesink.tables.identity import has_started
-
-    checkpoint = plan(cfg).checkpoint_uri()
-    fs = ArrowFS.open(cfg.storage, checkpoint)
-    return fs is None or not has_started(fs, checkpoint)
-
-
-def recorded_start(cfg: Any) -> str | None:  # noqa: ANN401
-    """The ``starting_offsets`` the checkpoint's first start recorded (None: none)."""
-    from lakesink.config.plan import plan
-    from lakesink.runtime.arrow_fs import ArrowFS
     from lakesink.tables.fs import join
-    from lakesink.tables.identity import IDENTITY_FILE
+    from lakesink.tables.identity import IDENTITY_FILE, has_started
 
     checkpoint = plan(cfg).checkpoint_uri()
     fs = ArrowFS.open(cfg.storage, checkpoint)
-    identity = fs.read_json(join(checkpoint, IDENTITY_FILE)) if fs is not None else None
-    start = (identity or {}).get("start") or {}
-    value = start.get("source.kafka.starting_offsets")
-    return value if isinstance(value, str) else None
+    if fs is None or not has_started(fs, checkpoint):
+        return False, None
+    identity = fs.read_json(join(checkpoint, IDENTITY_FILE)) or {}
+    value = (identity.get("start") or {}).get("source.kafka.starting_offsets")
+    return True, value if isinstance(value, str) else None
 
 
 def refuse_type_tables(cfg: Any) -> None:  # noqa: ANN401

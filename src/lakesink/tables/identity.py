@@ -4,11 +4,12 @@ Batch ids restart at 0 with a new checkpoint, so everything keyed by batch id (D
 ``txnVersion``, Parquet manifests and file names) is also keyed by an app id that is
 created with the checkpoint and stored inside it (``<checkpoint>/lakesink.json``).
 Reusing an app id with a fresh checkpoint would make the new batches look done and
-silently drop them; a new checkpoint therefore always gets a new id — and so does a
-checkpoint whose Spark offset log is gone while its ``lakesink.json`` stayed (someone
-deleted ``offsets/`` and ``commits/`` to re-read the topic): its batch ids start at 0
-again, which the old id has committed already. Such a checkpoint is refused at start
-once the id has run a batch (:func:`mark_started`); before that a new id is made.
+silently drop them; a new checkpoint therefore always gets a new id. A checkpoint whose
+Spark offset log is gone while its ``lakesink.json`` stayed (someone deleted
+``offsets/`` and ``commits/`` to re-read the topic) numbers its batches from 0 again,
+which the old id has committed already: it is refused at start once the id has begun a
+batch (:func:`mark_started`, written before the batch writes); before that the id has
+written nothing and is kept.
 
 Two first starts of one empty checkpoint (``replicas: 2`` by mistake) agree on one id:
 the file is created with :meth:`~lakesink.tables.fs.HadoopFS.write_once`, and the start
@@ -23,7 +24,6 @@ import datetime as dt
 import json
 import logging
 import uuid
-from typing import Any
 
 from lakesink.errors import ConfigError
 from lakesink.tables.fs import HadoopFS, join
@@ -31,6 +31,9 @@ from lakesink.tables.fs import HadoopFS, join
 logger = logging.getLogger(__name__)
 
 IDENTITY_FILE = "lakesink.json"
+#: how ``batches_started`` is kept: set before the id's first batch writes anything
+#: (:func:`mark_started`), so an id without it has written nothing
+MARKS_BEFORE_BATCH = "before_batch"
 
 
 def has_offsets(fs: HadoopFS, checkpoint: str) -> bool:
@@ -53,13 +56,13 @@ def has_started(fs: HadoopFS, checkpoint: str) -> bool:
 def checkpoint_app_id(fs: HadoopFS, checkpoint: str,
                       start: dict[str, str] | None = None) -> str:
     """Return the checkpoint's app id, creating one for a new checkpoint. ``start``: the
-    settings where a new checkpoint starts reading (:func:`check_start`)."""
+    settings where a new checkpoint starts reading, recorded with a new id; an existing
+    id's is checked and recorded by :func:`record_start`, once the writer lease is
+    held."""
     path = join(checkpoint, IDENTITY_FILE)
     data = fs.read_json(path)
     offsets = has_offsets(fs, checkpoint)
     if data and data.get("app_id"):
-        if start is not None:
-            check_start(fs, checkpoint, data, start)
         if offsets:
             return str(data["app_id"])
         if data.get("batches_started"):
@@ -71,8 +74,12 @@ def checkpoint_app_id(fs: HadoopFS, checkpoint: str,
                 fix="restore offsets/ and commits/; or, to read the topic again from "
                 "source.kafka.starting_offsets (rows already in the table come again), "
                 f"delete {IDENTITY_FILE} too")
-        # no batch has run under this id (a start that ended before its first batch):
-        # a new id costs nothing
+        if data.get("marks") == MARKS_BEFORE_BATCH:
+            # no batch has begun under this id, so nothing is written under it: the id
+            # stays (a new one would have a lease of its own, beside the one a process
+            # that is starting under this id holds)
+            return str(data["app_id"])
+        # an id from a version that marked after the first batch: one may have written
         logger.info("checkpoint %s has no offset log: new app id (was %s)", checkpoint,
                     data["app_id"])
     elif offsets or fs.exists(join(checkpoint, "commits")):
@@ -86,10 +93,10 @@ def checkpoint_app_id(fs: HadoopFS, checkpoint: str,
     fs.mkdirs(checkpoint)
     identity = {"app_id": app_id,
                 "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                "previous": (data or {}).get("app_id"),
+                "previous": (data or {}).get("app_id"), "marks": MARKS_BEFORE_BATCH,
                 **({"start": start} if start is not None else {})}
-    if data:  # an id no batch has run under, replaced (one process: the others wait
-        fs.write_json(path, identity)  # for the lease the old id's start left)
+    if data:  # an id from before the marks, replaced
+        fs.write_json(path, identity)
     elif not fs.write_once(path, json.dumps(identity)):
         theirs = fs.read_json(path) or {}
         if not theirs.get("app_id"):
@@ -103,10 +110,11 @@ def checkpoint_app_id(fs: HadoopFS, checkpoint: str,
     return app_id
 
 
-
-def check_start(fs: HadoopFS, checkpoint: str, identity: dict[str, Any],
-                start: dict[str, str]) -> None:
-    """Refuse a changed start setting that Spark would ignore (known-open L6).
+def record_start(fs: HadoopFS, checkpoint: str, start: dict[str, str]) -> None:
+    """Refuse a changed start setting that Spark would ignore (known-open L6), and record
+    a new one. Called with the writer lease held: a second process started beside the
+    writer (with another setting) is refused by the lease before it can record its own
+    start, which a later corrected restart would then be compared with.
 
     Once a query has started in a checkpoint, Spark reads on from its own logs: a new
     ``starting_offsets`` is ignored. After a committed batch that is the point of a
@@ -115,11 +123,13 @@ def check_start(fs: HadoopFS, checkpoint: str, identity: dict[str, Any],
     the checkpoint still started where the first attempt said. Such a start is refused,
     naming the key. A checkpoint that has not started yet takes the new setting (and
     records it); one with a committed batch says the change is ignored."""
+    path = join(checkpoint, IDENTITY_FILE)
+    identity = fs.read_json(path) or {}
     recorded = identity.get("start")
-    if recorded == start:
+    if recorded == start or not identity.get("app_id"):
         return
     if not has_started(fs, checkpoint):
-        fs.write_json(join(checkpoint, IDENTITY_FILE), {**identity, "start": start})
+        fs.write_json(path, {**identity, "start": start})
         return
     if recorded is None:
         return  # recorded by no start of this version
@@ -139,7 +149,8 @@ def check_start(fs: HadoopFS, checkpoint: str, identity: dict[str, Any],
 
 
 def mark_started(fs: HadoopFS, checkpoint: str) -> None:
-    """Record that the checkpoint's app id has run a batch (once per id)."""
+    """Record that the checkpoint's app id has begun a batch (once per id), before the
+    batch writes anything."""
     path = join(checkpoint, IDENTITY_FILE)
     data = fs.read_json(path) or {}
     if data.get("app_id") and not data.get("batches_started"):
