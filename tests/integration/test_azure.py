@@ -115,11 +115,12 @@ def test_azure_end_to_end(spark, kafka_broker, azure_server, topic, tmp_path, ca
 
         from lakesink.config.storage import AzureStorage, StorageConfig
         from lakesink.runtime.arrow_fs import ArrowFS
+        from lakesink.tables.fs import azure_path
 
         lake = ArrowFS.open(StorageConfig(azure=AzureStorage(
             **azure_server.storage(), account_key=azure_server.key)), base)
         assert lake is not None
-        replaced = lake._native(f"{base}/.lakesink/events/replaced")
+        replaced = azure_path(f"{base}/.lakesink/events/replaced")  # raw: markers too
         left = lake.fs.get_file_info(pafs.FileSelector(replaced, recursive=True,
                                                        allow_not_found=True))
         # hadoop-azure's folder markers (0-byte blobs named like a folder) went too

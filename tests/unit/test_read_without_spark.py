@@ -357,6 +357,8 @@ def test_a_roll_back_cut_off_between_its_deletes_is_done_again(tmp_path: Path) -
     (journal / "0000000000.outcome.json").write_text(json.dumps({"id": 0,
                                                                  "outcome": "aborted"}))
     pq.write_table(pa.table({"id": [0]}), tmp_path / "lake" / "events" / output)
+    checked = maintenance.without_spark("repair", spec, apply=False)
+    assert checked is not None and checked["unfinished_compactions"] == [0], checked
     vacuumed = maintenance.without_spark("vacuum", spec, force=False, dry_run=False)
     assert vacuumed is not None
     assert not (tmp_path / "lake" / "events" / output).exists()

@@ -42,6 +42,13 @@ class Journal:
             out.setdefault(int(stem), set()).add(state)
         return out
 
+    @staticmethod
+    def unfinished(states: set[str]) -> bool:
+        """Whether a compaction with these states is left to finish: planned, without
+        ``finished`` (which a roll-back records too, once its deletes are done: an
+        ``aborted`` one cut off before is not settled)."""
+        return "" in states and "finished" not in states
+
     def read(self, cid: int, state: str = "") -> dict[str, Any]:
         value = self.fs.read_json(self.path(cid, state))
         if not isinstance(value, dict):

@@ -159,14 +159,14 @@ class ParquetCompactor:
     def crashed(self) -> bool:
         """Whether a compaction was left unfinished (for :meth:`resume`): without
         ``finished``, which a roll-back records too once its deletes are done."""
-        return any("" in s and "finished" not in s for s in self.journal.states().values())
+        return any(map(Journal.unfinished, self.journal.states().values()))
 
     def resume(self, report: CompactReport) -> None:
         """Finish or undo what a crashed compaction left (see the module docstring); a
         roll-back cut off between its deletes (``aborted`` without ``finished``) is done
         again (its output beside its inputs would be counted twice by listing readers)."""
         for cid, states in sorted(self.journal.states().items()):
-            if "finished" in states or "" not in states:
+            if not Journal.unfinished(states):
                 continue
             if "done" in states:
                 self.finish(cid, self.journal.read(cid))

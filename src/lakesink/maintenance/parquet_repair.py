@@ -94,7 +94,7 @@ def repair(fs: HadoopFS, layout: TableLayout, *, apply: bool, min_age_s: float
     for cid, states in journal.states().items():
         if "" in states and not states & {"done", "aborted"}:
             in_flight.add(journal.read(cid)["output"])
-        if "" in states and not states & {"finished", "aborted"}:
+        if Journal.unfinished(states):
             unfinished.append(cid)
     files = committed_files(fs, layout)
     report.files_checked = len(files)

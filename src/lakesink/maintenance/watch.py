@@ -45,7 +45,6 @@ class CompactionWatch:
         self.every_s = every_s
         self._checked: float | None = None
         self._thread: threading.Thread | None = None
-        self.resumed: list[int] = []  #: the compactions this run finished or undid
 
     def poke(self) -> None:
         """Start a check unless one ran in the last ``every_s`` or is running."""
@@ -72,7 +71,6 @@ class CompactionWatch:
             logger.warning("%s: could not resume a compaction left unfinished: %s "
                            "(the next check or `lakesink compact` does)", table, exc)
             return
-        self.resumed += forward + back
         if forward or back:
             logger.warning("%s: compaction(s) a killed compactor left unfinished resumed: "
                            "finished %s, undone %s", table, forward or "none",

@@ -55,8 +55,11 @@ class ArrowFS:
         self._blobs = blobs
         #: whether the write steps work (see the module docstring)
         self.writes = writes
-        #: whether moves work too (local disk)
-        self.moves = writes and blobs is None
+
+    @property
+    def moves(self) -> bool:
+        """Whether moves work too (local disk)."""
+        return self.writes and self._blobs is None
 
     @classmethod
     def open(cls, storage: StorageConfig, root: str, *,
@@ -205,15 +208,18 @@ class ArrowFS:
     def delete(self, path: str, *, recursive: bool = True) -> bool:
         """:meth:`HadoopFS.delete`: False when nothing was there. On Azure a folder can
         also be a 0-byte blob of its own name (hadoop-azure's ``mkdirs`` marker), which
-        pyarrow reports as a file: what lies below the name goes too, then the marker."""
+        pyarrow reports as a file: what lies below the name goes too, then the marker
+        (only a 0-byte file is listed as a folder: a hierarchical account refuses to
+        list a file)."""
         import pyarrow.fs as pafs
 
         self._writable()
         native = self._native(path)
-        kind = self.fs.get_file_info(native).type
+        info = self.fs.get_file_info(native)
+        kind = info.type
         below = []
-        if kind == pafs.FileType.Directory or (self._blobs is not None
-                                               and kind != pafs.FileType.NotFound):
+        if kind == pafs.FileType.Directory or (self._blobs is not None and not info.size
+                                               and kind == pafs.FileType.File):
             below = self.fs.get_file_info(pafs.FileSelector(native, allow_not_found=True))
         if kind == pafs.FileType.NotFound and not below:
             return False
