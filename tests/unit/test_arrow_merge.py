@@ -108,3 +108,15 @@ def test_rows_staged_as_arrow_ipc_become_each_folders_parquet_files(tmp_path: Pa
     ids = sorted(i for f in files
                  for i in pq.read_table(tmp_path / "m" / f[0]).column("id").to_pylist())
     assert ids == list(range(150))
+
+
+def test_the_merge_job_spreads_folders_over_the_cores_by_rows() -> None:
+    from lakesink.pipeline.arrow_merge import spread
+
+    merges = [Merge(f"f={i}", (), 1, rows) for i, rows in
+              enumerate([900, 100, 500, 400, 300, 300, 200])]
+    slices = spread(merges, 4)
+    assert len(slices) == 4
+    assert sorted(sum(m.rows for m in s) for s in slices) == [600, 600, 600, 900]
+    assert sorted(m.folder for s in slices for m in s) == sorted(m.folder for m in merges)
+    assert spread(merges[:2], 4) == [[merges[0]], [merges[1]]]  # never an empty task

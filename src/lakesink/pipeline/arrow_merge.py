@@ -6,7 +6,8 @@ Each Arrow task writes one file per partition folder it has rows for, so a batch
 folders). Spark's writer shuffles the rows by folder instead. Here the tasks stage their
 rows as Arrow IPC files (``TaskSpec.stage_format``: no Parquet encoding, read back
 without decoding) in the batch's staging folder, and the merge (the driver for a small
-batch, else a second, small Spark job, a task per core) writes each folder's Parquet
+batch, else a second, small Spark job, a task per core, in the staging's warm Python
+workers) writes each folder's Parquet
 files from them: ``files_per_partition`` files
 (more when ``table.target_file_size`` caps a file's rows), rows in the order the
 batch's tasks wrote them. So every row is still encoded as Parquet once. Only these
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import SparkSession
 
     from lakesink.pipeline.arrow_task import TaskSpec
@@ -75,15 +77,51 @@ def merge_in_tasks(spark: SparkSession, spec: TaskSpec, merges: list[Merge], sou
                    target: str, file_tag: str = "") -> list[Reported]:
     """Run ``merges`` in Spark tasks: each folder's files under ``source`` are read and
     written again under ``target`` (both as the tasks' filesystem spells them), each
-    file whole or absent. Returns the new files, as the tasks report theirs."""
+    file whole or absent. Returns the new files, as the tasks report theirs.
+
+    A ``mapInArrow`` job, like the staging's: its tasks run in the Python workers the
+    staging left warm (an RDD job's Python runner is keyed by other settings, and would
+    start a second pool of workers: 0.3 GiB and a cold start per batch). A task per
+    core, the folders spread over them by rows."""
     if not merges:
         return []
     if sum(m.rows for m in merges) <= DRIVER_ROWS:
         return list(_merge_task(spec, source, target, file_tag, iter(merges)))
-    sc = spark.sparkContext
-    slices = max(1, min(len(merges), sc.defaultParallelism))
-    job = functools.partial(_merge_task, spec, source, target, file_tag)
-    return [tuple(r) for r in sc.parallelize(merges, slices).mapPartitions(job).collect()]
+    slices = spread(merges, spark.sparkContext.defaultParallelism)
+    job = functools.partial(_merge_slices, spec, source, target, file_tag, slices)
+    n = len(slices)
+    return [(r.path, r.rows, r.bytes, r.stats) for r in
+            spark.range(0, n, 1, n).mapInArrow(job, MERGED_DDL).collect()]
+
+
+#: what a merge task reports
+MERGED_DDL = "path string, rows long, bytes long, stats string"
+
+
+def spread(merges: Sequence[Merge], slots: int) -> list[list[Merge]]:
+    """``merges`` in at most ``slots`` slices of about equal rows (the largest folder
+    first, each to the slice with the fewest rows so far)."""
+    slices: list[list[Merge]] = [[] for _ in range(max(1, min(slots, len(merges))))]
+    rows = [0] * len(slices)
+    for merge in sorted(merges, key=lambda m: -m.rows):
+        i = rows.index(min(rows))
+        slices[i].append(merge)
+        rows[i] += merge.rows
+    return slices
+
+
+def _merge_slices(spec: TaskSpec, source: str, target: str, file_tag: str,
+                  slices: list[list[Merge]], ids: Iterator[pa.RecordBatch]
+                  ) -> Iterator[pa.RecordBatch]:
+    import pyarrow as pa
+
+    for batch in ids:
+        for i in batch.column(0).to_pylist():
+            out = list(_merge_task(spec, source, target, file_tag, iter(slices[i])))
+            yield pa.RecordBatch.from_pylist(
+                [dict(zip(("path", "rows", "bytes", "stats"), r, strict=True)) for r in out],
+                schema=pa.schema([("path", pa.string()), ("rows", pa.int64()),
+                                  ("bytes", pa.int64()), ("stats", pa.string())]))
 
 
 def _merge_task(spec: TaskSpec, source: str, target: str, file_tag: str,
