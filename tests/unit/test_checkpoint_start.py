@@ -115,3 +115,19 @@ def test_an_id_that_began_a_batch_is_not_reused_without_its_offset_log(
         _start(checkpoint, {KEY: "latest"})
     (tmp_path / "cp" / IDENTITY_FILE).write_text(json.dumps({"app_id": app_id}))
     assert _start(checkpoint, {KEY: "latest"}) != app_id
+
+
+def test_an_identity_from_before_the_marks_keeps_its_recorded_start(tmp_path: Path) -> None:
+    """An id written before the marks, whose query began (``sources/``) but planned no
+    batch, is replaced; the replacement keeps the recorded start, so a changed setting
+    is still refused (it was recorded as the new one and accepted: Spark would start
+    from the old one, silently)."""
+    checkpoint = f"file:{tmp_path}/cp"
+    (tmp_path / "cp" / "sources" / "0").mkdir(parents=True)
+    (tmp_path / "cp" / "sources" / "0" / "0").write_text("v1\n{}")
+    (tmp_path / "cp" / IDENTITY_FILE).write_text(json.dumps(
+        {"app_id": "a" * 32, "start": {KEY: "latest"}}))
+    with pytest.raises(ConfigError) as refused:
+        _start(checkpoint, {KEY: "earliest"})
+    assert refused.value.key == KEY
+    assert _start(checkpoint, {KEY: "latest"}) != "a" * 32

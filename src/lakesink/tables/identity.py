@@ -94,7 +94,10 @@ def checkpoint_app_id(fs: HadoopFS, checkpoint: str,
     identity = {"app_id": app_id,
                 "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                 "previous": (data or {}).get("app_id"), "marks": MARKS_BEFORE_BATCH,
-                **({"start": start} if start is not None else {})}
+                # a replaced id keeps the start its query may have begun from (compared
+                # by record_start: Spark's source log still holds it)
+                **({"start": (data or {}).get("start", start)} if start is not None
+                   else {})}
     if data:  # an id from before the marks, replaced
         fs.write_json(path, identity)
     elif not fs.write_once(path, json.dumps(identity)):
