@@ -46,7 +46,7 @@ from lakesink.runtime.query_runner import RestartPolicy, run_with_restarts
 from lakesink.runtime.shutdown import StopGate, StopRequest
 from lakesink.silence.query import SilenceQuery, SilenceRunner
 from lakesink.tables.fs import HadoopFS, to_uri
-from lakesink.tables.identity import checkpoint_app_id, mark_started, record_start
+from lakesink.tables.identity import MarkStarted, checkpoint_app_id, record_start
 from lakesink.tables.layout import TableLayout
 from lakesink.tables.lease import WriterLease
 from lakesink.tables.rejected import RejectedWriter
@@ -54,7 +54,7 @@ from lakesink.tables.takeover import start_refusal
 from lakesink.table_parts import TableParts
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from lakesink.runtime.arrow_fs import ArrowFS
@@ -222,7 +222,7 @@ class Pipeline:
         batch = RetryingBatch(self.processor, attempts=retry.batch_attempts,
                               initial_backoff_s=retry.initial_backoff_s,
                               max_backoff_s=retry.max_backoff_s, stop=stop.event)
-        marked = _MarkStarted(batch, HadoopFS(self.spark, self.checkpoint), self.checkpoint)
+        marked = MarkStarted(batch, HadoopFS(self.spark, self.checkpoint), self.checkpoint)
         writer = (stream.writeStream.foreachBatch(StopGate(marked, stop))
                   .option("checkpointLocation", self.checkpoint)
                   .queryName(f"lakesink_{self.name}"))
@@ -323,24 +323,6 @@ def _watched(processor: BatchFunction, spec: TableSpec, spark: SparkSession
 
     processor.watch = maintenance.watcher(spec, spark)
     return processor
-
-
-class _MarkStarted:
-    """A batch function that records in the checkpoint's identity file, before its first
-    batch writes, that the app id has begun batches (:func:`identity.mark_started`)."""
-
-    def __init__(self, fn: Callable[..., None], fs: HadoopFS, checkpoint: str) -> None:
-        self.fn, self.fs, self.checkpoint, self.done = fn, fs, checkpoint, False
-
-    @property
-    def stats(self) -> RunStats:
-        return self.fn.stats  # type: ignore[attr-defined]
-
-    def __call__(self, df: DataFrame, batch_id: int) -> None:
-        if not self.done:
-            mark_started(self.fs, self.checkpoint)
-            self.done = True
-        self.fn(df, batch_id)
 
 
 def routes_fingerprint(cfg: LakesinkConfig) -> str:

@@ -90,12 +90,12 @@ def merge_in_tasks(spark: SparkSession, spec: TaskSpec, merges: list[Merge], sou
     slices = spread(merges, spark.sparkContext.defaultParallelism)
     job = functools.partial(_merge_slices, spec, source, target, file_tag, slices)
     n = len(slices)
-    return [(r.path, r.rows, r.bytes, r.stats) for r in
-            spark.range(0, n, 1, n).mapInArrow(job, MERGED_DDL).collect()]
+    return [tuple(r) for r in spark.range(0, n, 1, n).mapInArrow(job, MERGED_DDL).collect()]
 
 
-#: what a merge task reports
+#: what a merge task reports: a :data:`Reported` per file
 MERGED_DDL = "path string, rows long, bytes long, stats string"
+_MERGED_COLUMNS = ("path", "rows", "bytes", "stats")
 
 
 def spread(merges: Sequence[Merge], slots: int) -> list[list[Merge]]:
@@ -115,13 +115,14 @@ def _merge_slices(spec: TaskSpec, source: str, target: str, file_tag: str,
                   ) -> Iterator[pa.RecordBatch]:
     import pyarrow as pa
 
+    schema = pa.schema(list(zip(_MERGED_COLUMNS, (pa.string(), pa.int64(), pa.int64(),
+                                                  pa.string()), strict=True)))
     for batch in ids:
         for i in batch.column(0).to_pylist():
             out = list(_merge_task(spec, source, target, file_tag, iter(slices[i])))
-            yield pa.RecordBatch.from_pylist(
-                [dict(zip(("path", "rows", "bytes", "stats"), r, strict=True)) for r in out],
-                schema=pa.schema([("path", pa.string()), ("rows", pa.int64()),
-                                  ("bytes", pa.int64()), ("stats", pa.string())]))
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([r[k] for r in out], f.type) for k, f in enumerate(schema)],
+                schema=schema)
 
 
 def _merge_task(spec: TaskSpec, source: str, target: str, file_tag: str,

@@ -32,7 +32,7 @@ from lakesink.silence.outputs import Callback, Outputs, load_callback
 from lakesink.silence.tracker import HEARTBEAT, NULL_KEY, OUTPUT_SCHEMA, RECORD, SilenceTracker
 from lakesink.sources.kafka_client import client_options
 from lakesink.tables.fs import HadoopFS, to_uri
-from lakesink.tables.identity import checkpoint_app_id, mark_started
+from lakesink.tables.identity import MarkStarted, checkpoint_app_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -78,7 +78,6 @@ class SilenceQuery:
         self.outputs = outputs
         self.stats = SilenceStats()
         self.query: StreamingQuery | None = None
-        self.marked = False  # the app id's first batch is recorded (identity.mark_started)
 
     @classmethod
     def build(cls, run: RunPlan, spark: SparkSession, default_checkpoint: str
@@ -178,7 +177,8 @@ class SilenceQuery:
         """Start the query; batches starting after ``stop`` is requested are refused
         (see :mod:`lakesink.runtime.shutdown`)."""
         writer = (self.frame().writeStream
-                  .foreachBatch(StopGate(self._batch, stop or StopRequest()))
+                  .foreachBatch(StopGate(MarkStarted(self._batch, self.outputs.fs, self.checkpoint),
+                                         stop or StopRequest()))
                   .option("checkpointLocation", self.checkpoint)
                   .queryName("lakesink_silence"))
         if until_caught_up:
@@ -192,9 +192,6 @@ class SilenceQuery:
         return self.query
 
     def _batch(self, df: DataFrame, batch_id: int) -> None:
-        if not self.marked:  # before the silence table is written under the app id
-            mark_started(self.outputs.fs, self.checkpoint)
-            self.marked = True
         rows = df.collect()  # one row per silent key or sweep: small
         events = [r for r in rows if r.event == "stream_timeout"]
         for r in rows:

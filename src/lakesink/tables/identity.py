@@ -24,6 +24,8 @@ import datetime as dt
 import json
 import logging
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 from lakesink.errors import ConfigError
 from lakesink.tables.fs import HadoopFS, join
@@ -158,6 +160,21 @@ def mark_started(fs: HadoopFS, checkpoint: str) -> None:
     data = fs.read_json(path) or {}
     if data.get("app_id") and not data.get("batches_started"):
         fs.write_json(path, {**data, "batches_started": True})
+
+
+class MarkStarted:
+    """A query's batch function that calls :func:`mark_started` before its first batch
+    (in this process) runs: the ingestion query's, and the silence query's (whose table
+    is keyed by its own checkpoint's app id)."""
+
+    def __init__(self, fn: Callable[..., None], fs: HadoopFS, checkpoint: str) -> None:
+        self.fn, self.fs, self.checkpoint, self.done = fn, fs, checkpoint, False
+
+    def __call__(self, df: Any, batch_id: int) -> None:  # noqa: ANN401
+        if not self.done:
+            mark_started(self.fs, self.checkpoint)
+            self.done = True
+        self.fn(df, batch_id)
 
 
 def run_tag(app_id: str) -> str:
