@@ -159,7 +159,7 @@ def check_hive(uri: str, name: str, table: Path, fmt: str) -> None:
         folders = {str(p.parent.relative_to(table)) for p in table.rglob("*.parquet")}
         assert sorted(out["partitions"]) == sorted(folders)
         meta = table.parent / ".lakesink" / table.name
-        marks = list((meta / "registered").rglob("*.json"))
+        marks = list((meta / "registered").glob("*/*/*.json"))  # <catalog>/<run>/<batch>
         manifests = list((meta / "manifests").rglob("*.json"))
         assert len(marks) == len(manifests) > 0
 

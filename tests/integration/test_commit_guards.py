@@ -67,8 +67,9 @@ def test_a_listing_that_loses_staged_files_stops_the_commit(spark, kafka_broker,
         files = real(uri, suffix)
         return files[1:] if "/staging/" in uri else files  # drop one staged file
 
-    def lossy_report(self: Any, results: Any, folder: str) -> None:  # noqa: ANN401
-        reported(self, results, folder)
+    def lossy_report(self: Any, results: Any, folder: str, read: int | None = None  # noqa: ANN401
+                     ) -> None:
+        reported(self, results, folder, read)
         # a task's report that lost a file (its rows still counted by the task): the
         # merge reads what is reported, the commit of unmerged files what is listed
         self.files, self.reported = self.files[1:], self.reported[1:]
@@ -94,6 +95,53 @@ def test_a_listing_that_loses_staged_files_stops_the_commit(spark, kafka_broker,
     meta = lake / ".lakesink" / "events"
     assert not [p for p in (meta / "pending").rglob("*") if p.is_file()]
     assert not [p for p in (meta / "staging").rglob("*") if p.is_file()]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+def test_an_arrow_task_that_loses_a_record_stops_the_batch(spark, kafka_broker, topic, tmp_path,
+                                                           monkeypatch, fmt) -> None:
+    """known-open L8: the Arrow path's count must not be the tasks' own. A task that
+    drops a record before it counts anything (its rows, its suspects and its count all
+    agree, one short) wrote a batch one row short and committed it; Spark's count of the
+    records it handed the tasks now stops the batch before anything is committed, and
+    a sound run then writes every row once."""
+    from lakesink.pipeline import arrow_path
+
+    produce(kafka_broker.bootstrap_servers, topic, json_events(range(200)))
+    lake = tmp_path / "lake"
+    data = config_dict(kafka_broker, topic, lake, engine="arrow", format=fmt)
+    real = arrow_path._in_task
+
+    def loses_one(spec: Any, batches: Any) -> Any:  # noqa: ANN401 - pickled by value
+        from pyspark import TaskContext
+
+        from lakesink.pipeline.arrow_task import run_task
+
+        context = TaskContext.get()
+
+        def fewer() -> Any:  # noqa: ANN401 - one record of the first task dropped
+            dropped = context.partitionId() != 0
+            for batch in batches:
+                if not dropped and batch.num_rows:
+                    batch, dropped = batch.slice(1), True
+                yield batch
+
+        yield from run_task(spec, fewer(), context.partitionId(), context.taskAttemptId())
+
+    monkeypatch.setattr(arrow_path, "_in_task", loses_one)
+    with pytest.raises(Exception, match="CommitMismatch") as exc:
+        run_once(spark, data)
+    assert "Spark handed the Arrow tasks 200 record(s), they counted 199" in str(exc.value)
+    if fmt == "parquet":
+        assert duckdb_ids(lake / "events") == []  # nothing published
+    else:
+        assert not (lake / "events" / "_delta_log").exists() or delta_ids(lake / "events") == []
+        assert not list((lake / "events").rglob("*.parquet"))  # the tasks' files removed
+
+    monkeypatch.setattr(arrow_path, "_in_task", real)
+    run_once(spark, data)
+    ids = duckdb_ids(lake / "events") if fmt == "parquet" else delta_ids(lake / "events")
+    assert sorted(ids) == list(range(200))
 
 
 def test_delta_partitions_by_an_underscore_column(spark, kafka_broker, topic, tmp_path

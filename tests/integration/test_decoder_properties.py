@@ -195,6 +195,15 @@ def _decoder(spark, fmt: str, tmp_path_factory) -> tuple[Any, PartitionSpec]:  #
     return made, PartitionSpec.build(columns=[], schema=made.schema, timestamp_column=None)
 
 
+def _records(spark, values: list[bytes | None]) -> Any:  # noqa: ANN001, ANN401
+    """Raw records (the sources' shape) holding ``values``, offsets 0, 1, ..."""
+    now = dt.datetime(2026, 1, 1)
+    return spark.createDataFrame(
+        [(b"k", v, "t", 0, i, now, 0) for i, v in enumerate(values)],
+        "key binary, value binary, topic string, partition int, offset long, "
+        "timestamp timestamp, timestampType int")
+
+
 @pytest.mark.parametrize("fmt", sorted(VALUES))
 def test_every_input_is_one_row_or_one_dead_letter(spark, fmt, tmp_path_factory) -> None:
     decoder, spec = _decoder(spark, fmt, tmp_path_factory)
@@ -209,12 +218,7 @@ def test_every_input_is_one_row_or_one_dead_letter(spark, fmt, tmp_path_factory)
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(values=st.lists(VALUES[fmt], min_size=1, max_size=80))
     def check(values: list[bytes | None]) -> None:
-        now = dt.datetime(2026, 1, 1)
-        df = spark.createDataFrame(
-            [(b"k", v, "t", 0, i, now, 0) for i, v in enumerate(values)],
-            "key binary, value binary, topic string, partition int, offset long, "
-            "timestamp timestamp, timestampType int")
-        marked = marker.mark(df).cache()
+        marked = marker.mark(_records(spark, values)).cache()
         try:
             good_rows = (marked.where("_fail IS NULL")
                          .select("offset", f"{marker.record}.*").collect())
@@ -242,3 +246,90 @@ def test_every_input_is_one_row_or_one_dead_letter(spark, fmt, tmp_path_factory)
             assert (None if r["value"] is None else bytes(r["value"])) == values[r["offset"]]
 
     check()
+
+
+AVRO_WIDER = {**AVRO_REQUIRED, "fields": [*AVRO_REQUIRED["fields"],
+                                          {"name": "extra", "type": "string"}]}
+#: every kind of Avro type, to show the length check accepts what writers write
+AVRO_SHAPES = {"type": "record", "name": "S", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "tags", "type": {"type": "array", "items": "string"}},
+    {"name": "attrs", "type": {"type": "map", "values": "long"}},
+    {"name": "kind", "type": {"type": "enum", "name": "K", "symbols": ["A", "B"]}},
+    {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10,
+                                "scale": 2}},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+    {"name": "either", "type": ["null", "long", "string"], "default": None},
+    {"name": "maybe", "type": ["string", "null"]},
+    {"name": "inner", "type": {"type": "record", "name": "I", "fields": [
+        {"name": "x", "type": "double"}, {"name": "ok", "type": "boolean"},
+        {"name": "raw", "type": "bytes"}, {"name": "f", "type": "float"}]}},
+    {"name": "fx", "type": {"type": "fixed", "name": "F", "size": 3}},
+    {"name": "nested", "type": {"type": "array", "items": {
+        "type": "map", "values": ["null", "int"]}}}]}
+
+
+def _marked(spark, decoder: Any, values: list[bytes]) -> tuple[list[int], list[Any]]:  # noqa: ANN001
+    """(offsets of good records, dead letters (offset, reason, detail)) of ``values``."""
+    marker = Marker(schema=decoder.schema,
+                    policy=EvolutionPolicy(mode="strict", unknown_fields="drop",
+                                           type_widening=False),
+                    rebuild=lambda schema: (decoder, PartitionSpec.build(
+                        columns=[], schema=decoder.schema, timestamp_column=None), schema))
+    marked = marker.mark(_records(spark, values)).cache()
+    try:
+        good = sorted(r["offset"] for r in marked.where("_fail IS NULL").select("offset")
+                      .collect())
+        assert len(marker.good(marked).collect()) == len(good)
+        bad = sorted(marker.dead_letters(marked, 0, "t").select("offset", "reason", "detail")
+                     .collect())
+    finally:
+        marked.unpersist()
+    return good, bad
+
+
+def test_an_avro_datum_with_bytes_after_it_is_a_dead_letter(spark) -> None:
+    """known-open L15: ``from_avro`` reads one datum and ignores what follows, so a value
+    written with a schema of more fields (its extra fields dropped silently), a datum
+    with garbage after it, or two data in one value were rows. They are dead letters
+    now, saying how many bytes follow; the data of every Avro type writers write (one
+    block per array and map) still read as rows."""
+    from decimal import Decimal
+
+    from lakesink.decode.avro import AvroDecoder
+
+    record = {"id": 7, "name": "seven", "ratio": 0.5}
+    values = [_avro(AVRO_REQUIRED, record), _avro(AVRO_REQUIRED, record) + b"\x00",
+              _avro(AVRO_WIDER, {**record, "extra": "dropped"}),
+              _avro(AVRO_REQUIRED, record) + _avro(AVRO_REQUIRED, {**record, "id": 8}),
+              _avro(AVRO_REQUIRED, {"id": -1, "name": "", "ratio": None})]
+    good, bad = _marked(spark, AvroDecoder(spark, json.dumps(AVRO_REQUIRED)), values)
+    assert good == [0, 4]
+    assert [(r["offset"], r["reason"]) for r in bad] == [
+        (1, "malformed_avro"), (2, "malformed_avro"), (3, "malformed_avro")]
+    assert bad[0]["detail"].startswith(f"1 byte(s) follow the Avro datum ({len(values[1])} "
+                                       "bytes)")
+    unchecked = AvroDecoder(spark, json.dumps(AVRO_REQUIRED), check_length=False)
+    assert _marked(spark, unchecked, values)[0] == [0, 1, 2, 3, 4]  # as before
+
+    at = dt.datetime(2026, 3, 1, 12, 0, 0, 123000, tzinfo=dt.UTC)
+    shapes = [
+        {"id": 0, "tags": [], "attrs": {}, "kind": "A", "amount": Decimal("0.00"), "at": at,
+         "day": dt.date(1970, 1, 1), "either": None, "maybe": None,
+         "inner": {"x": 0.0, "ok": False, "raw": b"", "f": 0.0}, "fx": b"\x00\x00\x00",
+         "nested": []},
+        {"id": -2**63, "tags": ["a", "ü" * 70], "attrs": {"k": 2**62, "l": -1}, "kind": "B",
+         "amount": Decimal("-12345678.91"), "at": at, "day": dt.date(2999, 12, 31),
+         "either": 2**40, "maybe": "x" * 200,
+         "inner": {"x": -1e300, "ok": True, "raw": bytes(range(256)), "f": 3.5},
+         "fx": b"abc", "nested": [{"a": None, "b": 1}, {}]},
+        {"id": 2**63 - 1, "tags": ["t"] * 100, "attrs": {str(i): i for i in range(70)},
+         "kind": "A", "amount": Decimal("99999999.99"), "at": at, "day": dt.date(1, 1, 1),
+         "either": "text", "maybe": "", "inner": {"x": 1.5, "ok": True, "raw": b"\xff",
+                                                  "f": -0.0},
+         "fx": b"\xff\xfe\xfd", "nested": [{"k": -2**31}] * 3},
+    ]
+    decoder = AvroDecoder(spark, json.dumps(AVRO_SHAPES))
+    good, bad = _marked(spark, decoder, [_avro(AVRO_SHAPES, r) for r in shapes])
+    assert (good, bad) == ([0, 1, 2], [])

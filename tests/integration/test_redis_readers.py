@@ -13,7 +13,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from lakesink.errors import SourceError
 from lakesink.sources.redis_lists import RedisListsReader, names, owner_key
-from lakesink.sources.redis_streams import RedisStreamsReader, previous_id
+from lakesink.sources.redis_streams import RedisStreamsReader, parse_id, previous_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 _n = itertools.count()
@@ -125,6 +125,31 @@ def test_entries_deleted_before_they_were_read_fail_the_query(redis_server, key)
     lenient = RedisStreamsReader(options(redis_server, [key], fail_on_data_loss="false"))
     assert ids(lenient, end, lenient.latestOffset(end, ReadAllAvailable())) == [3, 4, 6, 7, 8,
                                                                                 9]
+
+
+def test_a_stream_behind_the_position_fails_instead_of_skipping_new_entries(redis_server,
+                                                                          key) -> None:
+    """audit-2 #17: a failover to a replica that lacked the newest entries, whose clock
+    is behind: its new entries get ids at or below the checkpoint's position, and a read
+    after the position never returns them (they were skipped silently). The stream's
+    last id behind the position now fails the query (``fail_on_data_loss``)."""
+    entry_ids = add(redis_server, key, range(10))
+    reader = RedisStreamsReader(options(redis_server, [key]))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert ids(reader, start, end) == list(range(10))
+    reader.commit(end)
+    client = redis_server.client()
+    client.delete(key)  # the promoted replica: entries 0..5 only
+    for i, entry_id in enumerate(entry_ids[:6]):
+        client.xadd(key, {"data": json.dumps({"id": i}), "k": str(i)}, id=entry_id)
+    ms, seq = parse_id(entry_ids[5])
+    new = client.xadd(key, {"data": json.dumps({"id": 10}), "k": "10"}, id=f"{ms}-{seq + 1}")
+    assert parse_id(new.decode()) <= parse_id(end[key]["id"])  # at or below the position
+    with pytest.raises(SourceError, match=r"last entry id .* is before the checkpoint's"):
+        reader.latestOffset(end, ReadAllAvailable())
+    lenient = RedisStreamsReader(options(redis_server, [key], fail_on_data_loss="false"))
+    assert lenient.latestOffset(end, ReadAllAvailable()) == end  # said, and skipped
 
 
 def test_entries_trimmed_by_a_producer_before_they_were_read_fail_the_query(
@@ -312,6 +337,42 @@ def test_list_items_move_once_and_leave_only_in_commit(redis_server, key) -> Non
     assert not client.exists(f"{lists}{end[key]}") and not client.hlen(index)
     rest = restarted.latestOffset(end, restarted.getDefaultReadLimit())
     assert ids(restarted, end, rest) == list(range(5, 10))
+
+
+def test_a_list_move_goes_on_only_once_its_replicas_have_it(redis_server, key, tmp_path
+                                                          ) -> None:
+    """audit-2 #17 (lists): Redis replicates asynchronously, so a failover right after
+    a move can lose it while the batch's items are written: the new master hands them
+    out again (duplicates). With ``wait_replicas`` a move is followed by WAIT, and a
+    move no replica has stops the run before its items are written; the restart takes
+    the same items from their processing list, once a replica has them."""
+    import time
+
+    from lakesink.local.redisserver import RedisServer
+
+    push(redis_server, key, range(6))
+    opts = options(redis_server, [key], max_records="3", wait_replicas="1",
+                   wait_timeout_ms="200")
+    reader = RedisListsReader(opts)
+    start = reader.initialOffset()
+    with pytest.raises(SourceError, match=r"reached 0 of source.redis.wait_replicas=1"):
+        reader.latestOffset(start, reader.getDefaultReadLimit())
+    replica = RedisServer(work_dir=tmp_path / "replica").start()
+    try:
+        replica.client().replicaof("127.0.0.1", redis_server.port)
+        deadline = time.monotonic() + 30
+        while replica.client().info("replication").get("master_link_status") != "up":
+            assert time.monotonic() < deadline, "the replica never synced"
+            time.sleep(0.1)
+        restarted = RedisListsReader(opts)
+        end = restarted.latestOffset(start, restarted.getDefaultReadLimit())
+        lists, _ = names("lakesink:", key, "lakesink")
+        assert [json.loads(v)["id"] for v in replica.client().lrange(
+            f"{lists}{end[key]}", 0, -1)] == [0, 1, 2]  # the replica has the move
+        assert ids(restarted, start, end) == [0, 1, 2]
+        assert redis_server.client().llen(key) == 3  # the same batch, nothing more moved
+    finally:
+        replica.stop()
 
 
 def test_a_lost_checkpoint_reads_the_processing_lists_first(redis_server, key) -> None:

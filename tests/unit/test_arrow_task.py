@@ -425,3 +425,25 @@ def test_the_suspects_budget_is_the_batchs_shared_by_its_tasks() -> None:
         assert share["suspect_bytes"] * tasks <= BATCH_SUSPECT_BYTES
         assert share["max_suspects"] * tasks <= BATCH_SUSPECTS
     assert task_suspect_share(spec, 10_000)["suspect_bytes"] == MIN_TASK_SUSPECT_BYTES
+
+
+def test_a_task_s_report_must_account_for_every_record_spark_handed_it(tmp_path) -> None:
+    """known-open L8: the commit's record count is Spark's (counted in the JVM), and
+    the tasks' written rows and suspects must add up to it; a report that falls short
+    by one (a record lost inside a task, or a count the task got wrong) stops the batch
+    before anything is committed."""
+    from lakesink.errors import CommitMismatch
+    from lakesink.pipeline.arrow_path import StagedByTasks
+
+    values = [b'{"id": %d}' % i for i in range(9)] + [b"not json"]
+    out = pa.Table.from_batches(list(run_task(_spec(tmp_path), [_batch(values)], task=0)))
+    StagedByTasks(out, str(tmp_path), read=10).check_accounted(0, "t")  # 9 rows + 1 suspect
+    for read in (11, 9, None):
+        with pytest.raises(CommitMismatch, match=f"handed the Arrow tasks {read} record"):
+            StagedByTasks(out, str(tmp_path), read=read).check_accounted(0, "t")
+    # a task whose own count is off (rows and suspects agree with Spark's count)
+    miscounted = out.filter(pc.not_equal(out.column("kind"), "count")).to_batches() + \
+        [pa.RecordBatch.from_pylist([{"kind": "count", "rows": 11}], schema=out.schema)]
+    with pytest.raises(CommitMismatch, match="they counted 11 and accounted for 10"):
+        StagedByTasks(pa.Table.from_batches(miscounted), str(tmp_path), read=10
+                      ).check_accounted(0, "t")

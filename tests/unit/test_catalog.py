@@ -117,8 +117,12 @@ class FakeFS:
     def exists(self, path: str) -> bool:
         return path in self.files
 
-    def delete(self, path: str, *, recursive: bool = True) -> bool:  # noqa: ARG002
-        return self.files.pop(path, None) is not None
+    def delete(self, path: str, *, recursive: bool = True) -> bool:
+        below = path.rstrip("/") + "/"
+        gone = [p for p in self.files if p == path or (recursive and p.startswith(below))]
+        for p in gone:
+            del self.files[p]
+        return bool(gone)
 
 
 class FakeCatalog(Catalog):
@@ -129,6 +133,11 @@ class FakeCatalog(Catalog):
         self.down = 0  # calls left that fail
         self.prepared = 0
         self.refuse: set[int] = set()  # batches it answers with a refusal (a 4xx)
+        self.gen: str | None = None  # the table's generation (None: no table, or untold)
+        self.made: str | None = None  # the generation of a table register makes
+
+    def generation(self) -> str | None:
+        return self.gen
 
     def prepare(self) -> None:
         self._maybe_down()
@@ -138,6 +147,8 @@ class FakeCatalog(Catalog):
         self._maybe_down()
         if batch.batch_id in self.refuse:
             raise CatalogError("413 Payload Too Large: 1000 files in one request")
+        if self.gen is None:
+            self.gen = self.made
         self.batches.append((batch.run, batch.batch_id))
 
     def _maybe_down(self) -> None:
@@ -428,8 +439,12 @@ def test_two_registrars_of_one_batch_append_it_once(tmp_path: Path) -> None:
 
     first, second = registrar(), registrar()
     first.prepare()
+    other = table_dir / "part-6.parquet"
+    pq.write_table(pa.table({"id": pa.array([4, 5, 6], pa.int64())}), other)
     first.register(CommittedBatch(table="t", location=batch.location, app_id="app",
-                                  run="r", batch_id=6, files=batch.files))  # the table
+                                  run="r", batch_id=6, files=(CatalogFile(
+                                      f"file://{other}", "part-6.parquet",
+                                      other.stat().st_size, 3),)))  # the table
     both = threading.Barrier(2, timeout=30)
     done = IcebergCatalog._done
 
@@ -516,3 +531,128 @@ def test_a_store_that_cannot_tell_whether_files_are_gone_keeps_the_batch_waiting
     clock.now += 10
     reg.drain()
     assert reg.pending == [("r2", 0)] and reg.refused == 0 and reg.failures == 2
+
+
+# -- audit-2 #15: the catalog's table is reconciled with the marks ---------------------------
+
+def test_a_catalog_table_made_again_gets_every_batch_again() -> None:
+    """audit-2 #15 (a): a catalog table dropped and made again (by hand, by another
+    tool) holds none of the batches; their marks kept them out of it for good. Now the
+    table's generation is recorded with the marks, and another one queues every batch."""
+    fs, catalog, clock = FakeFS(), FakeCatalog(), Clock()
+    catalog.gen = "g1"
+    for b in range(3):
+        commit(fs, "r1", b)
+    make(fs, catalog, clock).start()
+    everything = [("r1", 0), ("r1", 1), ("r1", 2)]
+    assert catalog.batches == everything
+    make(fs, catalog, clock).start()  # the same table: nothing again
+    assert catalog.batches == everything
+    catalog.batches, catalog.gen = [], "g2"  # replaced by another table of the name
+    reg = make(fs, catalog, clock)
+    reg.start()
+    assert catalog.batches == everything and reg.pending == []
+    assert all(fs.exists(reg.mark(r, b)) for r, b in everything)
+
+
+def test_a_catalog_table_dropped_during_a_run_gets_every_batch_when_made_again() -> None:
+    """audit-2 #15 (a): dropped, not made again: the start cannot tell (no table), so
+    the next registration makes it with one batch — and only then is the new generation
+    seen and every earlier batch queued again behind it."""
+    fs, catalog, clock = FakeFS(), FakeCatalog(), Clock()
+    catalog.gen = "g1"
+    for b in range(2):
+        commit(fs, "r1", b)
+    make(fs, catalog, clock).start()
+    catalog.batches, catalog.gen, catalog.made = [], None, "g3"  # dropped
+    reg = make(fs, catalog, clock)
+    reg.start()
+    assert catalog.batches == []  # all marked, no table to compare
+    commit(fs, "r2", 0)
+    reg.committed(0)  # makes the table
+    assert catalog.batches == [("r2", 0), ("r1", 0), ("r1", 1)]
+    assert reg.pending == [] and reg.registered == 3
+    assert fs.read_json(f"{reg.marks}/table.json")["generation"] == "g3"
+
+
+def _iceberg_lake(tmp_path: Path, batches: range) -> tuple[FakeFS, TableLayout]:
+    """Committed batches of real Parquet files (ids 10*b .. 10*b+9, folder day=1)."""
+    import datetime as dt
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    layout = TableLayout(f"file://{tmp_path}/lake", "events")
+    fs = FakeFS()
+    for b in batches:
+        rel = f"day=1/part-{b:010d}-r1-0.parquet"
+        path = tmp_path / "lake" / "events" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"id": pa.array(range(10 * b, 10 * b + 10), pa.int64())}), path)
+        fs.write_json(layout.manifest("r1", b), {
+            "batch_id": b, "app_id": "app-1", "files": [
+                {"path": rel, "bytes": path.stat().st_size, "rows": 10}],
+            "committed_at": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")})
+    return fs, layout
+
+
+def _iceberg(tmp_path: Path, layout: TableLayout, db: str = "catalog.db") -> Any:  # noqa: ANN401
+    from lakesink.catalog import iceberg_properties
+    from lakesink.catalog.iceberg import IcebergCatalog
+    from lakesink.config.catalog import IcebergCatalogConfig
+
+    config = IcebergCatalogConfig(kind="sql", uri=f"sqlite:///{tmp_path}/{db}",
+                                  warehouse=f"file://{tmp_path}/warehouse", namespace="lake")
+    return IcebergCatalog(config, table="events", location=layout.table,
+                          partition_by=["day"], properties=iceberg_properties(config, None))
+
+
+def _outbox(fs: FakeFS, catalog: Any, layout: TableLayout) -> Registrar:  # noqa: ANN401
+    return Registrar(catalog, fs, layout, run="r1", null_value="__HIVE_DEFAULT_PARTITION__",
+                     clock=Clock())
+
+
+def _iceberg_ids(catalog: Any) -> list[int]:  # noqa: ANN401
+    table = catalog._table()
+    return sorted(table.scan().to_arrow().column("id").to_pylist()) if table else []
+
+
+def test_a_new_iceberg_catalog_id_after_expired_snapshots_appends_no_batch_twice(
+        tmp_path: Path) -> None:
+    """audit-2 #15 (b): another URI form of the same catalog (or another pyiceberg
+    catalog name of a REST catalog) is another catalog id, so every batch is queued again; the snapshot history no longer named the
+    batches whose snapshots had expired, and they were appended twice. Now a batch
+    committed before the oldest snapshot kept is looked for among the table's files."""
+    import datetime as dt
+
+    fs, layout = _iceberg_lake(tmp_path, range(3))
+    first = _iceberg(tmp_path, layout)
+    _outbox(fs, first, layout).start()
+    assert _iceberg_ids(first) == list(range(30))
+    table = first._table()
+    table.maintenance.expire_snapshots().older_than(dt.datetime.now(dt.UTC)).commit()
+    assert len(first._table().snapshots()) == 1  # batch 2's only
+    renamed = _iceberg(tmp_path, layout, db="./catalog.db")  # the same database
+    assert renamed.id != first.id
+    reg = _outbox(fs, renamed, layout)
+    reg.start()
+    assert reg.pending == [] and reg.registered == 3  # marked under the new id
+    assert _iceberg_ids(renamed) == list(range(30))  # each row once
+    assert len(renamed._table().snapshots()) == 1  # nothing appended
+
+
+def test_a_dropped_iceberg_table_is_made_again_with_every_batch(tmp_path: Path) -> None:
+    """audit-2 #15 (a) with pyiceberg: the table dropped, the next batch makes it again
+    (another uuid) and the batches registered before follow it."""
+    fs, layout = _iceberg_lake(tmp_path, range(2))
+    catalog = _iceberg(tmp_path, layout)
+    _outbox(fs, catalog, layout).start()
+    assert _iceberg_ids(catalog) == list(range(20))
+    catalog.catalog.drop_table(catalog.identifier)
+    reg = _outbox(fs, catalog, layout)
+    reg.start()
+    more, _ = _iceberg_lake(tmp_path, range(2, 3))
+    fs.files.update(more.files)
+    reg.committed(2)
+    assert reg.pending == []
+    assert _iceberg_ids(catalog) == list(range(30))

@@ -202,3 +202,17 @@ def test_fields_that_are_not_utf8_make_a_dead_letter_not_replaced_text() -> None
     # valid UTF-8 (quotes and backslashes too) is the JSON object of strings, as before
     _, good, _ = decode_fields({b"a": b'say "hi" \\ bye', b"k": "é".encode()}, None, None)
     assert json.loads(good) == {"a": 'say "hi" \\ bye', "k": "é"}
+
+
+def test_wait_replicas_reaches_the_list_reader_and_is_off_by_default(tmp_path: Path) -> None:
+    """audit-2 #17: ``wait_replicas`` (lists) goes to the reader's options; a negative
+    count is refused, naming the key."""
+    cfg = load_config(write(tmp_path, {"source": {"redis": {"lists": ["jobs"]}}}), env={})
+    assert "wait_replicas" not in redis_conn.source_options(cfg.source.redis, ["jobs"])
+    data = {"source": {"redis": {"lists": ["jobs"], "wait_replicas": 2, "wait_timeout_ms": 50}}}
+    opts = redis_conn.source_options(load_config(write(tmp_path, data), env={}).source.redis,
+                                     ["jobs"])
+    assert (opts["wait_replicas"], opts["wait_timeout_ms"]) == ("2", "50")
+    data["source"]["redis"]["wait_replicas"] = -1
+    with pytest.raises(ConfigError, match="source.redis.wait_replicas"):
+        load_config(write(tmp_path, data), env={})

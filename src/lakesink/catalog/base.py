@@ -76,6 +76,14 @@ class Catalog(ABC):
     def register(self, batch: CommittedBatch) -> None:
         """Make ``batch``'s files part of the table, idempotently per batch."""
 
+    def generation(self) -> str | None:
+        """Which incarnation of the catalog's table :meth:`prepare` or :meth:`register`
+        last saw (Iceberg: the table's uuid); None when there is no table yet or the
+        catalog cannot tell. A table dropped and made again, or replaced by another tool,
+        has another generation: the outbox then registers every committed batch again
+        (audit-2 #15), so ``register`` must skip what the table already holds."""
+        return None
+
     def describe(self) -> str:
         """For log lines: the catalog and table, never a secret."""
         return self.id

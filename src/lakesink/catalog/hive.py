@@ -156,6 +156,7 @@ class HiveCatalog(Catalog):
         self.id = f"hive-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
         self._parts = {p.lower() for p in partition_by}
         self.known = False  #: the table is in the metastore (Delta registers once)
+        self._created: str | None = None  #: the Parquet table's creation time, as seen
 
     def describe(self) -> str:
         return f"hive {self.database}.{self.table}"
@@ -196,8 +197,16 @@ class HiveCatalog(Catalog):
         self._sql(f"CREATE DATABASE IF NOT EXISTS {quote(self.database)}",
                   "creating the database")
         if self._exists():
-            self._check(self._details())
+            details = self._details()
+            self._check(details)
             self.known = True
+            self._created = details.get("Created Time")
+
+    def generation(self) -> str | None:
+        """A Parquet table's creation time (to the second): a table dropped and made
+        again is another one, without the partitions registered before. A Delta table
+        is registered whole, by its log: no marks to reconcile."""
+        return None if table_format(self.format).has_log else self._created
 
     def _check(self, details: dict[str, str]) -> None:
         """An existing table must be this lake table: same provider, folder and
@@ -238,6 +247,7 @@ class HiveCatalog(Catalog):
         fields = [f for f in schema.fields if f.name.lower() not in self._parts]
         if not self._exists():
             self._create(fields)
+            self._created = self._details().get("Created Time")
         else:
             self._evolve(fields)
         self._add_partitions(batch)
@@ -345,6 +355,9 @@ class DeltaRegistrar(Registrar):
         if not self.catalog.known:
             self.pending = [(self.run, batch_id)]
         self.drain()
+
+    def _reconcile(self) -> None:
+        """No marks to reconcile: the table is registered whole, once."""
 
     def _register(self, run: str, batch_id: int) -> None:
         if self.catalog.known:  # prepare found it

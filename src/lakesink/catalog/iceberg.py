@@ -100,6 +100,21 @@ def iceberg_path(path: str) -> str:
     return path
 
 
+#: how far the clocks of the writer (a manifest's ``committed_at``) and of a snapshot's
+#: maker may disagree
+CLOCK_SLACK_MS = 10 * 60 * 1000
+
+
+def _epoch_ms(iso: str) -> int | None:
+    """A manifest's ``committed_at`` in epoch milliseconds (None: absent or unreadable)."""
+    import datetime as dt
+
+    try:
+        return int(dt.datetime.fromisoformat(iso).timestamp() * 1000) if iso else None
+    except ValueError:
+        return None
+
+
 class IcebergCatalog(Catalog):
     def __init__(self, config: IcebergCatalogConfig, *, table: str, location: str,
                  partition_by: list[str], properties: dict[str, str]) -> None:
@@ -113,6 +128,12 @@ class IcebergCatalog(Catalog):
         self.id = f"iceberg-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
         self.location = location  # lakesink's table folder: one Iceberg table, one source
         self._catalog: PyCatalog | None = None
+        self._uuid: str | None = None  # the table's, as last loaded
+        #: the table's live data files, read once when an expired history is searched
+        self._live: set[str] | None = None
+
+    def generation(self) -> str | None:
+        return self._uuid
 
     def describe(self) -> str:
         return f"iceberg {safe_uri(self.config.uri)} {'.'.join(self.identifier)}"
@@ -161,9 +182,14 @@ class IcebergCatalog(Catalog):
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            return self._guard("load table", lambda: self.catalog.load_table(self.identifier))
+            table = self._guard("load table", lambda: self.catalog.load_table(self.identifier))
         except NoSuchTableError:
+            self._uuid = self._live = None
             return None
+        uuid = str(table.metadata.table_uuid)
+        if uuid != self._uuid:  # another table than the one whose files were read
+            self._uuid, self._live = uuid, None
+        return table
 
     # -- the contract --------------------------------------------------------------------
 
@@ -197,9 +223,10 @@ class IcebergCatalog(Catalog):
             try:
                 table = self._create(schema)
             except TableAlreadyExistsError:  # made meanwhile by another writer
-                table = self._table()
-                if table is None:
-                    raise CatalogUnavailable("the table was made and is gone") from None
+                table = None
+            table = self._table()  # (its uuid: the generation)
+            if table is None:
+                raise CatalogUnavailable("the table was made and is gone") from None
         self._check(table)
         if self._done(table, batch):
             logger.info("catalog %s: batch %d is already in snapshot history",
@@ -208,13 +235,36 @@ class IcebergCatalog(Catalog):
         self._guard("append", lambda: self._append(table, batch))
 
     def _done(self, table: Table, batch: CommittedBatch) -> bool:
-        """Whether a snapshot of this table already holds the batch (newest first)."""
+        """Whether this table already holds the batch: a snapshot names it (newest
+        first), or — its snapshot perhaps expired — its files are live in the table."""
         want = (batch.app_id, str(batch.batch_id), self.location)
-        for snapshot in reversed(table.snapshots()):
+        snapshots = table.snapshots()
+        for snapshot in reversed(snapshots):
             props = snapshot.summary.additional_properties if snapshot.summary else {}
             if (props.get(APP_ID), props.get(BATCH_ID), props.get(SOURCE)) == want:
                 return True
-        return False
+        return self._held_past_history(table, snapshots, batch)
+
+    def _held_past_history(self, table: Table, snapshots: list[Any], batch: CommittedBatch
+                           ) -> bool:
+        """Whether the batch's first file is one of the table's live data files, asked
+        only for a batch committed before the oldest snapshot kept (give or take
+        :data:`CLOCK_SLACK_MS`): its registration's snapshot may have expired. audit-2
+        #15: a catalog id changed (another URI form, another pyiceberg catalog name of a
+        REST catalog) queues every batch again, and those whose snapshots had expired
+        were appended twice. The live files are read once (one pass over the manifests),
+        then kept up to date with this catalog's own appends; a batch committed later
+        is registered in a snapshot still kept, or not at all."""
+        if not snapshots:
+            return False
+        oldest = min(s.timestamp_ms for s in snapshots)
+        committed = _epoch_ms(batch.committed_at)
+        if committed is not None and committed > oldest + CLOCK_SLACK_MS:
+            return False
+        if self._live is None:
+            self._live = set(self._guard("list the table's files", lambda: (
+                table.inspect.files().column("file_path").to_pylist())))
+        return iceberg_path(batch.files[0].path) in self._live
 
     def _file_schema(self, path: str) -> pa.Schema:
         import pyarrow.parquet as pq
@@ -281,6 +331,8 @@ class IcebergCatalog(Catalog):
             with tx.update_snapshot(snapshot_properties=summary).merge_append() as append:
                 for f in batch.files:
                     append.append_data_file(self._data_file(tx.table_metadata, table, f))
+        if self._live is not None:
+            self._live.update(iceberg_path(f.path) for f in batch.files)
 
     @staticmethod
     def _widens(tx: Any, new: pa.Schema) -> bool:  # noqa: ANN401

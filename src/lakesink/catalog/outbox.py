@@ -22,6 +22,13 @@ the backlog waits with exponential backoff (``catalog.retry_initial_s`` doubling
 in commit order at the first batch after the wait. At stop, one last attempt; what is
 left is registered by the next start.
 
+The marks hold for one incarnation of the catalog's table (:meth:`Catalog.generation`,
+recorded in ``registered/<catalog id>/table.json``). A table dropped and made again —
+by hand, by another tool, or by the next registration after a drop — holds none of the
+batches the marks stand for: the outbox then drops the marks and queues every committed
+batch again, and the catalog's ``register`` skips what its table already holds
+(audit-2 #15: those batches stayed out of the catalog for good).
+
 A batch the catalog *refuses* (a :class:`~lakesink.errors.CatalogError` from
 ``register``: a 413 for a batch of thousands of folders, a footer that disagrees, a
 partition spec another tool changed) is set aside, not retried and not allowed to halt
@@ -50,6 +57,9 @@ if TYPE_CHECKING:
     from lakesink.tables.layout import TableLayout
 
 logger = logging.getLogger(__name__)
+
+#: in the marks folder: the catalog table's generation the marks were written for
+GENERATION = "table.json"
 
 
 def partition_of(relative: str, null_value: str) -> dict[str, str | None]:
@@ -95,6 +105,8 @@ class Registrar:
         self.next_try = 0.0
         self.registered = 0  #: batches registered by this process
         self.refused = 0  #: batches the catalog refused in this process (set aside)
+        self._generation: str | None = None  #: the marks' table generation, once read
+        self._requeue = False  #: the marks were dropped: queue every batch again
 
     # -- where things live -------------------------------------------------------------
 
@@ -115,16 +127,20 @@ class Registrar:
         """Find the committed batches without a mark (every run's: a table the catalog
         is new to registers what it holds), other runs' first, then this run's, each in
         batch order; then try to prepare the catalog and register them."""
+        self._queue_unmarked()
+        if self.pending:
+            logger.info("catalog %s: %d committed batch(es) to register",
+                        self.catalog.describe(), len(self.pending))
+        self.drain()
+
+    def _queue_unmarked(self) -> None:
         from lakesink.tables.manifests import committed
 
         manifests = [(run, b) for run, b, _ in committed(self.fs, self.layout)]
         done = set(self._listed(self.marks))
         self.pending = sorted((k for k in manifests if k not in done),
                               key=lambda k: (k[0] == self.run, k[0], k[1]))
-        if self.pending:
-            logger.info("catalog %s: %d committed batch(es) to register",
-                        self.catalog.describe(), len(self.pending))
-        self.drain()
+        self._requeue = False
 
     def _listed(self, folder: str) -> list[tuple[str, int]]:
         out = []
@@ -156,6 +172,9 @@ class Registrar:
             if not self.prepared:
                 self.catalog.prepare()
                 self.prepared = True
+                self._reconcile()
+                if self._requeue:
+                    self._queue_unmarked()
             while self.pending and self.clock() - started < self.budget_s:
                 run, batch_id = self.pending[0]
                 try:
@@ -167,6 +186,8 @@ class Registrar:
                 else:
                     done += 1
                 self.pending.pop(0)
+                if self._requeue:
+                    self._queue_unmarked()
         except CatalogUnavailable as exc:
             self.registered += done
             self._failed(exc)
@@ -194,6 +215,7 @@ class Registrar:
         batch = committed_batch(manifest, table=self.layout.name, location=self.layout.table,
                                 run=run, null_value=self.null_value)
         batch = self._register_current(batch)
+        self._reconcile()
         fault_point("after_registration", batch_id)
         self.fs.write_json(self.mark(run, batch_id), {
             "batch_id": batch_id, "app_id": batch.app_id, "files": len(batch.files),
@@ -202,6 +224,29 @@ class Registrar:
             self.fs.delete(self.refusal(run, batch_id), recursive=False)
         logger.info("catalog %s: batch %d registered (%d file(s), %d row(s))",
                     self.catalog.describe(), batch_id, len(batch.files), batch.rows)
+
+    def _reconcile(self) -> None:
+        """The marks stand for the catalog table they were written for (see the module
+        docstring): another generation drops them, and every committed batch is queued
+        again (after the batch being registered, whose mark follows)."""
+        now = self.catalog.generation()
+        if now is None or now == self._generation:
+            return
+        path = join(self.marks, GENERATION)
+        if self._generation is None:
+            self._generation = (self.fs.read_json(path) or {}).get("generation")
+        if self._generation not in (None, now):
+            stale = len(self._listed(self.marks))
+            logger.warning("catalog %s: the catalog's table is another one than the batches "
+                           "were registered to (generation %s, was %s): it was dropped or "
+                           "replaced; %d batch(es) registered before are registered again",
+                           self.catalog.describe(), now, self._generation, stale)
+            self.fs.delete(self.marks)
+            self._requeue = True
+        if now != self._generation:
+            self.fs.write_json(path, {"generation": now, "catalog": self.catalog.id,
+                                      "at": time.time()})
+            self._generation = now
 
     def _register_current(self, committed: CommittedBatch) -> CommittedBatch:
         """Register ``committed`` with the files that hold its rows now. When the catalog

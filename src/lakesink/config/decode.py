@@ -80,6 +80,11 @@ class AvroConfig(Section):
     registry: RegistryConfig | None = Field(
         default=None, description="resolve each record's schema id in a schema registry "
         "(the table's schema follows the writers' schemas)")
+    check_length: bool = Field(
+        default=True,
+        description="a value with bytes after its datum is a dead letter (malformed_avro): "
+        "the datum's length is its re-encoding's; false for a writer that splits arrays or "
+        "maps into several blocks (the schema file's decoder only)")
 
     _registry_wire = model_validator(mode="after")(_confluent_with_registry)
 

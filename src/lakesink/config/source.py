@@ -175,6 +175,13 @@ class RedisSource(Section):
     max_records_per_trigger: int | None = Field(
         default=None, gt=0, description="records per batch at most (lists: 10000 if unset)")
     fail_on_data_loss: bool = True
+    wait_replicas: int = Field(
+        default=0, ge=0,
+        description="lists: after moving a batch's items, WAIT until this many replicas "
+        "have the move (a failover to a replica without it would hand the items out "
+        "again: duplicates); fewer within wait_timeout_ms stops the run. 0: no wait")
+    wait_timeout_ms: int = Field(default=1000, gt=0,
+                                 description="lists: how long WAIT waits for the replicas")
     connect_timeout_s: float = Field(default=30.0, gt=0)
     socket_timeout_s: float = Field(default=30.0, gt=0)
 

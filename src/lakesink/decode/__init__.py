@@ -45,7 +45,8 @@ def fixed_decoder(spark: SparkSession | None, cfg: DecodeConfig) -> Decoder | No
         text = read_schema_file(cfg.avro.schema_file)
         if spark is None:
             return None
-        return AvroDecoder(spark, text, wire=cfg.avro.wire)
+        return AvroDecoder(spark, text, wire=cfg.avro.wire,
+                           check_length=cfg.avro.check_length)
     return None
 
 

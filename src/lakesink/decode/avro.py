@@ -12,7 +12,15 @@ the schema file is the schema). Rejections:
 * ``malformed_avro``: the datum cannot be read with the schema. ``from_avro`` in
   PERMISSIVE mode returns a row of NULLs for it, so a NULL in a field the schema does
   not allow to be null marks the failure; when every field is nullable, an all-NULL row
-  counts as read only if it encodes back (``to_avro``) to the same bytes.
+  counts as read only if it encodes back (``to_avro``) to the same bytes. A datum read
+  with bytes left after it is malformed too: ``from_avro`` reads one datum and ignores
+  what follows (known-open L15), so a value written with a schema of more fields than
+  the schema file (those fields were dropped silently) or two data in one value went
+  in as a row. The datum's length is its re-encoding's (``to_avro`` with the same
+  schema: Avro's binary encoding of a value is one byte string for every writer that
+  writes each array and map as one block, as the Java, Python, fastavro and Rust
+  writers do; ``decode.avro.check_length: false`` turns the check off for a writer that
+  does not).
 
 Avro carries no field names or checksums, so some wrong inputs still decode (for
 example random bytes against a schema of one ``long``); that is Avro's nature, the same
@@ -73,8 +81,10 @@ def _nullable(avro_type: Any) -> bool:
 class AvroDecoder(Decoder):
     reasons = (NULL_VALUE, BAD_MAGIC_BYTE, MALFORMED_AVRO)
 
-    def __init__(self, spark: SparkSession, schema_json: str, *, wire: str = "plain") -> None:
+    def __init__(self, spark: SparkSession, schema_json: str, *, wire: str = "plain",
+                 check_length: bool = True) -> None:
         self.schema_json = schema_json
+        self.check_length = check_length
         fields = json.loads(schema_json).get("fields", [])
         self.required = [f["name"] for f in fields if not _nullable(f.get("type"))]
         self.confluent = wire == "confluent"
@@ -118,17 +128,34 @@ class AvroDecoder(Decoder):
             all_null, to_avro(parsed, self.schema_json) != self._payload(value)
         ).otherwise(F.lit(False))
 
+    def _left_over(self, value: Column, parsed: Column) -> Column:
+        """Bytes after the datum read (see the module docstring); evaluated only for a
+        value read (its re-encoding needs the required fields)."""
+        from pyspark.sql.avro.functions import to_avro
+
+        return F.length(self._payload(value)) - F.length(to_avro(parsed, self.schema_json))
+
     def failure(self, value: Column, parsed: Column, unknown: Column | None = None) -> Column:
-        return (F.when(value.isNull(), F.lit(NULL_VALUE))
-                .when(~self._framed(value), F.lit(BAD_MAGIC_BYTE))
-                .when(self._unreadable(value, parsed), F.lit(MALFORMED_AVRO)))
+        marked = (F.when(value.isNull(), F.lit(NULL_VALUE))
+                  .when(~self._framed(value), F.lit(BAD_MAGIC_BYTE))
+                  .when(self._unreadable(value, parsed), F.lit(MALFORMED_AVRO)))
+        if self.check_length:
+            marked = marked.when(self._left_over(value, parsed) > 0, F.lit(MALFORMED_AVRO))
+        return marked
 
     def explain(self, value: Column, parsed: Column) -> tuple[Column, Column]:
         size = F.length(value).cast("string")
         detail = (
             F.when(value.isNull(), F.lit("the record has no value (tombstone)"))
             .when(~self._framed(value), framing_detail(value))
-            .otherwise(F.concat(F.lit("the value cannot be read with the Avro schema ("),
-                                size, F.lit(" bytes)")))
+            .when(self._unreadable(value, parsed),
+                  F.concat(F.lit("the value cannot be read with the Avro schema ("),
+                           size, F.lit(" bytes)")))
         )
+        if self.check_length:
+            detail = detail.otherwise(F.concat(
+                (self._left_over(value, parsed)).cast("string"),
+                F.lit(" byte(s) follow the Avro datum ("), size,
+                F.lit(" bytes): written with a schema of more fields than the schema "
+                      "file, or more than one datum in the value")))
         return self.failure(value, parsed), detail

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark import StorageLevel
 
-from lakesink.errors import FilesRefused
+from lakesink.errors import CommitMismatch, FilesRefused
 from lakesink.faults import fault_point
 from lakesink.pipeline import arrow_merge
 from lakesink.pipeline.arrow_path import stage_in_tasks, suspects_frame
@@ -89,6 +89,7 @@ class ArrowEngine:
                                    stage_format=self._stage_format())
             if tasks.overflow:  # Spark's path does it in one pass
                 return _overflow(spec, batch_id)
+            tasks.check_accounted(batch_id, writer.layout.table)
             fault_point("after_staging", batch_id)
             staged = self._merged(df, spec, tasks, join(staging, "a"), join(staging, "m"),
                                   rows_per_file)
@@ -149,6 +150,11 @@ class ArrowEngine:
         if tasks.overflow:
             _drop_staged(writer, tasks, staging)
             return _overflow(spec, batch_id)
+        try:
+            tasks.check_accounted(batch_id, writer.layout.table)
+        except CommitMismatch:  # files in place no commit lists: not left behind
+            _drop_staged(writer, tasks, staging)
+            raise
         fault_point("after_staging", batch_id)
         suspects = self._judge(df, tasks)
         try:

@@ -17,6 +17,11 @@ frame as the Spark path (:class:`~lakesink.tables.parquet.ParquetTableWriter`):
    leftovers are not the batch's) and Spark's are checked against the counted rows
    (footers), published and recorded in the manifest.
 
+The batch's record count is Spark's, not the tasks': the JVM counts the records it hands
+to the tasks (an observation on the ``mapInArrow`` input), and every one of them must
+come back as a written row or a suspect (:meth:`StagedByTasks.check_accounted`) before
+anything is committed — a task that loses a record cannot also lose it from the count.
+
 Why ``foreachBatch`` + ``mapInArrow`` rather than a Python streaming data source's
 ``DataSourceStreamArrowWriter``: the batch function already owns skip-if-committed,
 schema evolution, dead letters and the lease, and the suspects need a Spark job of their
@@ -31,15 +36,18 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql import Observation
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakesink.errors import one_line
+from lakesink.errors import CommitMismatch, one_line
 from lakesink.decode.json import JsonDecoder
 from lakesink.pipeline.arrow_task import (
     ARROW_TYPES,
@@ -49,6 +57,7 @@ from lakesink.pipeline.arrow_task import (
     run_task,
     warm_up,
 )
+from lakesink.pipeline.marker import observation_values
 from lakesink.tables.fs import join, task_path
 from lakesink.tables.formats import table_format
 from lakesink.sources.record_shape import RECORD_DDL
@@ -153,9 +162,11 @@ def _in_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
 
 
 class StagedByTasks:
-    """What the tasks of one batch reported."""
+    """What the tasks of one batch reported; ``read``: the records Spark handed them
+    (counted in the JVM, not by the tasks)."""
 
-    def __init__(self, results: pa.Table, folder: str) -> None:
+    def __init__(self, results: pa.Table, folder: str, read: int | None = None) -> None:
+        self.read = read
         kind = results.column("kind")
         files = results.filter(pc.equal(kind, "file")).sort_by("path")
         self.files = [(join(folder, rel), rel, int(size)) for rel, size in zip(
@@ -169,6 +180,20 @@ class StagedByTasks:
         #: a task had more suspects than it hands back: the batch takes the Spark path
         self.overflow = bool(pc.any(pc.equal(kind, "overflow")).as_py())
 
+    def check_accounted(self, batch_id: int, table: str) -> None:
+        """Every record Spark handed the tasks came back as a written row or a suspect,
+        and the tasks counted them all (else :class:`~lakesink.errors.CommitMismatch`:
+        nothing of the batch is committed, the query stops). Not for an overflow, whose
+        tasks stopped early."""
+        back = self.rows + self.suspects.num_rows
+        if self.read is not None and self.read == back == self.records:
+            return
+        raise CommitMismatch(
+            f"batch {batch_id} of {table}: Spark handed the Arrow tasks {self.read} "
+            f"record(s), they counted {self.records} and accounted for {back} ({self.rows} "
+            f"row(s) written, {self.suspects.num_rows} handed back); nothing was "
+            "committed. This is a lakesink bug: please report it with this message")
+
 
 def stage_in_tasks(df: DataFrame, spec: TaskSpec, folder: str, rows_per_file: int | None,
                    file_tag: str = "", stage_format: str = "parquet") -> StagedByTasks:
@@ -178,10 +203,15 @@ def stage_in_tasks(df: DataFrame, spec: TaskSpec, folder: str, rows_per_file: in
     spec = replace(spec, staging=task_path(spec.filesystem, folder), rows_per_file=rows_per_file,
                    file_tag=file_tag, stage_format=stage_format,
                    **task_suspect_share(spec, tasks))
-    results = (df.select(*RAW_COLUMNS)
+    raw = df.select(*RAW_COLUMNS)
+    observation = Observation(f"lakesink_read_{time.monotonic_ns()}")
+    results = (raw.observe(observation, F.count(F.lit(1)).alias("records"))
                .mapInArrow(functools.partial(_in_task, spec), RESULT_DDL)
                .toArrow())
-    return StagedByTasks(results, folder)
+    read = observation_values(observation).get("records")
+    if read is None:  # Spark reported no metrics: count the input again, in the JVM
+        read = raw.count()
+    return StagedByTasks(results, folder, int(read))
 
 
 def task_suspect_share(spec: TaskSpec, tasks: int) -> dict[str, int]:

@@ -60,6 +60,9 @@ def source_options(cfg: RedisSource, keys: list[str], **extra: str) -> dict[str,
             "fail_on_data_loss": str(cfg.fail_on_data_loss).lower(), **extra}
     if cfg.max_records_per_trigger:
         opts["max_records"] = str(cfg.max_records_per_trigger)
+    if cfg.wait_replicas:
+        opts["wait_replicas"] = str(cfg.wait_replicas)
+        opts["wait_timeout_ms"] = str(cfg.wait_timeout_ms)
     if cfg.username:
         opts["username"] = cfg.username
     if cfg.password is not None:

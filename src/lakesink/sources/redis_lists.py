@@ -13,6 +13,12 @@ atomically, into a processing list of their own (the reliable-queue pattern):
   exactly the same items, in the same order.
 * ``commit(end)`` (after the batch is durable) deletes the processing lists up to
   ``end``. Nothing is removed before.
+* With ``wait_replicas`` (option; ``source.redis.wait_replicas``), a move is followed by
+  ``WAIT``: the batch goes on only once that many replicas have it, so a failover to a
+  replica (Redis replicates asynchronously) cannot lose a move whose items a batch
+  writes — they would be handed out again (audit-2 #17). Fewer replicas within
+  ``wait_timeout_ms`` fail the query (a :class:`~lakesink.errors.SourceError`); the
+  restart takes the moved items again from their processing list.
 
 The processing lists of a list and ``consumer`` belong to one checkpoint (option
 ``owner``, recorded in ``<prefix>{<list>}:<consumer>:owner`` by a move, deleted with the
@@ -123,6 +129,8 @@ class RedisListsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.consumer = options.get("consumer") or "lakesink"
         self.batch = int(options.get("max_records") or DEFAULT_BATCH)
         self.remaining: dict[str, int] | None = None  # availableNow: items left to take
+        self.wait_replicas = int(options.get("wait_replicas") or 0)
+        self.wait_timeout_ms = int(options.get("wait_timeout_ms") or 1000)
         self._client = None
 
     @property
@@ -170,6 +178,7 @@ class RedisListsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if take > 0 or client.exists(f"{lists}{seq}"):
                 moved = self._take(key, seq, take)
                 if moved > 0:
+                    self._replicated(key, seq)
                     fault_point("source_after_take")
                     if self.remaining is not None:
                         self.remaining[key] = max(0, self.remaining[key] - moved)
@@ -200,6 +209,20 @@ class RedisListsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "start this one from a new checkpoint, which reads its unfinished "
                 "batches first; a checkpoint already past them would delete them "
                 "unread)") from None
+
+    def _replicated(self, key: str, seq: int) -> None:
+        """``WAIT`` for ``wait_replicas`` replicas to have the move (see the module
+        docstring); fewer fail the query before the batch is written."""
+        if self.wait_replicas <= 0:
+            return
+        acked = int(self.client.wait(self.wait_replicas, self.wait_timeout_ms))
+        if acked < self.wait_replicas:
+            raise SourceError(
+                f"Redis list {key}: batch {seq}'s move reached {acked} of "
+                f"source.redis.wait_replicas={self.wait_replicas} replica(s) within "
+                f"{self.wait_timeout_ms} ms; a failover now could hand its items out "
+                "again, so the run stops before writing them (a restart takes them from "
+                "their processing list). Check the replicas, or lower wait_replicas")
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[ListBatch]:
         return [ListBatch(key, seq) for key in self.keys if key in start and key in end

@@ -294,6 +294,22 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         deleted = _deleted(info)
         first = info.get("first-entry")
         added_after = int(info["entries-added"]) - begin["n"]
+        last = as_text(info["last-generated-id"])
+        if parse_id(last) < _id(begin):
+            # audit-2 #17: the stream is behind the position (a failover to a replica
+            # that lacked the newest entries; a stream made again with explicit ids):
+            # entries it is given now can get ids at or below the position, which a
+            # read after the position never returns
+            message = (f"Redis stream {key!r}: its last entry id {last} is before the "
+                       f"checkpoint's position {begin['id']}: the stream lost entries that "
+                       "were read (a failover to a replica that lagged?) and new entries "
+                       "may get ids at or below the position, which are never read. Set "
+                       "source.redis.fail_on_data_loss: false to go on (entries added at "
+                       "or below the position are then skipped)")
+            if self.fail_on_data_loss:
+                raise SourceError(message)
+            logger.warning(message)
+            return info, True
         if parse_id(deleted) > max(_id(begin), parse_id(begin.get("d", "0-0"))):
             what = f"deleted (XDEL, up to {deleted})"
         elif begin["n"] >= 0 and parse_id(begin.get("d", "0-0")) <= _id(begin) \
