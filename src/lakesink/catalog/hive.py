@@ -203,10 +203,10 @@ class HiveCatalog(Catalog):
             self._created = details.get("Created Time")
 
     def generation(self) -> str | None:
-        """A Parquet table's creation time (to the second): a table dropped and made
-        again is another one, without the partitions registered before. A Delta table
-        is registered whole, by its log: no marks to reconcile."""
-        return None if table_format(self.format).has_log else self._created
+        """The table's creation time (to the second): a Parquet table dropped and made
+        again is another one, without the partitions registered before. (A Delta table
+        is registered whole, by its log: its registrar has no marks to reconcile.)"""
+        return self._created
 
     def _check(self, details: dict[str, str]) -> None:
         """An existing table must be this lake table: same provider, folder and

@@ -106,6 +106,40 @@ def _deleted(info: dict | None) -> str:
     return as_text(info.get("max-deleted-entry-id") or "0-0") if info else "0-0"
 
 
+def _loss(key: str, info: dict, begin: Position) -> str | None:
+    """What was lost after ``begin``, as the message to fail or warn with; None when
+    nothing was. Lost: the stream is behind the position, or entries were deleted
+    (``XDEL`` since the position was taken: ``max-deleted-entry-id`` grew past
+    ``begin``) or trimmed (the stream's oldest entry is past ``begin`` and fewer
+    entries are left after it than were added after it)."""
+    last = as_text(info["last-generated-id"])
+    if parse_id(last) < _id(begin):
+        # audit-2 #17: the stream is behind the position (a failover to a replica that
+        # lacked the newest entries; a stream made again with explicit ids): entries it
+        # is given now can get ids at or below the position, which a read after the
+        # position never returns
+        return (f"Redis stream {key!r}: its last entry id {last} is before the "
+                f"checkpoint's position {begin['id']}: the stream lost entries that were "
+                "read (a failover to a replica that lagged?) and new entries may get ids "
+                "at or below the position, which are never read. Set "
+                "source.redis.fail_on_data_loss: false to go on (entries added at or "
+                "below the position are then skipped)")
+    deleted = _deleted(info)
+    first = info.get("first-entry")
+    added_after = int(info["entries-added"]) - begin["n"]
+    if parse_id(deleted) > max(_id(begin), parse_id(begin.get("d", "0-0"))):
+        what = f"deleted (XDEL, up to {deleted})"
+    elif begin["n"] >= 0 and parse_id(begin.get("d", "0-0")) <= _id(begin) \
+            and (not first or parse_id(as_text(first[0])) > _id(begin)) \
+            and added_after > int(info["length"]):
+        what = f"trimmed ({added_after - int(info['length'])} entries)"
+    else:
+        return None
+    return (f"Redis stream {key!r}: entries after the checkpoint's position "
+            f"{begin['id']} were {what} before they were read; rows are lost. Set "
+            "source.redis.fail_on_data_loss: false to go on")
+
+
 class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """See the module docstring for the contract. Runs on the driver (offsets, commit)
     and in executor tasks (``read``).
@@ -283,44 +317,13 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 and parse_id(as_text(first[0])) <= parse_id(as_text(first_read)))
 
     def _check_loss(self, key: str, begin: Position) -> tuple[dict | None, bool]:
-        """Fail (``fail_on_data_loss``) when entries after ``begin`` are gone unread:
-        deleted (``XDEL`` since the position was taken: ``max-deleted-entry-id`` grew past
-        ``begin``) or trimmed (the stream's oldest entry is past ``begin`` and fewer
-        entries are left after it than were added after it). Returns the stream's
-        ``XINFO STREAM`` and whether a loss was found (and only logged)."""
+        """Fail (``fail_on_data_loss``) when entries after ``begin`` are gone unread
+        (:func:`_loss` says how). Returns the stream's ``XINFO STREAM`` and whether a
+        loss was found (and only logged)."""
         info = self._info(key)
-        if info is None:
-            return None, False
-        deleted = _deleted(info)
-        first = info.get("first-entry")
-        added_after = int(info["entries-added"]) - begin["n"]
-        last = as_text(info["last-generated-id"])
-        if parse_id(last) < _id(begin):
-            # audit-2 #17: the stream is behind the position (a failover to a replica
-            # that lacked the newest entries; a stream made again with explicit ids):
-            # entries it is given now can get ids at or below the position, which a
-            # read after the position never returns
-            message = (f"Redis stream {key!r}: its last entry id {last} is before the "
-                       f"checkpoint's position {begin['id']}: the stream lost entries that "
-                       "were read (a failover to a replica that lagged?) and new entries "
-                       "may get ids at or below the position, which are never read. Set "
-                       "source.redis.fail_on_data_loss: false to go on (entries added at "
-                       "or below the position are then skipped)")
-            if self.fail_on_data_loss:
-                raise SourceError(message)
-            logger.warning(message)
-            return info, True
-        if parse_id(deleted) > max(_id(begin), parse_id(begin.get("d", "0-0"))):
-            what = f"deleted (XDEL, up to {deleted})"
-        elif begin["n"] >= 0 and parse_id(begin.get("d", "0-0")) <= _id(begin) \
-                and (not first or parse_id(as_text(first[0])) > _id(begin)) \
-                and added_after > int(info["length"]):
-            what = f"trimmed ({added_after - int(info['length'])} entries)"
-        else:
+        message = _loss(key, info, begin) if info is not None else None
+        if message is None:
             return info, False
-        message = (f"Redis stream {key!r}: entries after the checkpoint's position "
-                   f"{begin['id']} were {what} before they were read; rows are lost. Set "
-                   "source.redis.fail_on_data_loss: false to go on")
         if self.fail_on_data_loss:
             raise SourceError(message)
         logger.warning(message)
