@@ -45,6 +45,7 @@ from lakesink.runtime import storage
 from lakesink.runtime.query_runner import RestartPolicy, run_with_restarts
 from lakesink.runtime.shutdown import StopGate, StopRequest
 from lakesink.silence.query import SilenceQuery, SilenceRunner
+from lakesink.tables.formats import table_format
 from lakesink.tables.fs import HadoopFS, to_uri
 from lakesink.tables.identity import MarkStarted, checkpoint_app_id, record_start
 from lakesink.tables.layout import TableLayout
@@ -438,7 +439,8 @@ def _preflight_tables(cfg: LakesinkConfig) -> list[str]:
         PartitionSpec.build(columns=cfg.table.partition_by, schema=schema,
                             timestamp_column=cfg.table.timestamp_column,
                             timestamp_fallback=cfg.table.timestamp_fallback,
-                            null_value=cfg.table.null_partition_value)
+                            null_value=cfg.table.null_partition_value,
+                            ascii_folders=table_format(cfg.table.format).ascii_folders)
         what = (f"format {cfg.decode.format}" if fixed is not None
                 else f"{len(schema.fields)} declared field(s)")
         done.append(f"schema: {what}; partition columns "

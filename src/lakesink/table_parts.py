@@ -37,7 +37,7 @@ from lakesink.runtime import storage
 from lakesink.tables.base import check_layout
 from lakesink.tables.fs import HadoopFS
 from lakesink.tables.identity import run_tag
-from lakesink.tables.formats import WriterOptions, open_writer
+from lakesink.tables.formats import WriterOptions, open_writer, table_format
 from lakesink.tables.layout import TableLayout
 from lakesink.tables.rejected import RejectedWriter
 
@@ -237,6 +237,7 @@ class TableParts:
                 timestamp_column=table.timestamp_column,
                 timestamp_fallback=table.timestamp_fallback,
                 null_value=table.null_partition_value,
+                ascii_folders=table_format(table.format).ascii_folders,
             )
             if registry is not None:
                 decoder: Decoder = registry_decoder(current)

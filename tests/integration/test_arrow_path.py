@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +70,11 @@ EDGE_VALUES: list[bytes | None] = [
     # the longest that can: the first three are dead letters, not a batch that fails
     b'{"id": 1, "location": "a\\u0000b"}', b'{"id": 1, "location": "%s"}' % (b"a" * 247),
     b'{"id": 1, "location": "%s"}' % (b"=" * 83), b'{"id": 1, "location": "%s"}' % (b"a" * 246),
+    # fits a folder in Spark's spelling (240 bytes), not in a Delta table's ASCII one
+    # (720 bytes): a row of a Parquet table, a dead letter of a Delta table
+    b'{"id": 1, "location": "%s"}' % ("\u00e9" * 120).encode(),
 ]
-#: the edge values with reason ``invalid_partition_value``
+#: the edge values with reason ``invalid_partition_value`` (Parquet; Delta: one more)
 UNFIT_FOLDERS = 3
 
 
@@ -289,7 +293,7 @@ def test_arrow_path_commits_to_delta_what_the_spark_path_commits(spark, kafka_br
             if r[2] == "invalid_partition_value"] == [
         ("invalid_partition_value", "location: the value cannot name a partition folder (it "
          "holds a NUL byte, or location=<value>, escaped, is over 255 bytes)", "schema")
-    ] * UNFIT_FOLDERS
+    ] * (UNFIT_FOLDERS + 1)
     assert stats["arrow"].written == stats["spark"].written
     assert stats["arrow"].rejected == stats["spark"].rejected
     assert _delta_rs_rows(lakes["spark"] / "events") == 0
@@ -445,3 +449,55 @@ def test_a_refused_commit_that_lands_late_keeps_its_dead_letters(
     dead = _dead_letters(lake)
     assert len(set(ids)) == len(ids) and len(ids) + len(dead) == len(values)
     assert "malformed_json" in {r[2] for r in dead}
+
+
+def test_a_batch_cut_off_after_its_suspects_moved_in_leaves_no_row(spark, kafka_broker, topic,
+                                                                   tmp_path, monkeypatch) -> None:
+    """known-open T7: a Delta batch on the Arrow path that stops after ``stage_in_place``
+    moved the suspects Spark accepted into the table's folders, before its commit (a
+    crash there leaves the same files; here the batch's retry runs it again, as a
+    restart would): the files are in no commit, so no reader sees them; the batch runs
+    again under another attempt tag (no file of the first attempt is replaced); every
+    record is a row once; VACUUM deletes the orphans."""
+    from deltalake import DeltaTable
+
+    from lakesink import maintenance
+    from lakesink.config.plan import TableSpec
+    from lakesink.tables.delta_files import DeltaFiles
+
+    real = DeltaFiles.commit_files
+    cut: list[list[str]] = []
+
+    def cut_off_once(self, batch_id, files, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        moved = [f[0] for f in files if "/part-s-" in f"/{f[0]}"]
+        if moved and not cut:
+            cut.append(moved)
+            raise RuntimeError("cut off after the suspects moved in (the test)")
+        return real(self, batch_id, files, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaFiles, "commit_files", cut_off_once)
+    values = [*EDGE_VALUES, *_random_records(random.Random(11), 300)]
+    produce(kafka_broker.bootstrap_servers, topic,
+            [(b"k%d" % i, v) for i, v in enumerate(values)])
+    lake = tmp_path / "lake"
+    data = _config(kafka_broker, topic, lake, "arrow", format="delta")
+    stats = _run(spark, data)  # the batch is tried again (a restart does the same)
+    assert cut
+    table = lake / "events"
+    rows, by_spark, count = _delta_rows(spark, table)
+    assert by_spark == rows and count == len(rows)
+    assert len(rows) + len(_dead_letters(lake)) == len(values)
+    ids = Counter(delta_ids(table))
+    assert sum(ids.values()) == len(rows)
+    assert {i for i, n in ids.items() if n > 1} <= {1}  # the edge values' id, many times
+    live = {Path(u.removeprefix("file://")) for u in DeltaTable(str(table)).file_uris()}
+    on_disk = {p for p in table.rglob("*.parquet") if "_delta_log" not in p.parts}
+    orphans = on_disk - live
+    assert {table / rel for rel in cut[0]} <= orphans  # moved in, never committed
+    assert not any(rel in {str(p.relative_to(table)) for p in live} for rel in cut[0])
+    assert stats.written == len(rows)
+    data["maintenance"] = {"vacuum_retention_hours": 0}
+    cfg = load_config(flags=flatten(data), env={})
+    assert maintenance.vacuum(TableSpec(cfg), spark, force=True)["applied"]
+    assert {p for p in table.rglob("*.parquet") if "_delta_log" not in p.parts} == live
+    assert _delta_rows(spark, table)[0] == rows

@@ -23,6 +23,7 @@ from tests.fixtures.services import (
     produce_events,
     run_cli,
     run_cli_here,
+    source_config,
     write_config,
 )
 from tests.integration.test_ingest import run_once
@@ -412,3 +413,39 @@ def test_manifests_roll_up_and_every_batch_stays_committed(spark, kafka_broker, 
 
     ids = [r[0] for r in duckdb.sql(f"SELECT id FROM read_parquet({paths!r})").fetchall()]
     assert sorted(ids) == list(range(N + 60)) and held["rows"] == N + 60
+
+
+def test_vacuum_refuses_a_delta_table_whose_folders_an_earlier_lakesink_named_raw(
+        spark, tmp_path) -> None:
+    """Files delta-rs committed in folders named with raw non-ASCII characters (how the
+    Arrow path named them before its folders were ASCII): Spark's VACUUM would delete
+    them, so ``vacuum`` refuses in one line and deletes nothing; the rows stay."""
+    import time
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable, write_deltalake
+    from deltalake.transaction import AddAction
+
+    from lakesink.errors import SinkError
+
+    lake = tmp_path / "lake"
+    table = lake / "events"
+    write_deltalake(str(table), pa.table({"id": pa.array([], pa.int64()),
+                                          "location": pa.array([], pa.string())}),
+                    partition_by=["location"])
+    (table / "location=Zürich").mkdir()
+    pq.write_table(pa.table({"id": [1, 2]}), table / "location=Zürich" / "part-0.parquet")
+    dt = DeltaTable(str(table))
+    dt.create_write_transaction([AddAction(
+        "location=Zürich/part-0.parquet", (table / "location=Zürich" / "part-0.parquet")
+        .stat().st_size, {"location": "Zürich"}, int(time.time() * 1000), True,
+        '{"numRecords": 2}')], "append", dt.schema(), partition_by=["location"])
+    data = source_config({"kafka": {"bootstrap_servers": "127.0.0.1:1", "topics": ["t"]}},
+                         lake, format="delta", partition_by=["location"],
+                         timestamp_column=None)
+    data["maintenance"] = {"vacuum_retention_hours": 0}
+    with pytest.raises(SinkError, match="1 live file.*non-ASCII.*Not vacuumed"):
+        maintenance.vacuum(TableSpec(cfg_of(data)), spark, force=True)
+    assert (table / "location=Zürich" / "part-0.parquet").exists()
+    assert spark.read.format("delta").load(str(table)).count() == 2

@@ -9,7 +9,10 @@ import pytest
 from lakesink.pipeline.partitioning import detect_unit, partition_path, time_parts, to_utc
 from lakesink.tables.paths import (
     HIVE_DEFAULT_PARTITION,
+    MAX_FOLDER_BYTES,
+    ascii_name,
     escape_value,
+    folder_fits,
     is_safe_relative_dir,
     unescape_value,
 )
@@ -66,6 +69,32 @@ def test_time_parts_are_zero_padded() -> None:
 def test_escape_value(raw: str, escaped: str) -> None:
     assert escape_value(raw) == escaped
     assert unescape_value(escaped) == raw
+
+
+@pytest.mark.parametrize(
+    ("raw", "escaped"),
+    [("plain", "plain"), ("späti", "sp%C3%A4ti"), ("50% ü", "50%25 %C3%BC"),
+     ("日本/x", "%E6%97%A5%E6%9C%AC%2Fx"), ("🦀", "%F0%9F%A6%80"), ("a b", "a b")],
+)
+def test_a_delta_folder_is_named_in_ascii_and_read_back(raw: str, escaped: str) -> None:
+    """A Delta table's folders (``ascii_only``): Hive's escaping, then each non-ASCII
+    character as its UTF-8 bytes, as delta-rs names folders; either spelling reads back
+    (a Spark-written folder keeps its raw characters)."""
+    assert escape_value(raw, ascii_only=True) == escaped
+    assert escaped.isascii()
+    assert unescape_value(escaped) == raw == unescape_value(escape_value(raw))
+    assert ascii_name(escape_value(raw)) == escaped
+
+
+def test_a_delta_folder_s_length_counts_its_ascii_name() -> None:
+    """A value that fits a folder in Spark's spelling may not once in ASCII: in a Delta
+    table it is a dead letter on both engines (the rule Spark's expression shares)."""
+    value = "é" * 120  # 240 bytes raw, 720 as %XX
+    assert folder_fits("location", value)
+    assert not folder_fits("location", value, ascii_only=True)
+    longest = "é" * ((MAX_FOLDER_BYTES - len("location=")) // 6)
+    assert folder_fits("location", longest, ascii_only=True)
+    assert not folder_fits("location", longest + "é", ascii_only=True)
 
 
 def test_partition_path_never_leaves_its_folder() -> None:

@@ -15,11 +15,12 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lakesink.errors import ConfigError
+from lakesink.errors import ConfigError, SinkError
 from lakesink.maintenance.base import Maintainer, table_commits
 
 if TYPE_CHECKING:
@@ -108,6 +109,14 @@ def optimize(spark: SparkSession, uri: str, name: str, *, zorder_by: list[str],
     report.files_after, report.bytes_after, report.version_after = _detail(spark, uri)
     report.seconds = round(time.monotonic() - started, 3)
     return report
+
+
+def _exposed_to_vacuum(path: str) -> bool:
+    """A log path (as the log spells it) with a percent-encoded non-ASCII byte whose
+    folder is named with the raw character: an earlier lakesink's delta-rs commit, which
+    Delta-Spark's ``VACUUM`` does not match with the listed file (lakesink now names such
+    folders in ASCII: the log then spells ``%25C3``; Spark's writer spells ``ü``)."""
+    return re.search(r"%[89A-Fa-f][0-9A-Fa-f]", path) is not None
 
 
 def check_retention(retention_hours: float, *, force: bool) -> None:
@@ -208,6 +217,14 @@ class DeltaMaintainer(Maintainer):
                             partition=partition).as_dict()
 
     def vacuum(self, *, force: bool, dry_run: bool) -> dict[str, Any]:
+        exposed = [f["path"] for f in self.files() if _exposed_to_vacuum(f["path"])]
+        if exposed:
+            raise SinkError(
+                f"{self.layout.name}: {len(exposed)} live file(s) of the log sit in folders "
+                f"named with non-ASCII characters by an earlier lakesink (first: "
+                f"{exposed[0]}); Spark's VACUUM would take them for untracked files and "
+                "delete them. Not vacuumed: see 'A Delta table's folders are named in "
+                "ASCII' in docs/architecture.md")
         return vacuum(self.spark, self.layout.table, self.layout.name,  # no commit: no lease
                       retention_hours=self.spec.maintenance.vacuum_retention_hours,
                       force=force, dry_run=dry_run).as_dict()

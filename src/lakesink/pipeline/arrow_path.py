@@ -148,7 +148,8 @@ def arrow_spec(*, decoder: Decoder, transforms: Transforms, writer: TableWriter,
         null_value=partitions.null_value, derived=tuple(partitions.derived),
         key_column=source_columns.key_column, key_format=source_columns.key_format,
         metadata_column=source_columns.metadata_column, compression=writer.compression,
-        filesystem=filesystem, stats=table_format(writer.format).has_log)
+        filesystem=filesystem, stats=table_format(writer.format).has_log,
+        ascii_folders=partitions.ascii_folders)
 
 
 def _in_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -123,6 +123,8 @@ class TaskSpec:
     file_tag: str = ""
     #: report Delta statistics per file (numRecords, nullCount, min/max of numbers)
     stats: bool = False
+    #: partition folders named in ASCII (``TableFormat.ascii_folders``: a Delta table's)
+    ascii_folders: bool = False
     #: what the files are: ``parquet`` (the table's files), or ``arrow`` (Arrow IPC, a
     #: batch's rows staged for :mod:`lakesink.pipeline.arrow_merge`, which writes the
     #: folder's Parquet files from them: no Parquet encoded twice)
@@ -230,7 +232,7 @@ def certify(spec: TaskSpec, raw: pa.Table, decoded: pa.Table, ok: pa.Array
         if type_name == "string":  # Arrow's JSON reader does not check UTF-8
             checks.append(valid_utf8(col))
             if name in spec.partition_by and name not in spec.derived:
-                checks.append(_folders_fit(name, col))
+                checks.append(_folders_fit(name, col, spec.ascii_folders))
                 if spec.null_value != HIVE_DEFAULT_PARTITION:  # Spark's path rejects it
                     checks.append(pc.fill_null(pc.not_equal(col, HIVE_DEFAULT_PARTITION),
                                                True))
@@ -267,18 +269,19 @@ def certify(spec: TaskSpec, raw: pa.Table, decoded: pa.Table, ok: pa.Array
     return table.filter(mask), mask
 
 
-def _folders_fit(name: str, col: pa.Array | pa.ChunkedArray) -> pa.Array:
+def _folders_fit(name: str, col: pa.Array | pa.ChunkedArray, ascii_only: bool) -> pa.Array:
     """Per value of a text partition column: it can name a folder (``folder_fits``);
     checked exactly only for values long enough or holding a NUL."""
     col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    prefix = len(f"{escape_value(name)}=".encode())
+    prefix = len(f"{escape_value(name, ascii_only=ascii_only)}=".encode())
     risky = pc.fill_null(pc.or_(
         pc.greater(pc.add(pc.multiply(pc.binary_length(col), 3), prefix), MAX_FOLDER_BYTES),
         pc.match_substring(col, "\x00")), False)
     if not pc.any(risky).as_py():
         return pa.array([True] * len(col), pa.bool_())
     values = col.cast(pa.binary()).to_pylist()
-    return pa.array([not r or v is None or folder_fits(name, v.decode("utf-8", "replace"))
+    return pa.array([not r or v is None or folder_fits(name, v.decode("utf-8", "replace"),
+                                                        ascii_only=ascii_only)
                      for v, r in zip(values, risky.to_pylist(), strict=True)], pa.bool_())
 
 
@@ -397,8 +400,8 @@ def folder_names(spec: TaskSpec, table: pa.Table) -> pa.Array:
         text = pc.if_else(pc.fill_null(pc.equal(text, ""), True),
                           pa.scalar(None, pa.string()), text)
         distinct = pc.unique(text)
-        names = [f"{escape_value(col)}="
-                 f"{escape_value(spec.null_value if v is None else v)}"
+        names = [f"{escape_value(col, ascii_only=spec.ascii_folders)}="
+                 f"{escape_value(spec.null_value if v is None else v, ascii_only=spec.ascii_folders)}"
                  for v in distinct.to_pylist()]
         index = pc.index_in(text, value_set=distinct, skip_nulls=False)
         parts.append(pc.take(pa.array(names, pa.string()), index))

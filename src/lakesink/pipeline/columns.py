@@ -31,6 +31,9 @@ class PartitionSpec:
     timestamp_type: T.DataType | None
     use_kafka_timestamp: bool
     null_value: str
+    #: folders named in ASCII (a Delta table's: see ``TableFormat.ascii_folders``), which
+    #: the length a value may have counts with
+    ascii_folders: bool = False
 
     @property
     def derived(self) -> tuple[str, ...]:
@@ -42,6 +45,7 @@ class PartitionSpec:
     def build(
         cls, *, columns: Sequence[str], schema: T.StructType, timestamp_column: str | None,
         timestamp_fallback: str = "none", null_value: str = HIVE_DEFAULT_PARTITION,
+        ascii_folders: bool = False,
     ) -> PartitionSpec:
         fields = {f.name: f.dataType for f in schema.fields}
         ts_type = None
@@ -70,13 +74,13 @@ class PartitionSpec:
                 raise ConfigError("table.partition_by",
                                   f"{col!r} is a {fields[col].simpleString()}: not partitionable")
         for col in columns:
-            if not folder_fits(col, null_value):
+            if not folder_fits(col, null_value, ascii_only=ascii_folders):
                 raise ConfigError(
                     "table.null_partition_value",
                     f"{null_value[:40]!r}… cannot name a folder of {col!r} (a NUL byte, or "
                     f"{col}=<value>, escaped, over {MAX_FOLDER_BYTES} bytes)")
         return cls(tuple(columns), timestamp_column, ts_type,
-                   timestamp_fallback == "kafka", null_value)
+                   timestamp_fallback == "kafka", null_value, ascii_folders)
 
     def timestamp(self, record: Column, kafka_timestamp: Column) -> tuple[Column, Column]:
         """(UTC timestamp, invalid flag) for each record."""
@@ -114,7 +118,8 @@ class PartitionSpec:
                  and f.name not in self.derived and isinstance(f.dataType, T.StringType)]
         if not names:
             return None
-        unfit = {name: folder_unfit_expr(name, record[name]) for name in names}
+        unfit = {name: folder_unfit_expr(name, record[name], ascii_only=self.ascii_folders)
+                 for name in names}
         details = [F.when(check, F.lit(
             f"{name}: the value cannot name a partition folder (it holds a NUL byte, or "
             f"{name}=<value>, escaped, is over {MAX_FOLDER_BYTES} bytes)"))

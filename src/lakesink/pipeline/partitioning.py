@@ -148,15 +148,17 @@ def timestamp_column_expr(col: Column, dtype: DataType) -> Column:
     raise AssertionError("unreachable")
 
 
-def folder_unfit_expr(col: str, value: Column) -> Column:
+def folder_unfit_expr(col: str, value: Column, *, ascii_only: bool = False) -> Column:
     """Spark's :func:`folder_fits`, negated: true when the string ``value`` cannot name
     a folder of ``col`` (false for null). The exact length is computed only for values
     long enough to matter."""
     from pyspark.sql import functions as F
 
-    prefix = len(f"{escape_value(col)}=".encode())
+    prefix = len(f"{escape_value(col, ascii_only=ascii_only)}=".encode())
     size = F.octet_length(value)
     escaped = F.length(value) - F.length(F.regexp_replace(value, ESCAPE_CLASS, ""))
+    if ascii_only:  # and each byte of a non-ASCII character: %XX
+        escaped = escaped + size - F.length(F.regexp_replace(value, "[^\\x00-\\x7F]", ""))
     too_long = F.when(size * 3 + prefix > MAX_FOLDER_BYTES,
                       size + escaped * 2 + prefix > MAX_FOLDER_BYTES).otherwise(False)
     return F.coalesce(too_long | (F.instr(value, "\x00") > 0), F.lit(False))

@@ -28,7 +28,12 @@ from lakesink.faults import fault_point
 from lakesink.tables.base import BatchResult, Recount, StagedFile, check_rows
 from lakesink.tables.fs import join, open_filesystem, task_path
 from lakesink.tables.identity import run_tag
-from lakesink.tables.paths import HIVE_DEFAULT_PARTITION, is_safe_relative_dir, unescape_value
+from lakesink.tables.paths import (
+    HIVE_DEFAULT_PARTITION,
+    ascii_name,
+    is_safe_relative_dir,
+    unescape_value,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -284,6 +289,7 @@ class DeltaFiles:
             if not is_safe_relative_dir(rel_dir, self.partition_by):
                 raise SinkError(f"unexpected staged path {relative!r} for partitions "
                                 f"{self.partition_by}")
+            rel_dir = ascii_name(rel_dir)  # Spark's folder, as the tasks name it
             name = f"part-s-{n:05d}{file_tag}.parquet"
             rel = f"{rel_dir}/{name}" if rel_dir else name
             rows = self.fs.parquet_rows(path)

@@ -87,6 +87,10 @@ class TableFormat(ABC):
     name: ClassVar[str]
     #: the table has a log of its files (readers and catalogs ask it, not the folders)
     has_log: ClassVar[bool]
+    #: partition folders are named in ASCII (:func:`~lakesink.tables.paths.ascii_name`):
+    #: delta-rs commits the table's files, and Delta-Spark's ``VACUUM`` would take a
+    #: folder named with raw non-ASCII characters for an untracked one
+    ascii_folders: ClassVar[bool] = False
     #: schema evolution widens column types unless told not to
     widens_by_default: ClassVar[bool]
     #: one driver may commit to the table on S3 (with the single-driver log store)
@@ -145,6 +149,7 @@ class ParquetFormat(TableFormat):
 class DeltaFormat(TableFormat):
     name = "delta"
     has_log = True
+    ascii_folders = True
     widens_by_default = False
     one_driver_on_s3 = True
     maintainer = "lakesink.maintenance.delta:DeltaMaintainer"

@@ -9,8 +9,8 @@ catalogs and maintenance read these rules from here.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
+from urllib.parse import quote, unquote
 
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
@@ -23,24 +23,45 @@ ESCAPE_CLASS = '[\\x01-\\x1F\\x7F"#%\'*/:=?\\\\{\\[\\]\\^]'
 MAX_FOLDER_BYTES = 255
 
 
-def escape_value(value: str) -> str:
-    """Hive path escaping of one partition value."""
-    return "".join(f"%{ord(c):02X}" if c in _ESCAPE else c for c in value)
+def ascii_name(name: str) -> str:
+    """``name`` (Hive-escaped folder names) with every non-ASCII character
+    percent-encoded as its UTF-8 bytes: ``location=Zürich`` -> ``location=Z%C3%BCrich``.
+
+    The folders of files a Delta table's log gets from delta-rs are named so (as
+    delta-rs' own writer names them). delta-rs writes a file's path into the log
+    percent-encoded, non-ASCII included; Delta-Spark's ``VACUUM`` compares the log's
+    paths with the listed ones without decoding them, so a live file in a folder named
+    with raw non-ASCII characters (Spark's way) looks untracked to it and is deleted
+    once past the retention. ASCII names are spelled alike by both.
+    """
+    if name.isascii():
+        return name
+    return "".join(c if c.isascii() else quote(c, safe="") for c in name)
 
 
-def folder_fits(col: str, value: str) -> bool:
+def escape_value(value: str, *, ascii_only: bool = False) -> str:
+    """Hive path escaping of one partition value (with ``ascii_only``, then
+    :func:`ascii_name`)."""
+    escaped = "".join(f"%{ord(c):02X}" if c in _ESCAPE else c for c in value)
+    return ascii_name(escaped) if ascii_only else escaped
+
+
+def folder_fits(col: str, value: str, *, ascii_only: bool = False) -> bool:
     """Whether ``value`` can name a folder of partition column ``col`` on every backend:
     it holds no NUL (no file system takes one, and Hive's escaping leaves it as it is)
-    and ``<col>=<escaped value>`` is at most :data:`MAX_FOLDER_BYTES`. A record whose
-    value does not fit is a dead letter (``invalid_partition_value``): written, it
-    would fail its batch on every retry."""
+    and ``<col>=<escaped value>`` is at most :data:`MAX_FOLDER_BYTES` (``ascii_only``:
+    escaped by :func:`ascii_name` too, a Delta table's rule). A record whose value does
+    not fit is a dead letter (``invalid_partition_value``): written, it would fail its
+    batch on every retry."""
     return "\x00" not in value and len(
-        f"{escape_value(col)}={escape_value(value)}".encode()) <= MAX_FOLDER_BYTES
+        f"{escape_value(col, ascii_only=ascii_only)}="
+        f"{escape_value(value, ascii_only=ascii_only)}".encode()) <= MAX_FOLDER_BYTES
 
 
 def unescape_value(value: str) -> str:
-    """Inverse of :func:`escape_value`."""
-    return re.sub(r"%([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), value)
+    """Inverse of :func:`escape_value` (either spelling: percent-encoded UTF-8 bytes
+    decode to their character)."""
+    return unquote(value, errors="strict") if "%" in value else value
 
 
 def is_safe_relative_dir(rel: str, columns: Sequence[str]) -> bool:
