@@ -112,11 +112,20 @@ def optimize(spark: SparkSession, uri: str, name: str, *, zorder_by: list[str],
 
 
 def _exposed_to_vacuum(path: str) -> bool:
-    """A log path (as the log spells it) with a percent-encoded non-ASCII byte whose
-    folder is named with the raw character: an earlier lakesink's delta-rs commit, which
-    Delta-Spark's ``VACUUM`` does not match with the listed file (lakesink now names such
-    folders in ASCII: the log then spells ``%25C3``; Spark's writer spells ``ü``)."""
-    return re.search(r"%[89A-Fa-f][0-9A-Fa-f]", path) is not None
+    """A log path (as the log spells it) that Delta-Spark's ``VACUUM`` does not match
+    with the file it lists: a non-ASCII character percent-encoded in the log that Java's
+    ``URI`` leaves raw (all but space and control characters), so the file sits in a
+    folder named with the raw character — an earlier lakesink's delta-rs commit.
+    lakesink now names such folders in ASCII (the log then spells ``%25C3``); Spark's
+    writer spells ``ü`` raw and ``%C2%A0`` (a no-break space) encoded, as Java does."""
+    import unicodedata
+    from urllib.parse import unquote
+
+    for run in re.findall(r"(?:%[89A-Fa-f][0-9A-Fa-f])+", path):
+        for c in unquote(run, errors="replace"):
+            if not (unicodedata.category(c) in ("Zs", "Zl", "Zp") or 0x7F <= ord(c) <= 0x9F):
+                return True
+    return False
 
 
 def check_retention(retention_hours: float, *, force: bool) -> None:
@@ -186,7 +195,15 @@ class DeltaMaintainer(Maintainer):
                 "nothing_to_do": "the table has no commit yet"}
 
     def files(self) -> list[dict[str, Any]]:
-        """The log's files (delta-rs), as the table's current version holds them."""
+        """The log's files (delta-rs), as the table's current version holds them; each
+        path as the store names the file (the log spells it percent-encoded)."""
+        from urllib.parse import unquote
+
+        return sorted(({"path": unquote(a["path"]), "rows": a["num_records"],
+                        "bytes": a["size_bytes"]} for a in self._adds()),
+                      key=lambda f: f["path"])
+
+    def _adds(self) -> list[dict[str, Any]]:
         from lakesink.runtime.lake import delta_table
 
         if self.nothing_to_do("files") is not None:
@@ -194,10 +211,18 @@ class DeltaMaintainer(Maintainer):
         import pyarrow as pa
 
         # delta-rs 1.x answers with an arro3 table: pyarrow reads it by the C data interface
-        added = pa.table(delta_table(self.spec.storage, self.layout.table).get_add_actions(
+        return pa.table(delta_table(self.spec.storage, self.layout.table).get_add_actions(
             flatten=True)).select(["path", "num_records", "size_bytes"]).to_pylist()
-        return sorted(({"path": a["path"], "rows": a["num_records"], "bytes": a["size_bytes"]}
-                       for a in added), key=lambda f: f["path"])
+
+    def _log_paths(self) -> list[str]:
+        """The live files' paths as the log spells them; none where delta-rs cannot
+        open the table the way the run does (HDFS, GCS, credential providers: lakesink
+        never committed there through delta-rs, so nothing is exposed to VACUUM)."""
+        from lakesink.runtime.storage import task_filesystem
+
+        if isinstance(task_filesystem(self.spec.storage, self.layout.table), str):
+            return []
+        return [a["path"] for a in self._adds()]
 
     def without_spark(self, what: str, **options: Any) -> dict[str, Any] | None:  # noqa: ANN401
         """``repair`` without ``--apply`` (delta-rs reads the log and the store)."""
@@ -217,7 +242,7 @@ class DeltaMaintainer(Maintainer):
                             partition=partition).as_dict()
 
     def vacuum(self, *, force: bool, dry_run: bool) -> dict[str, Any]:
-        exposed = [f["path"] for f in self.files() if _exposed_to_vacuum(f["path"])]
+        exposed = [p for p in self._log_paths() if _exposed_to_vacuum(p)]
         if exposed:
             raise SinkError(
                 f"{self.layout.name}: {len(exposed)} live file(s) of the log sit in folders "
