@@ -196,6 +196,13 @@ class StagedByTasks:
             "committed. This is a lakesink bug: please report it with this message")
 
 
+#: records a task decodes at a time when its rows are merged afterwards (Arrow IPC
+#: staging): each chunk stages files of its own, which the merge joins, so a smaller
+#: chunk costs no file; it bounds the Python worker's memory (262,144 -> 32,768: 130 MiB
+#: less peak RSS per worker at 1 M events, bench/results/memory-2026-12-06.md)
+MERGED_CHUNK_ROWS = 32_768
+
+
 def stage_in_tasks(df: DataFrame, spec: TaskSpec, folder: str, rows_per_file: int | None,
                    file_tag: str = "", stage_format: str = "parquet") -> StagedByTasks:
     """Step 2: one Spark job; each task stages its good rows under ``folder``, its file
@@ -204,6 +211,8 @@ def stage_in_tasks(df: DataFrame, spec: TaskSpec, folder: str, rows_per_file: in
     spec = replace(spec, staging=task_path(spec.filesystem, folder), rows_per_file=rows_per_file,
                    file_tag=file_tag, stage_format=stage_format,
                    **task_suspect_share(spec, tasks))
+    if stage_format == "arrow":  # the merge writes the files: chunks do not make them
+        spec = replace(spec, chunk_rows=min(spec.chunk_rows, MERGED_CHUNK_ROWS))
     raw = df.select(*RAW_COLUMNS)
     observation = Observation(f"lakesink_read_{time.monotonic_ns()}")
     results = (raw.observe(observation, F.count(F.lit(1)).alias("records"))

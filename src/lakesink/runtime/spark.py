@@ -41,6 +41,10 @@ DEFAULTS: dict[str, str] = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     # rebuilding a Delta snapshot's state is a shuffle: 50 partitions by default
     "spark.databricks.delta.snapshotPartitions": "4",
+    # the Python workers' Arrow memory from malloc, not jemalloc: jemalloc kept each
+    # worker's freed chunks; 1 M events (bench/run.py): 90 MiB less peak RSS per worker,
+    # no slower (bench/results/memory-2026-12-06.md)
+    "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "system",
     # Spark redacts matching keys/values in its UI, event log and plan strings.
     "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|jaas",
 }
