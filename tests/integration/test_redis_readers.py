@@ -13,7 +13,12 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from lakesink.errors import SourceError
 from lakesink.sources.redis_lists import RedisListsReader, names, owner_key
-from lakesink.sources.redis_streams import RedisStreamsReader, parse_id, previous_id
+from lakesink.sources.redis_streams import (
+    RedisStreamsReader,
+    next_id,
+    parse_id,
+    previous_id,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 _n = itertools.count()
@@ -152,6 +157,52 @@ def test_a_stream_behind_the_position_fails_instead_of_skipping_new_entries(redi
     assert lenient.latestOffset(end, ReadAllAvailable()) == end  # said, and skipped
 
 
+def test_a_replica_that_caught_up_to_the_position_with_new_entries_fails(redis_server,
+                                                                       key) -> None:
+    """The failover of the test above, once the promoted replica's new entries reached
+    the position: its last id and its count equal the checkpoint's again, so neither
+    tells; the entry at the position is not the one that was read (its fields'
+    fingerprint, kept in the offset, differs), or it is missing though nothing was
+    trimmed or deleted up to it. The new entries at or below the position were skipped
+    silently before."""
+    entry_ids = add(redis_server, key, range(10))
+    reader = RedisStreamsReader(options(redis_server, [key]))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert ids(reader, start, end) == list(range(10))
+    reader.commit(end)
+    client = redis_server.client()
+    client.delete(key)  # the promoted replica: entries 0..5 only, then 6..9 anew
+    for i, entry_id in enumerate(entry_ids[:6]):
+        client.xadd(key, {"data": json.dumps({"id": i}), "k": str(i)}, id=entry_id)
+    for i, entry_id in enumerate(entry_ids[6:], start=10):
+        client.xadd(key, {"data": json.dumps({"id": i}), "k": str(i)}, id=entry_id)
+    info = client.xinfo_stream(key)
+    assert (info["last-generated-id"].decode(), info["entries-added"]) == \
+        (end[key]["id"], end[key]["n"])  # nothing but the entries tells
+    with pytest.raises(SourceError, match=r"entry at the checkpoint's position .* is not"):
+        reader.latestOffset(end, ReadAllAvailable())
+    lenient = RedisStreamsReader(options(redis_server, [key], fail_on_data_loss="false"))
+    assert lenient.latestOffset(end, ReadAllAvailable()) == end  # said, and skipped
+
+    client.delete(key)  # the entries 6..9 anew, then one past the position: the entry
+    for i, entry_id in enumerate(entry_ids[:8]):  # at the position is missing
+        client.xadd(key, {"data": json.dumps({"id": i}), "k": str(i)}, id=entry_id)
+    client.xadd(key, {"data": "{}", "k": "x"}, id=next_id(end[key]["id"]))
+    with pytest.raises(SourceError, match=r"entry at the checkpoint's position .* is gone"):
+        reader.latestOffset(end, ReadAllAvailable())
+
+    client.delete(key)  # what is not a loss: the stream as it was, the entry at the
+    for i, entry_id in enumerate(entry_ids):  # position deleted (XDEL) or trimmed
+        client.xadd(key, {"data": json.dumps({"id": i}), "k": str(i)}, id=entry_id)
+    add(redis_server, key, range(10, 12))
+    assert ids(reader, end, reader.latestOffset(end, ReadAllAvailable())) == [10, 11]
+    client.xdel(key, end[key]["id"])
+    assert ids(reader, end, reader.latestOffset(end, ReadAllAvailable())) == [10, 11]
+    client.xtrim(key, minid=next_id(end[key]["id"]), approximate=False)
+    assert ids(reader, end, reader.latestOffset(end, ReadAllAvailable())) == [10, 11]
+
+
 def test_entries_trimmed_by_a_producer_before_they_were_read_fail_the_query(
         redis_server, key) -> None:
     add(redis_server, key, range(10))
@@ -224,7 +275,8 @@ def test_a_trim_between_the_position_check_and_the_page_read_is_found(
     trim_to: list[int] = []
 
     def trimming_xrange(self, name, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
-        if trim_to:  # a producer's MAXLEN trim, just before the page is read
+        if trim_to and "count" in kwargs:  # a producer's MAXLEN trim, just before the
+            # page is read (not the read of the entry at the position)
             client.xtrim(key, maxlen=trim_to.pop(), approximate=False)
         return real(self, name, *args, **kwargs)
 

@@ -575,6 +575,53 @@ def test_a_catalog_table_dropped_during_a_run_gets_every_batch_when_made_again()
     assert fs.read_json(f"{reg.marks}/table.json")["generation"] == "g3"
 
 
+class Killed(BaseException):
+    pass
+
+
+class DyingFS(FakeFS):
+    """A store whose recursive delete goes file by file, ``table.json`` first (a local
+    folder's listing order is the file system's), and whose process is killed after
+    ``budget`` files."""
+
+    budget: int | None = None
+
+    def delete(self, path: str, *, recursive: bool = True) -> bool:
+        below = path.rstrip("/") + "/"
+        gone = sorted((p for p in self.files
+                       if p == path or (recursive and p.startswith(below))),
+                      key=lambda p: (not p.endswith("/table.json"), p))
+        for p in gone:
+            if self.budget is not None:
+                if self.budget == 0:
+                    raise Killed(p)
+                self.budget -= 1
+            del self.files[p]
+        return bool(gone)
+
+
+@pytest.mark.parametrize("budget", range(6))
+def test_a_kill_while_the_marks_of_a_dropped_table_go_leaves_no_batch_out(budget) -> None:
+    """A kill while the marks of a replaced table are deleted: the recorded generation
+    must go last, or the next start takes the marks left for the new table's and never
+    registers their batches."""
+    fs, catalog, clock = DyingFS(), FakeCatalog(), Clock()
+    catalog.gen = "g1"
+    for run, b in (("r1", 0), ("r1", 1), ("r2", 0), ("r2", 1)):
+        commit(fs, run, b)
+    make(fs, catalog, clock).start()
+    catalog.batches, catalog.gen = [], "g2"  # replaced by another table of the name
+    fs.budget = budget
+    try:
+        make(fs, catalog, clock).start()
+    except Killed:
+        pass
+    fs.budget = None
+    make(fs, catalog, clock).start()
+    assert sorted(set(catalog.batches)) == [("r1", 0), ("r1", 1), ("r2", 0), ("r2", 1)]
+    assert fs.read_json(f"{make(fs, catalog, clock).marks}/table.json")["generation"] == "g2"
+
+
 def _iceberg_lake(tmp_path: Path, batches: range) -> tuple[FakeFS, TableLayout]:
     """Committed batches of real Parquet files (ids 10*b .. 10*b+9, folder day=1)."""
     import datetime as dt

@@ -241,7 +241,11 @@ class Registrar:
                            "were registered to (generation %s, was %s): it was dropped or "
                            "replaced; %d batch(es) registered before are registered again",
                            self.catalog.describe(), now, self._generation, stale)
-            self.fs.delete(self.marks)
+            # run by run, the generation last: a kill meanwhile leaves the old one, and
+            # the next start drops what is left (a recursive delete is not atomic, and
+            # marks left under the new generation kept their batches out for good)
+            for run in sorted({run for run, _ in self._listed(self.marks)}):
+                self.fs.delete(join(self.marks, run))
             self._requeue = True
         if now != self._generation:
             self.fs.write_json(path, {"generation": now, "catalog": self.catalog.id,

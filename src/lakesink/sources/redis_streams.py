@@ -22,7 +22,10 @@ durable:
 * Entries after the checkpoint's position that are gone unread — deleted (``XDEL``:
   ``max-deleted-entry-id``) or trimmed (by a producer's ``MAXLEN``/``XTRIM``: the stream
   was given more entries after the position than it still holds) — fail the query
-  (``fail_on_data_loss``), like Kafka's ``failOnDataLoss``.
+  (``fail_on_data_loss``), like Kafka's ``failOnDataLoss``. So does a stream written
+  again below the position (a failover to a replica that lagged): its last id is behind
+  the position, or the entry at the position is not the one read there (the offset
+  keeps a fingerprint of its fields) or is gone though nothing was trimmed or deleted.
 
 A record's ``topic`` is the stream key, its ``offset`` the entry id packed into one
 number, ``ms × 2^20 + seq`` (ids Redis makes itself fit unless over a million entries
@@ -33,6 +36,7 @@ milliseconds.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Iterator
@@ -94,7 +98,9 @@ class StreamRange(InputPartition):
 
 
 #: {"id": "<ms>-<seq>", "n": entries ever added up to that id (-1: unknown),
-#:  "d": the stream's max-deleted-entry-id when the position was taken}
+#:  "d": the stream's max-deleted-entry-id when the position was taken,
+#:  "h": the fingerprint of the entry at "id" when a batch ended there (absent when no
+#:  entry was there: a start's position, or an offset of an earlier lakesink)}
 Position = dict
 
 
@@ -106,12 +112,25 @@ def _deleted(info: dict | None) -> str:
     return as_text(info.get("max-deleted-entry-id") or "0-0") if info else "0-0"
 
 
-def _loss(key: str, info: dict, begin: Position) -> str | None:
+def fingerprint(fields: dict) -> str:
+    """A digest of an entry's fields and values, in order: tells the entry a batch
+    ended at from another one given the same id later."""
+    digest = hashlib.blake2b(digest_size=8)
+    for part in (p for pair in fields.items() for p in pair):
+        data = part if isinstance(part, bytes) else str(part).encode()
+        digest.update(len(data).to_bytes(4, "big") + data)
+    return digest.hexdigest()
+
+
+def _loss(key: str, info: dict, begin: Position, at: str | None) -> str | None:
     """What was lost after ``begin``, as the message to fail or warn with; None when
-    nothing was. Lost: the stream is behind the position, or entries were deleted
+    nothing was. ``at`` is the fingerprint of the entry now at ``begin``'s id (None:
+    none there). Lost: the stream is behind the position; entries were deleted
     (``XDEL`` since the position was taken: ``max-deleted-entry-id`` grew past
     ``begin``) or trimmed (the stream's oldest entry is past ``begin`` and fewer
-    entries are left after it than were added after it)."""
+    entries are left after it than were added after it); or the stream was written
+    again up to the position (the entry there is another one, or it is gone though
+    nothing was trimmed or deleted up to it)."""
     last = as_text(info["last-generated-id"])
     if parse_id(last) < _id(begin):
         # audit-2 #17: the stream is behind the position (a failover to a replica that
@@ -134,10 +153,30 @@ def _loss(key: str, info: dict, begin: Position) -> str | None:
             and added_after > int(info["length"]):
         what = f"trimmed ({added_after - int(info['length'])} entries)"
     else:
-        return None
+        return _rewritten(key, info, begin, at)
     return (f"Redis stream {key!r}: entries after the checkpoint's position "
             f"{begin['id']} were {what} before they were read; rows are lost. Set "
             "source.redis.fail_on_data_loss: false to go on")
+
+
+def _rewritten(key: str, info: dict, begin: Position, at: str | None) -> str | None:
+    """The part of :func:`_loss` for a stream whose last id and count caught up with
+    the position again after a failover to a replica that lagged: the entries it was
+    given since can have ids at or below the position, which a read after it skips."""
+    if "h" not in begin or at == begin["h"]:
+        return None
+    if at is not None:
+        what = "is not the one that was read there"
+    else:
+        first = info.get("first-entry")
+        if not first or parse_id(as_text(first[0])) > _id(begin) \
+                or parse_id(_deleted(info)) >= _id(begin):
+            return None  # trimmed or deleted since: nothing left to compare
+        what = "is gone, though nothing was trimmed or deleted up to it"
+    return (f"Redis stream {key!r}: the entry at the checkpoint's position {begin['id']} "
+            f"{what}: the stream was written again (a failover to a replica that "
+            "lagged?), and entries it was given at or below the position are never read. "
+            "Set source.redis.fail_on_data_loss: false to go on (they are then skipped)")
 
 
 class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -297,11 +336,25 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     exact = (begin["n"] >= 0 and parse_id(stop["d"]) <= _id(begin)
                              and not self._check_loss(key, begin)[1])
                     stop = {"id": as_text(page[-1][0]), "d": stop["d"],
-                            "n": begin["n"] + len(page) if exact else -1}
-            end[key] = stop if _id(stop) > _id(begin) else begin
+                            "n": begin["n"] + len(page) if exact else -1,
+                            "h": fingerprint(page[-1][1])}
+            end[key] = self._marked(key, stop) if _id(stop) > _id(begin) else begin
         for key, position in start.items():  # a stream no longer configured keeps its
             end.setdefault(key, position)    # position: added back, it goes on from
         return end                           # there, not from starting_position
+
+    def _held(self, key: str, entry_id: str) -> str | None:
+        """The fingerprint of the entry at ``entry_id``; None when there is none."""
+        page = self.client.xrange(key, entry_id, entry_id)
+        return fingerprint(page[0][1]) if page else None
+
+    def _marked(self, key: str, end: Position) -> Position:
+        """``end`` with the fingerprint of the entry at it (the loss check's proof the
+        stream was not written again up to there), when there is one."""
+        if "h" in end:
+            return end
+        held = self._held(key, end["id"])
+        return end if held is None else {**end, "h": held}
 
     def reportLatestOffset(self) -> dict[str, Position] | None:  # noqa: N802
         """Each stream's end (Spark's progress ``latestOffset``): with the batch's end
@@ -320,8 +373,13 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Fail (``fail_on_data_loss``) when entries after ``begin`` are gone unread
         (:func:`_loss` says how). Returns the stream's ``XINFO STREAM`` and whether a
         loss was found (and only logged)."""
+        # the entry at the position before the stream's state: a trim or delete between
+        # the two is then seen as one (the other order took it for a rewrite)
+        held = self._held(key, begin["id"]) if "h" in begin else None
         info = self._info(key)
-        message = _loss(key, info, begin) if info is not None else None
+        if info is None:
+            return info, False
+        message = _loss(key, info, begin, held)
         if message is None:
             return info, False
         if self.fail_on_data_loss:
