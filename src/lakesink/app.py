@@ -58,6 +58,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from lakesink.config.silence import SilenceConfig
+    from lakesink.config.table import TableConfig
     from lakesink.runtime.arrow_fs import ArrowFS
 
 logger = logging.getLogger(__name__)
@@ -66,14 +68,14 @@ logger = logging.getLogger(__name__)
 UNROUTED_TABLE = "_unrouted"
 
 
-def _refuse_other_writers(processor: BatchFunction, cfg: LakesinkConfig) -> None:
+def _refuse_other_writers(processor: BatchFunction, spec: TableSpec) -> None:
     """A new checkpoint on a table with other writers' positions starts only where it
     writes nothing again (:func:`lakesink.tables.takeover.start_refusal`). Asked of the
     query's tables at start (not of a dead-letter replay, whose app id is its own, nor
     of a message-type table made mid-run); a refusal releases the writer."""
     writer = processor.writer
-    kafka = cfg.source.kafka
-    if kafka is None or cfg.table.other_writers == "ignore":
+    kafka = spec.source.kafka
+    if kafka is None or spec.table.other_writers == "ignore":
         return
     why = start_refusal(writer.other_writers(), kafka.starting_offsets)
     if why is not None:
@@ -109,11 +111,12 @@ class Pipeline:
         if cfg.routes:
             pipeline = cls._routed(run_plan, spark)
         else:
-            parts = TableParts.resolve(cfg, spark)
+            (spec,) = run_plan.tables
+            parts = TableParts.resolve(spec, spark)
             checkpoint = run_plan.checkpoint_uri()
             app_id = checkpoint_app_id(parts.fs, checkpoint, cfg.source.start_settings())
-            processor = _watched(parts.processor(app_id), TableSpec(cfg), spark)
-            _refuse_other_writers(processor, cfg)
+            processor = _watched(parts.processor(app_id), spec, spark)
+            _refuse_other_writers(processor, spec)
             try:  # the writer lease is held: no other process records a start now
                 record_start(parts.fs, checkpoint, cfg.source.start_settings())
             except BaseException:
@@ -165,13 +168,13 @@ class Pipeline:
                         factory=_type_tables(spec, spark, app_id),
                         reserved=static | {UNROUTED_TABLE}, key=f"routes.{i}.message_type",
                         sample_size=spec.template.decode.infer_sample_size,
-                        max_tables=mt.max_tables, made=type_table_names(cfg, fs, i))
+                        max_tables=mt.max_tables, made=type_table_names(run, fs, i))
                     targets.append(f"{mt.table_prefix}<{mt.field or 'record name'}>")
                 else:
                     with route_keys(i):
-                        parts = TableParts.resolve(spec.config, spark)
-                    route.processor = _watched(parts.processor(app_id), TableSpec(parts.cfg), spark)
-                    _refuse_other_writers(route.processor, parts.cfg)
+                        parts = TableParts.resolve(spec, spark)
+                    route.processor = _watched(parts.processor(app_id), spec, spark)
+                    _refuse_other_writers(route.processor, spec)
                     targets.append(parts.layout.table)
                 routes.append(route)
             unrouted = (None if cfg.unrouted == "drop" else RejectedWriter(
@@ -184,7 +187,7 @@ class Pipeline:
         subscribed = cfg.source.names
         exhaustive = bool(subscribed) and all(
             any(t in r.topics for r in cfg.routes) for t in subscribed)
-        plans = RoutePlans(fs, f"{checkpoint.rstrip('/')}/routes", routes_fingerprint(cfg))
+        plans = RoutePlans(fs, f"{checkpoint.rstrip('/')}/routes", routes_fingerprint(run))
         router = Router(routes, unrouted, app_id=app_id, exhaustive=exhaustive, plans=plans,
                         lease=lease)
         headers = any(Transforms(parse_transforms(
@@ -311,8 +314,8 @@ def _type_tables(spec: TypeRouteSpec, spark: SparkSession, app_id: str
     """The factory of a message-type route's tables (one per type, on first sight)."""
     def make(table: str, samples: Callable[[], list[str]]) -> BatchFunction:
         with route_keys(spec.route):
-            parts = TableParts.resolve(spec.table(table).config, spark, samples)
-        return _watched(parts.processor(app_id), TableSpec(parts.cfg), spark)
+            parts = TableParts.resolve(spec.table(table), spark, samples)
+        return _watched(parts.processor(app_id), parts.spec, spark)
     return make
 
 
@@ -326,11 +329,12 @@ def _watched(processor: BatchFunction, spec: TableSpec, spark: SparkSession
     return processor
 
 
-def routes_fingerprint(cfg: LakesinkConfig) -> str:
+def routes_fingerprint(run: RunPlan) -> str:
     """What decides where a routed record goes: the routes (topics, patterns, table
     names, message-type settings) and the unrouted setting."""
     import hashlib
 
+    cfg = run.cfg
     decisive = {"routes": [{"topics": r.topics, "topic_pattern": r.topic_pattern,
                             "table": r.table.get("name"),
                             "message_type": _message_type_print(r.message_type)
@@ -351,15 +355,16 @@ def _message_type_print(mt: Any) -> dict[str, Any]:  # noqa: ANN401
     return data
 
 
-def type_table_names(cfg: LakesinkConfig, fs: HadoopFS | ArrowFS, index: int) -> list[str]:
+def type_table_names(run: RunPlan, fs: HadoopFS | ArrowFS, index: int) -> list[str]:
     """The tables message-type route ``index`` has made so far: the folders of
     ``<base>/.lakesink/`` with a recorded layout whose names carry the route's prefix
     and that no other route (or the unrouted records) owns. ``fs``: the base path's
     store (read only)."""
-    mt = cfg.routes[index].message_type
-    assert mt is not None
-    base = to_uri(cfg.table.base_path)
-    static = {name.lower() for name in plan(cfg).static_names()}
+    route = run.route(index)
+    assert isinstance(route, TypeRouteSpec)
+    mt = route.message_type
+    base = to_uri(run.table_defaults.base_path)
+    static = {name.lower() for name in run.static_names()}
     names = []
     for name in fs.list_dirs(TableLayout.of(base, "x").meta.rpartition("/")[0]):
         if (not name.startswith(mt.table_prefix) or name.startswith("_")
@@ -388,16 +393,16 @@ def preflight(cfg: LakesinkConfig) -> list[str]:
 
     Raises ConfigError (or LayoutError) on the first failure; returns what was checked.
     """
-    checks = _preflight_tables(cfg)
+    run = plan(cfg)
+    checks = _preflight_routes(run) if cfg.routes else _preflight_table(*run.tables)
     if cfg.silence.enabled:
-        checks.append(_preflight_silence(cfg))
+        checks.append(_preflight_silence(run.silence))
     return checks
 
 
-def _preflight_silence(cfg: LakesinkConfig) -> str:
+def _preflight_silence(s: SilenceConfig) -> str:
     from lakesink.silence.outputs import load_callback
 
-    s = cfg.silence
     if s.callback:
         load_callback(s.callback)
     outputs = [f"{k} {getattr(s, k)}" for k in ("topic", "table", "callback")
@@ -406,65 +411,67 @@ def _preflight_silence(cfg: LakesinkConfig) -> str:
             f"{', '.join(outputs)}; checked every {s.interval}")
 
 
-def _preflight_tables(cfg: LakesinkConfig) -> list[str]:
-    if cfg.routes:
-        done = []
-        for i, (route, spec) in enumerate(zip(cfg.routes, plan(cfg).routes, strict=True)):
-            what = ", ".join(route.topics) or f"/{route.topic_pattern}/"
-            if isinstance(spec, TypeRouteSpec):  # tables come with the types
-                mt = spec.message_type
-                with route_keys(i):
-                    checks = _preflight_tables(
-                        spec.table(mt.table_prefix + "TYPE").config)[:1]
-                checks.append(f"one table per value of {mt.what} "
-                              f"({mt.table_prefix}<type>, allowed: {mt.allow or 'any'}), "
-                              "created on first sight")
-            else:
-                with route_keys(i):
-                    checks = _preflight_tables(spec.config)
-            done.extend(f"route {i} ({what}): {c}" for c in checks)
-        done.append(f"unrouted records: {cfg.unrouted}")
-        return done
+def _preflight_routes(run: RunPlan) -> list[str]:
     done = []
-    fixed = fixed_decoder(None, cfg.decode)  # reads an Avro schema file; no JVM
-    if fixed is not None or cfg.decode.schema_ is not None:
-        schema = fixed.schema if fixed is not None else declared_schema(cfg.decode.schema_)
-        # transform outputs are typed by Spark at start; here only their names count
-        schema = T.StructType(list(schema.fields))
-        taken = {n.lower() for n in schema.fieldNames()}
-        for t in parse_transforms(cfg.table.transforms):
-            if t.target[0].lower() not in taken:
-                taken.add(t.target[0].lower())
-                schema = schema.add(t.target[0], T.StringType())
-        PartitionSpec.build(columns=cfg.table.partition_by, schema=schema,
-                            timestamp_column=cfg.table.timestamp_column,
-                            timestamp_fallback=cfg.table.timestamp_fallback,
-                            null_value=cfg.table.null_partition_value,
-                            ascii_folders=table_format(cfg.table.format).ascii_folders)
-        what = (f"format {cfg.decode.format}" if fixed is not None
-                else f"{len(schema.fields)} declared field(s)")
-        done.append(f"schema: {what}; partition columns "
-                    f"{cfg.table.partition_by or '(none)'} resolve")
-    elif cfg.decode.registry is not None:
-        source = ((cfg.decode.avro.schema_file if cfg.decode.format == "avro"
-                   else cfg.decode.protobuf.descriptor_file)
-                  or "the latest of registry subject(s) "
-                  + ", ".join(cfg.decode.registry.subjects
-                              or [f"{t}-value" for t in cfg.source.names]))
-        done.append(f"schema: each record's writer schema from the registry "
-                    f"{cfg.decode.registry.url}; a new table starts from {source}")
-    elif cfg.decode.format == "avro":
-        done.append(f"schema: Avro record from {cfg.decode.avro.schema_file} (columns and "
-                    "partitions are checked at start, with Spark)")
-    else:
-        done.append("schema: none declared; it will be inferred from the topic at first start")
-    layout = TableLayout.of(cfg.table.base_path, cfg.table_name)
-    done.append(f"table: {cfg.table.format} at {layout.table}")
-    done.append(_check_local_layout(cfg, layout))
+    for i, (route, spec) in enumerate(zip(run.cfg.routes, run.routes, strict=True)):
+        what = ", ".join(route.topics) or f"/{route.topic_pattern}/"
+        if isinstance(spec, TypeRouteSpec):  # tables come with the types
+            mt = spec.message_type
+            with route_keys(i):
+                checks = _preflight_table(spec.table(mt.table_prefix + "TYPE"))[:1]
+            checks.append(f"one table per value of {mt.what} "
+                          f"({mt.table_prefix}<type>, allowed: {mt.allow or 'any'}), "
+                          "created on first sight")
+        else:
+            with route_keys(i):
+                checks = _preflight_table(spec)
+        done.extend(f"route {i} ({what}): {c}" for c in checks)
+    done.append(f"unrouted records: {run.cfg.unrouted}")
     return done
 
 
-def _check_local_layout(cfg: LakesinkConfig, layout: TableLayout) -> str:
+def _preflight_table(spec: TableSpec) -> list[str]:
+    done = []
+    table, decode = spec.table, spec.decode
+    fixed = fixed_decoder(None, decode)  # reads an Avro schema file; no JVM
+    if fixed is not None or decode.schema_ is not None:
+        schema = fixed.schema if fixed is not None else declared_schema(decode.schema_)
+        # transform outputs are typed by Spark at start; here only their names count
+        schema = T.StructType(list(schema.fields))
+        taken = {n.lower() for n in schema.fieldNames()}
+        for t in parse_transforms(table.transforms):
+            if t.target[0].lower() not in taken:
+                taken.add(t.target[0].lower())
+                schema = schema.add(t.target[0], T.StringType())
+        PartitionSpec.build(columns=table.partition_by, schema=schema,
+                            timestamp_column=table.timestamp_column,
+                            timestamp_fallback=table.timestamp_fallback,
+                            null_value=table.null_partition_value,
+                            ascii_folders=table_format(table.format).ascii_folders)
+        what = (f"format {decode.format}" if fixed is not None
+                else f"{len(schema.fields)} declared field(s)")
+        done.append(f"schema: {what}; partition columns "
+                    f"{table.partition_by or '(none)'} resolve")
+    elif decode.registry is not None:
+        source = ((decode.avro.schema_file if decode.format == "avro"
+                   else decode.protobuf.descriptor_file)
+                  or "the latest of registry subject(s) "
+                  + ", ".join(decode.registry.subjects
+                              or [f"{t}-value" for t in spec.source.names]))
+        done.append(f"schema: each record's writer schema from the registry "
+                    f"{decode.registry.url}; a new table starts from {source}")
+    elif decode.format == "avro":
+        done.append(f"schema: Avro record from {decode.avro.schema_file} (columns and "
+                    "partitions are checked at start, with Spark)")
+    else:
+        done.append("schema: none declared; it will be inferred from the topic at first start")
+    layout = TableLayout.of(table.base_path, spec.name)
+    done.append(f"table: {table.format} at {layout.table}")
+    done.append(_check_local_layout(table, layout))
+    return done
+
+
+def _check_local_layout(table: TableConfig, layout: TableLayout) -> str:
     """Partition check for local tables without Spark (other stores: checked at start)."""
     import pyarrow.fs as pafs
 
@@ -473,9 +480,9 @@ def _check_local_layout(cfg: LakesinkConfig, layout: TableLayout) -> str:
 
     if not layout.layout_file.startswith("file:"):
         return "table layout: checked at start (remote store)"
-    existing = check_layout(ArrowFS(pafs.LocalFileSystem()), layout, cfg.table.format,
-                            cfg.table.partition_by,
-                            null_value=cfg.table.null_partition_value)
+    existing = check_layout(ArrowFS(pafs.LocalFileSystem()), layout, table.format,
+                            table.partition_by,
+                            null_value=table.null_partition_value)
     if existing is None:
         return "table layout: new table"
     return f"table layout: matches the existing table ({existing.get('partition_by')})"

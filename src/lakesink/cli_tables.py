@@ -111,7 +111,8 @@ def _tables(cfg: Any, spark: Any) -> list[Any] | None:  # noqa: ANN401
 
     out: list[Any] = []
     fs: Any = None
-    for route in plan(cfg).routes or (TableSpec(cfg),):
+    run = plan(cfg)
+    for route in run.routes or run.tables:
         if isinstance(route, TableSpec):
             out.append(route)
             continue
@@ -124,13 +125,12 @@ def _tables(cfg: Any, spark: Any) -> list[Any] | None:  # noqa: ANN401
                 if fs is None:
                     return None
             else:
-                from lakesink.config.plan import plan as run_plan
                 from lakesink.runtime import storage
                 from lakesink.tables.fs import HadoopFS
 
-                storage.apply(spark, cfg.storage, run_plan(cfg).paths())
+                storage.apply(spark, cfg.storage, run.paths())
                 fs = HadoopFS(spark, base)
-        out.extend(route.table(name) for name in type_table_names(cfg, fs, route.route))
+        out.extend(route.table(name) for name in type_table_names(run, fs, route.route))
     return out
 
 

@@ -288,7 +288,7 @@ def replay(spark: SparkSession, spec: TableSpec) -> dict[str, Any]:
     from lakesink.runtime import storage
 
     storage.apply(spark, spec.storage, [spec.table.base_path])
-    parts = TableParts.resolve(spec.config, spark)
+    parts = TableParts.resolve(spec, spark)
     letters = DeadLetters(spark, parts.fs, parts.layout, spec.dlq.format)
     lock = letters.lock()
     lock.acquire()  # one replay at a time: both would plan the same pending letters

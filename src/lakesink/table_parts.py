@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import types as T
 
 from lakesink import catalog, sources
-from lakesink.config.models import LakesinkConfig
+from lakesink.config.plan import TableSpec
 from lakesink.decode import Decoder, fixed_decoder, json_decoder
 from lakesink.decode.avro_registry import RegistryAvroDecoder
 from lakesink.decode.protobuf_registry import RegistryProtobufDecoder
@@ -47,16 +47,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def evolution_policy(cfg: LakesinkConfig) -> EvolutionPolicy:
-    if not cfg.decode.evolves:  # the format fixes the columns
+def evolution_policy(spec: TableSpec) -> EvolutionPolicy:
+    if not spec.decode.evolves:  # the format fixes the columns
         return EvolutionPolicy(mode="strict", unknown_fields="drop", type_widening=False)
-    return EvolutionPolicy(mode=cfg.table.schema_evolution,
-                           unknown_fields=cfg.table.unknown_fields,
-                           type_widening=cfg.table.widening,
-                           max_columns=cfg.table.max_columns)
+    return EvolutionPolicy(mode=spec.table.schema_evolution,
+                           unknown_fields=spec.table.unknown_fields,
+                           type_widening=spec.table.widening,
+                           max_columns=spec.table.max_columns)
 
 
-def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,
+def resolve_schema(spark: SparkSession, spec: TableSpec, fs: HadoopFS,
                    layout: TableLayout, fixed: Decoder | None = None,
                    samples: Callable[[], list[str]] | None = None,
                    registry: RegistryDecoder | None = None) -> T.StructType:
@@ -76,16 +76,16 @@ def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,
         if stored_schema is not None and stored_schema != fixed.schema:
             raise ConfigError(
                 "decode.format",
-                f"the {cfg.decode.format} format gives columns {fixed.schema.simpleString()}, "
+                f"the {spec.decode.format} format gives columns {fixed.schema.simpleString()}, "
                 f"but the table has {stored_schema.simpleString()} ({layout.schema_file})")
         if stored_schema is None:
             fs.write_json(layout.schema_file, schema_record(
-                fixed.schema, source=f"format {cfg.decode.format}", declared=None,
-                previous=None, changes=[f"format {cfg.decode.format}"]))
+                fixed.schema, source=f"format {spec.decode.format}", declared=None,
+                previous=None, changes=[f"format {spec.decode.format}"]))
         return fixed.schema
-    if cfg.decode.schema_ is not None:
-        declared = declared_schema(cfg.decode.schema_)
-        schema, changes = reconcile_declared(declared, stored_schema, evolution_policy(cfg))
+    if spec.decode.schema_ is not None:
+        declared = declared_schema(spec.decode.schema_)
+        schema, changes = reconcile_declared(declared, stored_schema, evolution_policy(spec))
         record = schema_record(schema, source="declared", declared=json.loads(declared.json()),
                                previous=stored, changes=changes or ["declared"])
         if stored != record:
@@ -95,7 +95,7 @@ def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,
         logger.info("using the schema stored with the table (%s)", layout.schema_file)
         return stored_schema
     if registry is not None:
-        schema, source = first_registry_schema(spark, cfg, registry, samples)
+        schema, source = first_registry_schema(spark, spec, registry, samples)
         fs.write_json(layout.schema_file, schema_record(
             schema, source=source, declared=None, previous=None, changes=[source]))
         logger.info("schema %s: %s", source, schema.simpleString())
@@ -103,12 +103,12 @@ def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,
     if samples is not None:
         values = samples()
     else:
-        values = sources.sample_values(spark, cfg.source,
-                                       limit=cfg.decode.infer_sample_size,
-                                       wait_s=cfg.decode.infer_wait_s)
+        values = sources.sample_values(spark, spec.source,
+                                       limit=spec.decode.infer_sample_size,
+                                       wait_s=spec.decode.infer_wait_s)
     if not values:
         raise SourceError(
-            f"no records to infer a schema from after {cfg.decode.infer_wait_s:.0f}s; "
+            f"no records to infer a schema from after {spec.decode.infer_wait_s:.0f}s; "
             "declare decode.schema or produce a record first"
         )
     schema = infer_schema(spark, values)
@@ -121,7 +121,7 @@ def resolve_schema(spark: SparkSession, cfg: LakesinkConfig, fs: HadoopFS,
     return schema
 
 
-def first_registry_schema(spark: SparkSession, cfg: LakesinkConfig, decoder: RegistryDecoder,
+def first_registry_schema(spark: SparkSession, spec: TableSpec, decoder: RegistryDecoder,
                           samples: Callable[[], list[str]] | None = None
                           ) -> tuple[T.StructType, str]:
     """A new registry-decoded table's first schema and where it came from: the schema
@@ -138,26 +138,26 @@ def first_registry_schema(spark: SparkSession, cfg: LakesinkConfig, decoder: Reg
                 schema, _ = evolve(schema, new_fields=loose(struct))  # type: ignore[arg-type]
         return schema
 
-    fmt = cfg.decode.format
+    fmt = spec.decode.format
     if samples is not None:  # a record-name route's table: that record's writers
         texts = samples()
         return (merged([avro_struct(spark, t) for t in texts]),
                 f"the {len(texts)} writer schema(s) seen of this record")
-    if fmt == "avro" and cfg.decode.avro.schema_file:
+    if fmt == "avro" and spec.decode.avro.schema_file:
         from lakesink.decode.avro import AvroDecoder, read_schema_file
 
-        file = AvroDecoder(spark, read_schema_file(cfg.decode.avro.schema_file))
-        return merged([file.schema]), f"schema file {cfg.decode.avro.schema_file}"
-    if fmt == "protobuf" and cfg.decode.protobuf.descriptor_file:
+        file = AvroDecoder(spark, read_schema_file(spec.decode.avro.schema_file))
+        return merged([file.schema]), f"schema file {spec.decode.avro.schema_file}"
+    if fmt == "protobuf" and spec.decode.protobuf.descriptor_file:
         from lakesink.decode.protobuf import load_descriptor, spark_schema
 
-        assert cfg.decode.protobuf.message is not None  # checked by the config model
-        _, desc = load_descriptor(cfg.decode.protobuf.descriptor_file,
-                                  cfg.decode.protobuf.message)
+        assert spec.decode.protobuf.message is not None  # checked by the config model
+        _, desc = load_descriptor(spec.decode.protobuf.descriptor_file,
+                                  spec.decode.protobuf.message)
         return (merged([spark_schema(desc)]),
-                f"descriptor file {cfg.decode.protobuf.descriptor_file}")
+                f"descriptor file {spec.decode.protobuf.descriptor_file}")
     registry = decoder.registry
-    subjects = registry.subjects or [f"{t}-value" for t in cfg.source.names]
+    subjects = registry.subjects or [f"{t}-value" for t in spec.source.names]
     structs, used = [], []
     for subject in subjects:
         writer = registry.latest(subject)
@@ -191,7 +191,7 @@ class TableParts:
     """One table's resolved pieces (layout, schema, policy, decoder factory, extra
     columns): what a batch function needs besides its app id."""
 
-    cfg: LakesinkConfig
+    spec: TableSpec
     spark: SparkSession
     layout: TableLayout
     fs: HadoopFS
@@ -202,29 +202,29 @@ class TableParts:
     transforms: Transforms
 
     @classmethod
-    def resolve(cls, cfg: LakesinkConfig, spark: SparkSession,
+    def resolve(cls, spec: TableSpec, spark: SparkSession,
                 samples: Callable[[], list[str]] | None = None) -> TableParts:
         """``samples``: where a schema to infer comes from, when not from the topic."""
-        table = cfg.table
-        layout = TableLayout.of(table.base_path, cfg.table_name)
+        table, decode = spec.table, spec.decode
+        layout = TableLayout.of(table.base_path, spec.name)
         fs = HadoopFS(spark, layout.base)
         check_layout(fs, layout, table.format, table.partition_by,
                      null_value=table.null_partition_value)
-        fixed = fixed_decoder(spark, cfg.decode)
-        policy = evolution_policy(cfg)
-        registry = (SchemaRegistry(cfg.decode.registry,
-                                   key=f"decode.{cfg.decode.format}.registry")
-                    if cfg.decode.registry is not None else None)
+        fixed = fixed_decoder(spark, decode)
+        policy = evolution_policy(spec)
+        registry = (SchemaRegistry(decode.registry,
+                                   key=f"decode.{decode.format}.registry")
+                    if decode.registry is not None else None)
 
         def registry_decoder(current: T.StructType) -> RegistryDecoder:
             assert registry is not None
-            if cfg.decode.format == "protobuf":
-                assert cfg.decode.protobuf.message is not None  # checked by the model
-                return RegistryProtobufDecoder(current, registry, cfg.decode.protobuf.message,
+            if decode.format == "protobuf":
+                assert decode.protobuf.message is not None  # checked by the model
+                return RegistryProtobufDecoder(current, registry, decode.protobuf.message,
                                                policy)
             return RegistryAvroDecoder(spark, current, registry, policy)
 
-        schema = resolve_schema(spark, cfg, fs, layout, fixed, samples,
+        schema = resolve_schema(spark, spec, fs, layout, fixed, samples,
                                 registry_decoder(T.StructType([])) if registry else None)
         transforms = Transforms(parse_transforms(table.transforms))
 
@@ -251,25 +251,25 @@ class TableParts:
         source_columns = SourceColumns(table.key_column, table.key_format,
                                        table.metadata_column)
         source_columns.check(columns)
-        return cls(cfg, spark, layout, fs, schema, policy, rebuild, source_columns, transforms)
+        return cls(spec, spark, layout, fs, schema, policy, rebuild, source_columns, transforms)
 
     def processor(self, app_id: str) -> BatchFunction:
         """The batch function with its table and rejected writers, keyed by ``app_id``
         (the checkpoint's, or the dead-letter replay's)."""
-        table, spark, layout = self.cfg.table, self.spark, self.layout
+        table, spark, layout = self.spec.table, self.spark, self.layout
         writer = open_writer(table.format, spark, layout, WriterOptions(
             app_id=app_id, partition_by=tuple(table.partition_by),
             compression=table.compression, files_per_partition=table.files_per_partition,
             target_file_size=table.target_file_size, null_value=table.null_partition_value,
-            **storage.lease_options(self.cfg.storage, self.cfg.table),
+            **storage.lease_options(self.spec.storage, self.spec.table),
             checkpoint_interval=table.delta_checkpoint_interval,
             merge_schema=table.schema_evolution == "add_columns",
             type_widening=table.widening,
-            task_filesystem=storage.delta_task_filesystem(self.cfg.storage, layout.base)))
+            task_filesystem=storage.delta_task_filesystem(self.spec.storage, layout.base)))
         writer.prepare()
         try:
-            registrar = catalog.registrar(self.cfg.catalog, table, self.fs, layout,
-                                          run=run_tag(app_id), storage=self.cfg.storage,
+            registrar = catalog.registrar(self.spec.catalog, table, self.fs, layout,
+                                          run=run_tag(app_id), storage=self.spec.storage,
                                           spark=spark)
             if registrar is not None:
                 registrar.start()
@@ -279,12 +279,12 @@ class TableParts:
         return BatchFunction(
             schema=self.schema, policy=self.policy, rebuild=self.rebuild,
             store_schema=schema_store(self.fs, layout), writer=writer,
-            rejected=RejectedWriter(self.fs, layout, app_id=app_id, fmt=self.cfg.dlq.format,
+            rejected=RejectedWriter(self.fs, layout, app_id=app_id, fmt=self.spec.dlq.format,
                                     spark=spark,
-                                    lease=storage.lease_options(self.cfg.storage, self.cfg.table, self.cfg.dlq.format)),
+                                    lease=storage.lease_options(self.spec.storage, self.spec.table, self.spec.dlq.format)),
             app_id=app_id,
             source_columns=self.source_columns, transforms=self.transforms,
             engine=table.engine,
-            task_filesystem=storage.task_filesystem(self.cfg.storage, layout.base),
+            task_filesystem=storage.task_filesystem(self.spec.storage, layout.base),
             registrar=registrar,
         )

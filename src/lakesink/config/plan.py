@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from lakesink.config.source import SourceConfig
     from lakesink.config.storage import StorageConfig
     from lakesink.config.catalog import CatalogConfig
+    from lakesink.config.decode import DecodeConfig
     from lakesink.config.observe import MetricsConfig, TelemetryConfig
     from lakesink.config.run import RetryConfig, TriggerConfig
     from lakesink.config.silence import SilenceConfig
@@ -67,6 +68,15 @@ class TableSpec:
     @property
     def catalog(self) -> CatalogConfig:
         return self.config.catalog
+
+    @property
+    def decode(self) -> DecodeConfig:
+        return self.config.decode
+
+    @property
+    def source(self) -> SourceConfig:
+        """The run's source, with this table's topics."""
+        return self.config.source
 
 
 @dataclass(frozen=True)

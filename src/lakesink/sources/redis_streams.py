@@ -25,7 +25,8 @@ durable:
   (``fail_on_data_loss``), like Kafka's ``failOnDataLoss``. So does a stream written
   again below the position (a failover to a replica that lagged): its last id is behind
   the position, or the entry at the position is not the one read there (the offset
-  keeps a fingerprint of its fields) or is gone though nothing was trimmed or deleted.
+  keeps a fingerprint of its fields). An entry at the position gone though nothing
+  was trimmed or deleted up to it is a warning (most such failovers skip nothing).
 
 A record's ``topic`` is the stream key, its ``offset`` the entry id packed into one
 number, ``ms × 2^20 + seq`` (ids Redis makes itself fit unless over a million entries
@@ -129,8 +130,7 @@ def _loss(key: str, info: dict, begin: Position, at: str | None) -> str | None:
     (``XDEL`` since the position was taken: ``max-deleted-entry-id`` grew past
     ``begin``) or trimmed (the stream's oldest entry is past ``begin`` and fewer
     entries are left after it than were added after it); or the stream was written
-    again up to the position (the entry there is another one, or it is gone though
-    nothing was trimmed or deleted up to it)."""
+    again up to the position (the entry there is another one)."""
     last = as_text(info["last-generated-id"])
     if parse_id(last) < _id(begin):
         # audit-2 #17: the stream is behind the position (a failover to a replica that
@@ -153,30 +153,44 @@ def _loss(key: str, info: dict, begin: Position, at: str | None) -> str | None:
             and added_after > int(info["length"]):
         what = f"trimmed ({added_after - int(info['length'])} entries)"
     else:
-        return _rewritten(key, info, begin, at)
+        return _rewritten(key, begin, at)
     return (f"Redis stream {key!r}: entries after the checkpoint's position "
             f"{begin['id']} were {what} before they were read; rows are lost. Set "
             "source.redis.fail_on_data_loss: false to go on")
 
 
-def _rewritten(key: str, info: dict, begin: Position, at: str | None) -> str | None:
+def _rewritten(key: str, begin: Position, at: str | None) -> str | None:
     """The part of :func:`_loss` for a stream whose last id and count caught up with
-    the position again after a failover to a replica that lagged: the entries it was
-    given since can have ids at or below the position, which a read after it skips."""
-    if "h" not in begin or at == begin["h"]:
+    the position again after a failover to a replica that lagged (its clock behind):
+    another entry at the position's id is one given since, and so can be others at or
+    below it, which a read after the position skips."""
+    if "h" not in begin or at is None or at == begin["h"]:
         return None
-    if at is not None:
-        what = "is not the one that was read there"
-    else:
-        first = info.get("first-entry")
-        if not first or parse_id(as_text(first[0])) > _id(begin) \
-                or parse_id(_deleted(info)) >= _id(begin):
-            return None  # trimmed or deleted since: nothing left to compare
-        what = "is gone, though nothing was trimmed or deleted up to it"
     return (f"Redis stream {key!r}: the entry at the checkpoint's position {begin['id']} "
-            f"{what}: the stream was written again (a failover to a replica that "
-            "lagged?), and entries it was given at or below the position are never read. "
-            "Set source.redis.fail_on_data_loss: false to go on (they are then skipped)")
+            "is not the one that was read there: the stream was written again (a failover "
+            "to a replica that lagged, with its clock behind?), and entries it was given "
+            "at or below the position are never read. Set "
+            "source.redis.fail_on_data_loss: false to go on (they are then skipped)")
+
+
+def _read_ones_lost(key: str, info: dict, begin: Position, at: str | None) -> str | None:
+    """A warning, when the entry at the position is gone though nothing was trimmed or
+    deleted up to it (by ``max-deleted-entry-id`` and the oldest entry): a failover to
+    a replica that lagged most likely, whose new entries got ids past the position
+    (nothing is skipped: the entries it lacks were read). Not a failure: a trim that
+    keeps older pending entries (Redis 8.2's ``ACKED``) and a copied stream look the
+    same, and new entries given ids at or below the position are told apart only where
+    one took the position's id (:func:`_rewritten`)."""
+    first = info.get("first-entry")
+    if ("h" not in begin or at is not None or not first
+            or parse_id(as_text(first[0])) > _id(begin)
+            or parse_id(_deleted(info)) >= _id(begin)):
+        return None
+    return (f"Redis stream {key!r}: the entry at the checkpoint's position {begin['id']} "
+            "is gone, though nothing was trimmed or deleted up to it: a failover to a "
+            "replica that lacked entries lakesink had read (they are in the table)? If "
+            "the new master's clock was behind, entries it was given at or below the "
+            "position are not read")
 
 
 class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -200,6 +214,7 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.starting = options.get("starting_position", "earliest")
         self.target: dict[str, Position] | None = None
         self._client = None
+        self._noted: set[tuple[str, str]] = set()
 
     @property
     def client(self):
@@ -381,6 +396,10 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return info, False
         message = _loss(key, info, begin, held)
         if message is None:
+            note = _read_ones_lost(key, info, begin, held)
+            if note is not None and (key, begin["id"]) not in self._noted:
+                self._noted.add((key, begin["id"]))  # once per position, not per trigger
+                logger.warning(note)
             return info, False
         if self.fail_on_data_loss:
             raise SourceError(message)
