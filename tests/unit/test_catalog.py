@@ -569,10 +569,41 @@ def test_a_catalog_table_dropped_during_a_run_gets_every_batch_when_made_again()
     reg.start()
     assert catalog.batches == []  # all marked, no table to compare
     commit(fs, "r2", 0)
-    reg.committed(0)  # makes the table
-    assert catalog.batches == [("r2", 0), ("r1", 0), ("r1", 1)]
-    assert reg.pending == [] and reg.registered == 3
+    reg.committed(0)  # makes the table; which one took it is unknown: once more
+    assert catalog.batches == [("r2", 0), ("r1", 0), ("r1", 1), ("r2", 0)]
+    assert reg.pending == [] and reg.registered == 4
     assert fs.read_json(f"{reg.marks}/table.json")["generation"] == "g3"
+
+
+class ReplacedCatalog(FakeCatalog):
+    """A catalog whose table another tool replaces right after batch ``at`` went into
+    the old one (before the outbox looks at the generation again)."""
+
+    def __init__(self, at: tuple[str, int]) -> None:
+        super().__init__()
+        self.at = at
+        self.tables: dict[str | None, set[tuple[str, int]]] = {}
+
+    def register(self, batch: CommittedBatch) -> None:
+        super().register(batch)
+        self.tables.setdefault(self.gen, set()).add((batch.run, batch.batch_id))
+        if (batch.run, batch.batch_id) == self.at:
+            self.gen = "g2"
+
+
+def test_a_table_replaced_right_after_a_registration_gets_that_batch_too() -> None:
+    """The batch went into the table replaced right after; its mark, written under
+    the new table's generation, kept it out of that table for good. A generation that
+    changed around a registration now leaves the batch unmarked: queued again."""
+    catalog, fs, clock = ReplacedCatalog(at=("r2", 1)), FakeFS(), Clock()
+    catalog.gen = "g1"
+    for b in range(3):
+        commit(fs, "r2", b)
+    reg = make(fs, catalog, clock)
+    reg.start()
+    everything = {("r2", 0), ("r2", 1), ("r2", 2)}
+    assert catalog.tables["g2"] == everything and reg.pending == []
+    assert fs.read_json(f"{reg.marks}/table.json")["generation"] == "g2"
 
 
 class Killed(BaseException):

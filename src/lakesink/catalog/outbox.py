@@ -215,7 +215,8 @@ class Registrar:
         batch = committed_batch(manifest, table=self.layout.name, location=self.layout.table,
                                 run=run, null_value=self.null_value)
         batch = self._register_current(batch)
-        self._reconcile()
+        if self._reconcile():  # the table changed around the registration: which one
+            return  # took the batch is unknown; unmarked, it is queued again with all
         fault_point("after_registration", batch_id)
         self.fs.write_json(self.mark(run, batch_id), {
             "batch_id": batch_id, "app_id": batch.app_id, "files": len(batch.files),
@@ -225,13 +226,13 @@ class Registrar:
         logger.info("catalog %s: batch %d registered (%d file(s), %d row(s))",
                     self.catalog.describe(), batch_id, len(batch.files), batch.rows)
 
-    def _reconcile(self) -> None:
+    def _reconcile(self) -> bool:
         """The marks stand for the catalog table they were written for (see the module
         docstring): another generation drops them, and every committed batch is queued
-        again (after the batch being registered, whose mark follows)."""
+        again. True when the generation changed (not when it is first recorded)."""
         now = self.catalog.generation()
         if now is None or now == self._generation:
-            return
+            return False
         path = join(self.marks, GENERATION)
         if self._generation is None:
             self._generation = (self.fs.read_json(path) or {}).get("generation")
@@ -247,10 +248,12 @@ class Registrar:
             for run in sorted({run for run, _ in self._listed(self.marks)}):
                 self.fs.delete(join(self.marks, run))
             self._requeue = True
+        changed = self._generation is not None and self._generation != now
         if now != self._generation:
             self.fs.write_json(path, {"generation": now, "catalog": self.catalog.id,
                                       "at": time.time()})
             self._generation = now
+        return changed
 
     def _register_current(self, committed: CommittedBatch) -> CommittedBatch:
         """Register ``committed`` with the files that hold its rows now. When the catalog
