@@ -130,6 +130,20 @@ def _rows(table: Path) -> list[tuple[Any, ...]]:
     return sorted((tuple(same_nan(v) for v in r) for r in rows), key=lambda r: (r[1], r[0]))
 
 
+def _clickhouse_rows(table: Path) -> list[str]:
+    """The table as ClickHouse (chDB, a reader nobody here wrote) reads it, row by row
+    as text: a Delta table by its log (``deltaLakeLocal``); a Parquet table's every
+    file, with the folders' values (as named: ClickHouse does not unescape them)."""
+    import contextlib
+
+    import chdb
+
+    source = (f"deltaLakeLocal('{table}')" if (table / "_delta_log").exists() else
+              f"file('{table}/**/*.parquet', Parquet) SETTINGS use_hive_partitioning = 1")
+    with contextlib.chdir(table):  # ClickHouse reads local tables below its directory
+        return sorted(chdb.query(f"SELECT * FROM {source}", "TSV").data().splitlines())
+
+
 def _folders(table: Path) -> set[str]:
     return {str(p.parent.relative_to(table)) for p in table.rglob("*.parquet")}
 
@@ -211,6 +225,9 @@ def test_arrow_path_writes_what_the_spark_path_writes(spark, kafka_broker, topic
     for want, got in zip(spark_rows, arrow_rows, strict=True):
         assert got == want
     assert _folders(lakes["arrow"] / "events") == _folders(lakes["spark"] / "events")
+    clickhouse = _clickhouse_rows(lakes["arrow"] / "events")  # known-open T9
+    assert len(clickhouse) == len(spark_rows)
+    assert clickhouse == _clickhouse_rows(lakes["spark"] / "events")
     assert _dead_letters(lakes["arrow"]) == _dead_letters(lakes["spark"])
     assert [r[2:5] for r in _dead_letters(lakes["spark"])
             if r[2] == "invalid_partition_value"] == [
@@ -288,6 +305,9 @@ def test_arrow_path_commits_to_delta_what_the_spark_path_commits(spark, kafka_br
     assert got_rs == want_rs
     assert got_spark == want_spark == want_rs
     assert got_count == want_count == len(want_rs)
+    clickhouse = _clickhouse_rows(lakes["arrow"] / "events")  # known-open T9
+    assert len(clickhouse) == len(want_rs)
+    assert clickhouse == _clickhouse_rows(lakes["spark"] / "events")
     assert _dead_letters(lakes["arrow"]) == _dead_letters(lakes["spark"])
     assert [r[2:5] for r in _dead_letters(lakes["spark"])
             if r[2] == "invalid_partition_value"] == [
