@@ -153,12 +153,21 @@ class Case:
                 "--out", str(self.table)]
 
 
+#: ``--logs DIR``: every case's whole output, one file per run (start-up profiles)
+LOGS: Path | None = None
+
+
 class Running:
     """A case's process: drains its output, stamps progress, samples its RSS."""
 
     def __init__(self, case: Case, cmd: list[str]) -> None:
         self.case = case
         self.started = time.monotonic()
+        self.log = None
+        if LOGS is not None:
+            LOGS.mkdir(parents=True, exist_ok=True)
+            stamp = dt.datetime.now(dt.UTC).strftime("%H%M%S")
+            self.log = (LOGS / f"{case.name}-{stamp}.log").open("w", encoding="utf-8")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, start_new_session=True, cwd=ROOT)
         self.rss = TreeRSS(self.proc.pid)
@@ -174,6 +183,8 @@ class Running:
         done = 0
         for line in self.proc.stdout:
             self.tail.append(line.rstrip())
+            if self.log is not None:
+                self.log.write(f"{time.monotonic() - self.started:8.3f} {line}")
             if self.case.ready(line) and not self.is_ready.is_set():
                 self.ready_at = time.monotonic() - self.started
                 self.is_ready.set()
@@ -181,6 +192,8 @@ class Running:
             if n:
                 done += n
                 self.progress.append((time.monotonic() - self.started, done))
+        if self.log is not None:
+            self.log.close()
 
     def wait(self, timeout: float) -> tuple[int, float, int]:
         """(return code, seconds, peak RSS bytes)."""
@@ -582,7 +595,12 @@ def main() -> None:
                     help="throughput rounds (cases interleaved, each round starting with "
                     "the next case); the run with the median time is reported, with every "
                     "run's seconds")
+    ap.add_argument("--logs", default=None,
+                    help="keep each case's whole output here, each line with the seconds "
+                    "since its process started")
     args = ap.parse_args()
+    global LOGS
+    LOGS = Path(args.logs) if args.logs else None
     cases = [c for c in args.cases.split(",") if c]
     unknown = set(cases) - set(ALL_CASES)
     if unknown:
