@@ -48,6 +48,27 @@ def add(server, key: str, rng: range) -> list[str]:
             for i in rng]
 
 
+def read_all(server, key: str) -> tuple[list[str], RedisStreamsReader, dict, dict]:
+    """Ten entries read in one batch and committed: (their ids, the reader, the batch's
+    start and end)."""
+    entry_ids = add(server, key, range(10))
+    reader = RedisStreamsReader(options(server, [key]))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert ids(reader, start, end) == list(range(10))
+    reader.commit(end)
+    return entry_ids, reader, start, end
+
+
+def promote(server, key: str, entries: list[tuple[int, str]]) -> None:
+    """The stream as a promoted replica holds it: ``entries`` (the record id each
+    carries, and the entry's id), nothing else."""
+    client = server.client()
+    client.delete(key)
+    for i, entry_id in entries:
+        client.xadd(key, {"data": json.dumps({"id": i}), "k": str(i)}, id=entry_id)
+
+
 def test_stream_batches_replay_and_limits(redis_server, key) -> None:
     add(redis_server, key, range(25))
     reader = RedisStreamsReader(options(redis_server, [key]))
@@ -138,16 +159,9 @@ def test_a_stream_behind_the_position_fails_instead_of_skipping_new_entries(redi
     is behind: its new entries get ids at or below the checkpoint's position, and a read
     after the position never returns them (they were skipped silently). The stream's
     last id behind the position now fails the query (``fail_on_data_loss``)."""
-    entry_ids = add(redis_server, key, range(10))
-    reader = RedisStreamsReader(options(redis_server, [key]))
-    start = reader.initialOffset()
-    end = reader.latestOffset(start, ReadAllAvailable())
-    assert ids(reader, start, end) == list(range(10))
-    reader.commit(end)
+    entry_ids, reader, _, end = read_all(redis_server, key)
+    promote(redis_server, key, list(enumerate(entry_ids[:6])))  # entries 0..5 only
     client = redis_server.client()
-    client.delete(key)  # the promoted replica: entries 0..5 only
-    for i, entry_id in enumerate(entry_ids[:6]):
-        client.xadd(key, {"data": json.dumps({"id": i}), "k": str(i)}, id=entry_id)
     ms, seq = parse_id(entry_ids[5])
     new = client.xadd(key, {"data": json.dumps({"id": 10}), "k": "10"}, id=f"{ms}-{seq + 1}")
     assert parse_id(new.decode()) <= parse_id(end[key]["id"])  # at or below the position
@@ -164,18 +178,10 @@ def test_a_replica_that_caught_up_to_the_position_with_new_entries_fails(redis_s
     tells; the entry at the position is not the one that was read (its fields'
     fingerprint, kept in the offset, differs). The new entries at or below the position
     were skipped silently before. An entry at the position gone is only a warning."""
-    entry_ids = add(redis_server, key, range(10))
-    reader = RedisStreamsReader(options(redis_server, [key]))
-    start = reader.initialOffset()
-    end = reader.latestOffset(start, ReadAllAvailable())
-    assert ids(reader, start, end) == list(range(10))
-    reader.commit(end)
+    entry_ids, reader, _, end = read_all(redis_server, key)
+    promote(redis_server, key, [*enumerate(entry_ids[:6]),  # entries 0..5, then 6..9 anew
+                                *enumerate(entry_ids[6:], start=10)])
     client = redis_server.client()
-    client.delete(key)  # the promoted replica: entries 0..5 only, then 6..9 anew
-    for i, entry_id in enumerate(entry_ids[:6]):
-        client.xadd(key, {"data": json.dumps({"id": i}), "k": str(i)}, id=entry_id)
-    for i, entry_id in enumerate(entry_ids[6:], start=10):
-        client.xadd(key, {"data": json.dumps({"id": i}), "k": str(i)}, id=entry_id)
     info = client.xinfo_stream(key)
     assert (info["last-generated-id"].decode(), info["entries-added"]) == \
         (end[key]["id"], end[key]["n"])  # nothing but the entries tells
@@ -184,9 +190,8 @@ def test_a_replica_that_caught_up_to_the_position_with_new_entries_fails(redis_s
     lenient = RedisStreamsReader(options(redis_server, [key], fail_on_data_loss="false"))
     assert lenient.latestOffset(end, ReadAllAvailable()) == end  # said, and skipped
 
-    client.delete(key)  # a replica with entries 0..7, then one past the position: the
-    for i, entry_id in enumerate(entry_ids[:8]):  # entry at the position is missing;
-        client.xadd(key, {"data": json.dumps({"id": i}), "k": str(i)}, id=entry_id)
+    # a replica with entries 0..7, then one past the position: the entry at the
+    promote(redis_server, key, list(enumerate(entry_ids[:8])))  # position is missing;
     client.xadd(key, {"data": json.dumps({"id": 20}), "k": "20"},  # most such failovers
                 id=next_id(end[key]["id"]))  # skip nothing (and Redis 8.2's ACKED trims
     with caplog.at_level("WARNING", logger="lakesink.sources.redis_streams"):  # look
@@ -195,9 +200,8 @@ def test_a_replica_that_caught_up_to_the_position_with_new_entries_fails(redis_s
     assert len([r for r in caplog.records if "is gone" in r.message]) == 1  # once
     assert ids(reader, end, later) == [20]
 
-    client.delete(key)  # what is not a loss: the stream as it was, the entry at the
-    for i, entry_id in enumerate(entry_ids):  # position deleted (XDEL) or trimmed
-        client.xadd(key, {"data": json.dumps({"id": i}), "k": str(i)}, id=entry_id)
+    # what is not a loss: the stream as it was, the entry at the position deleted
+    promote(redis_server, key, list(enumerate(entry_ids)))  # (XDEL) or trimmed
     add(redis_server, key, range(10, 12))
     assert ids(reader, end, reader.latestOffset(end, ReadAllAvailable())) == [10, 11]
     client.xdel(key, end[key]["id"])
