@@ -168,7 +168,8 @@ class Pipeline:
                         factory=_type_tables(spec, spark, app_id),
                         reserved=static | {UNROUTED_TABLE}, key=f"routes.{i}.message_type",
                         sample_size=spec.template.decode.infer_sample_size,
-                        max_tables=mt.max_tables, made=type_table_names(run, fs, i))
+                        max_tables=mt.max_tables, made=type_table_names(
+                            run, HadoopFS(spark, to_uri(spec.template.table.base_path)), i))
                     targets.append(f"{mt.table_prefix}<{mt.field or 'record name'}>")
                 else:
                     with route_keys(i):
@@ -358,12 +359,12 @@ def _message_type_print(mt: Any) -> dict[str, Any]:  # noqa: ANN401
 def type_table_names(run: RunPlan, fs: HadoopFS | ArrowFS, index: int) -> list[str]:
     """The tables message-type route ``index`` has made so far: the folders of
     ``<base>/.lakesink/`` with a recorded layout whose names carry the route's prefix
-    and that no other route (or the unrouted records) owns. ``fs``: the base path's
-    store (read only)."""
+    and that no other route (or the unrouted records) owns. ``fs``: the store of the
+    route's base path (its own ``table.base_path``, else the top level's; read only)."""
     route = run.route(index)
     assert isinstance(route, TypeRouteSpec)
     mt = route.message_type
-    base = to_uri(run.table_defaults.base_path)
+    base = to_uri(route.template.table.base_path)
     static = {name.lower() for name in run.static_names()}
     names = []
     for name in fs.list_dirs(TableLayout.of(base, "x").meta.rpartition("/")[0]):

@@ -110,26 +110,24 @@ def _tables(cfg: Any, spark: Any) -> list[Any] | None:  # noqa: ANN401
     from lakesink.tables.fs import to_uri
 
     out: list[Any] = []
-    fs: Any = None
     run = plan(cfg)
     for route in run.routes or run.tables:
         if isinstance(route, TableSpec):
             out.append(route)
             continue
-        if fs is None:
-            base = to_uri(cfg.table.base_path)
-            if spark is None:
-                from lakesink.runtime.arrow_fs import ArrowFS
+        base = to_uri(route.template.table.base_path)  # the route's own, or the top's
+        if spark is None:
+            from lakesink.runtime.arrow_fs import ArrowFS
 
-                fs = ArrowFS.open(cfg.storage, base)
-                if fs is None:
-                    return None
-            else:
-                from lakesink.runtime import storage
-                from lakesink.tables.fs import HadoopFS
+            fs: Any = ArrowFS.open(cfg.storage, base)
+            if fs is None:
+                return None
+        else:
+            from lakesink.runtime import storage
+            from lakesink.tables.fs import HadoopFS
 
-                storage.apply(spark, cfg.storage, run.paths())
-                fs = HadoopFS(spark, base)
+            storage.apply(spark, cfg.storage, run.paths())
+            fs = HadoopFS(spark, base)
         out.extend(route.table(name) for name in type_table_names(run, fs, route.route))
     return out
 

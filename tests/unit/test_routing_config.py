@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from typing import Any
 
 import pytest
@@ -98,6 +100,28 @@ def test_message_type_route_configs_per_type() -> None:
                                                            "table_prefix": "ev_"}}])
     assert plan(cfg).route(0).table("ev_order").config.table.name == "ev_order"
     assert plan(cfg).route(0).table("ev_order").config.source.kafka.topics == ["a", "b"]
+
+
+def test_a_type_routes_tables_are_listed_where_it_makes_them(tmp_path) -> None:
+    """A message-type route with its own ``table.base_path`` makes its tables there; the
+    tables it made were listed below the top level's base path instead (so a restart
+    counted none against ``max_tables``, and the maintenance commands missed them)."""
+    import pyarrow.fs as pafs
+
+    from lakesink.app import type_table_names
+    from lakesink.runtime.arrow_fs import ArrowFS
+    from lakesink.tables.layout import TableLayout
+
+    own, top = tmp_path / "own", tmp_path / "top"
+    cfg = _load([{"topics": ["a"], "message_type": {"field": "type", "table_prefix": "ev_"},
+                  "table": {"base_path": str(own)}}],
+                **{"table.base_path": str(top)})
+    for base, name in ((own, "ev_order"), (top, "ev_stale")):
+        layout = Path(TableLayout.of(str(base), name).layout_file.removeprefix("file:"))
+        layout.parent.mkdir(parents=True)
+        layout.write_text("{}")
+    fs = ArrowFS(pafs.LocalFileSystem())
+    assert type_table_names(plan(cfg), fs, 0) == ["ev_order"]
 
 
 def test_the_run_plan_resolves_every_route_once() -> None:
