@@ -81,7 +81,9 @@ class Catalog(ABC):
         last saw (Iceberg: the table's uuid); None when there is no table yet or the
         catalog cannot tell. A table dropped and made again, or replaced by another tool,
         has another generation: the outbox then registers every committed batch again
-        (audit-2 #15), so ``register`` must skip what the table already holds."""
+        (audit-2 #15), so ``register`` must skip what the table already holds. It must
+        be the same for one table on every call: a value that changed without the table
+        changing would register the backlog again at every batch and mark nothing."""
         return None
 
     def describe(self) -> str:
