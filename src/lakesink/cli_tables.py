@@ -111,6 +111,10 @@ def _tables(cfg: Any, spark: Any) -> list[Any] | None:  # noqa: ANN401
 
     out: list[Any] = []
     run = plan(cfg)
+    if spark is not None and any(not isinstance(r, TableSpec) for r in run.routes):
+        from lakesink.runtime import storage
+
+        storage.apply(spark, cfg.storage, run.paths())  # once, for every route's store
     for route in run.routes or run.tables:
         if isinstance(route, TableSpec):
             out.append(route)
@@ -123,10 +127,8 @@ def _tables(cfg: Any, spark: Any) -> list[Any] | None:  # noqa: ANN401
             if fs is None:
                 return None
         else:
-            from lakesink.runtime import storage
             from lakesink.tables.fs import HadoopFS
 
-            storage.apply(spark, cfg.storage, run.paths())
             fs = HadoopFS(spark, base)
         out.extend(route.table(name) for name in type_table_names(run, fs, route.route))
     return out

@@ -13,12 +13,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from lakesink.errors import SourceError
 from lakesink.sources.redis_lists import RedisListsReader, names, owner_key
-from lakesink.sources.redis_streams import (
-    RedisStreamsReader,
-    next_id,
-    parse_id,
-    previous_id,
-)
+from lakesink.sources.redis_positions import next_id, parse_id, previous_id
+from lakesink.sources.redis_streams import RedisStreamsReader
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 _n = itertools.count()

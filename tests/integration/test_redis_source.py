@@ -17,7 +17,7 @@ from lakesink.app import Pipeline
 from lakesink.config import load_config
 from lakesink.config.plan import plan
 from lakesink.sources.offsets import lag
-from lakesink.sources.redis_streams import position
+from lakesink.sources.redis_positions import position
 from lakesink.status import status
 from tests.fixtures.runs import flatten
 from tests.fixtures.services import read_ids, redis_config, redis_events, write_config

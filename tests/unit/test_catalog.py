@@ -4,6 +4,7 @@ backoff (the Quix catalog's calls: tests/integration/test_catalog_quix.py)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -651,6 +652,51 @@ def test_a_kill_while_the_marks_of_a_dropped_table_go_leaves_no_batch_out(budget
     make(fs, catalog, clock).start()
     assert sorted(set(catalog.batches)) == [("r1", 0), ("r1", 1), ("r2", 0), ("r2", 1)]
     assert fs.read_json(f"{make(fs, catalog, clock).marks}/table.json")["generation"] == "g2"
+
+
+class HookedFS(FakeFS):
+    """A store that runs a hook just before a path is written (another process's step
+    landing in between two of this one's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.before_write: dict[str, Callable[[], None]] = {}
+
+    def write_json(self, path: str, data: Any) -> None:  # noqa: ANN401
+        hook = self.before_write.pop(path, None)
+        if hook is not None:
+            hook()
+        super().write_json(path, data)
+
+
+def test_a_mark_another_registrar_writes_for_the_old_table_keeps_no_batch_out() -> None:
+    """Two registrars of one table (``lakesink run`` and ``lakesink dlq replay``) while
+    the catalog's table is replaced: the replay registered its batch into the old table
+    and wrote the mark after the run had dropped the old marks and before it listed them
+    again. That mark stood for the new table, and the batch never reached it."""
+    fs, clock = HookedFS(), Clock()
+    run_catalog, replay_catalog = FakeCatalog(), FakeCatalog()
+    run_catalog.gen = replay_catalog.gen = "g1"
+    commit(fs, "r1", 0)
+    run = make(fs, run_catalog, clock, run="r1")
+    run.start()
+    replay_fs = HookedFS()
+    replay_fs.files = fs.files  # the same store, another process
+    replay = make(replay_fs, replay_catalog, clock, run="rp")
+    replay.start()  # both on the first table; r1's batch 0 is marked
+
+    def replay_commits() -> None:  # still on the old table (it saw no other yet)
+        commit(fs, "rp", 0)
+        replay.committed(0)
+
+    fs.before_write[f"{run.marks}/table.json"] = replay_commits
+    run_catalog.batches, run_catalog.gen = [], "g2"  # the table is replaced
+    commit(fs, "r1", 1)
+    run.committed(1)  # sees the new table: drops the marks, replay's mark lands, lists
+    run.close()
+    assert replay_catalog.batches == [("rp", 0)]  # the old table took it
+    make(fs, run_catalog, clock, run="r1").start()
+    assert sorted(set(run_catalog.batches)) == [("r1", 0), ("r1", 1), ("rp", 0)]
 
 
 def _iceberg_lake(tmp_path: Path, batches: range) -> tuple[FakeFS, TableLayout]:

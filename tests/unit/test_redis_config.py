@@ -10,7 +10,7 @@ import yaml
 from lakesink.config import load_config, redacted_dict
 from lakesink.errors import ConfigError
 from lakesink.sources import redis_conn
-from lakesink.sources.redis_streams import next_id, parse_id, position, previous_id
+from lakesink.sources.redis_positions import next_id, parse_id, position, previous_id
 from lakesink.config.plan import plan
 
 REDIS = {"source": {"redis": {"streams": ["sensors"]}}}

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import re
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from lakesink.catalog.base import Catalog, CommittedBatch
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: how a metastore that cannot be reached shows in Spark's errors
+#: the table property that names a Parquet table lakesink made (its generation)
+GENERATION_PROPERTY = "lakesink.generation"
 _UNREACHABLE = ("TTransportException", "Could not connect to meta store", "Connection refused",
                 "Unable to instantiate", "SocketTimeoutException", "SocketException",
                 "connect timed out", "Read timed out", "Timeout when executing method",
@@ -156,7 +159,7 @@ class HiveCatalog(Catalog):
         self.id = f"hive-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
         self._parts = {p.lower() for p in partition_by}
         self.known = False  #: the table is in the metastore (Delta registers once)
-        self._created: str | None = None  #: the Parquet table's creation time, as seen
+        self._created: str | None = None  #: the Parquet table's generation, as seen
 
     def describe(self) -> str:
         return f"hive {self.database}.{self.table}"
@@ -200,13 +203,24 @@ class HiveCatalog(Catalog):
             details = self._details()
             self._check(details)
             self.known = True
-            self._created = details.get("Created Time")
+            self._created = self._generation_of(details)
 
     def generation(self) -> str | None:
-        """The table's creation time (to the second): a Parquet table dropped and made
-        again is another one, without the partitions registered before. (A Delta table
-        is registered whole, by its log: its registrar has no marks to reconcile.)"""
+        """The Parquet table's incarnation as :meth:`prepare` or :meth:`register` last
+        saw it: a table lakesink made carries a random ``lakesink.generation`` property;
+        another one is told by its creation time (to the second, as the metastore keeps
+        it). A table dropped and made again is another one, without the partitions
+        registered before. (A Delta table is registered whole, by its log: its
+        registrar has no marks to reconcile.)"""
         return self._created
+
+    @staticmethod
+    def _generation_of(details: dict[str, str]) -> str | None:
+        """From ``DESCRIBE TABLE EXTENDED``: the property lakesink set, else the
+        creation time."""
+        match = re.search(rf"\b{GENERATION_PROPERTY}=([0-9a-f]{{32}})\b",
+                          details.get("Table Properties", ""))
+        return match.group(1) if match else details.get("Created Time")
 
     def _check(self, details: dict[str, str]) -> None:
         """An existing table must be this lake table: same provider, folder and
@@ -247,10 +261,13 @@ class HiveCatalog(Catalog):
         fields = [f for f in schema.fields if f.name.lower() not in self._parts]
         if not self._exists():
             self._create(fields)
-            self._created = self._details().get("Created Time")
         else:
             self._evolve(fields)
         self._add_partitions(batch)
+        # which table took the batch: one dropped and made again by another process
+        # since the last look is another generation (the outbox registers every batch
+        # to it)
+        self._created = self._generation_of(self._details())
 
     def register_table(self) -> None:
         """Delta: the table by name, over its log."""
@@ -275,8 +292,10 @@ class HiveCatalog(Catalog):
             columns += ", " + ", ".join(f"{quote(c)} STRING" for c in self.partition_by)
         partitioned = (f" PARTITIONED BY ({', '.join(quote(c) for c in self.partition_by)})"
                        if self.partition_by else "")
+        made = uuid.uuid4().hex  # tells this table from one made again in the same second
         self._sql(f"CREATE TABLE IF NOT EXISTS {self.fq} ({columns}) USING parquet"
-                  f"{partitioned} LOCATION {literal(self.location)}", "creating the table")
+                  f"{partitioned} LOCATION {literal(self.location)} TBLPROPERTIES "
+                  f"({literal(GENERATION_PROPERTY)} = {literal(made)})", "creating the table")
         logger.info("catalog %s: table created at %s", self.describe(), self.location)
 
     def _evolve(self, fields: list[T.StructField]) -> None:

@@ -27,7 +27,12 @@ recorded in ``registered/<catalog id>/table.json``). A table dropped and made ag
 by hand, by another tool, or by the next registration after a drop — holds none of the
 batches the marks stand for: the outbox then drops the marks and queues every committed
 batch again, and the catalog's ``register`` skips what its table already holds
-(audit-2 #15: those batches stayed out of the catalog for good).
+(audit-2 #15: those batches stayed out of the catalog for good). A mark's name carries
+its generation (``<batch>.<tag>.json``, the tag a hash of the generation), and a mark of
+another one counts as absent: another process still on the old table (``lakesink dlq
+replay`` beside ``lakesink run``) may write one after this one dropped the marks, and it
+must not keep its batch out of the new table. (Marks without a tag were written before
+marks carried one; they hold for the recorded generation.)
 
 A batch the catalog *refuses* (a :class:`~lakesink.errors.CatalogError` from
 ``register``: a 413 for a batch of thousands of folders, a footer that disagrees, a
@@ -40,6 +45,7 @@ the catalog itself (``prepare``: a wrong token) still stops the run.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -60,6 +66,13 @@ logger = logging.getLogger(__name__)
 
 #: in the marks folder: the catalog table's generation the marks were written for
 GENERATION = "table.json"
+
+
+def generation_tag(generation: str | None) -> str | None:
+    """The short name of a table generation in its marks' file names (None: untold)."""
+    if generation is None:
+        return None
+    return hashlib.blake2b(generation.encode(), digest_size=6).hexdigest()
 
 
 def partition_of(relative: str, null_value: str) -> dict[str, str | None]:
@@ -106,7 +119,8 @@ class Registrar:
         self.registered = 0  #: batches registered by this process
         self.refused = 0  #: batches the catalog refused in this process (set aside)
         self._generation: str | None = None  #: the marks' table generation, once read
-        self._requeue = False  #: the marks were dropped: queue every batch again
+        self._read = False  #: ``table.json`` was read
+        self._legacy = True  #: untagged marks may be there (until a listing says not)
 
     # -- where things live -------------------------------------------------------------
 
@@ -115,7 +129,23 @@ class Registrar:
         return join(self.layout.meta, "registered", self.catalog.id)
 
     def mark(self, run: str, batch_id: int) -> str:
-        return join(self.marks, run, f"{batch_id:010d}.json")
+        """A batch's mark for the table generation the marks stand for now."""
+        tag = generation_tag(self._recorded())
+        return join(self.marks, run, f"{batch_id:010d}{'' if tag is None else '.' + tag}.json")
+
+    def _marked(self, run: str, batch_id: int) -> bool:
+        if self.fs.exists(self.mark(run, batch_id)):
+            return True
+        legacy = join(self.marks, run, f"{batch_id:010d}.json")
+        return self._legacy and self.mark(run, batch_id) != legacy and self.fs.exists(legacy)
+
+    def _recorded(self) -> str | None:
+        """The table generation the marks stand for (``table.json``), read once."""
+        if not self._read:
+            path = join(self.marks, GENERATION)
+            self._generation = (self.fs.read_json(path) or {}).get("generation")
+            self._read = True
+        return self._generation
 
     def refusal(self, run: str, batch_id: int) -> str:
         """Where a batch the catalog refused is recorded, with the refusal."""
@@ -137,24 +167,30 @@ class Registrar:
         from lakesink.tables.manifests import committed
 
         manifests = [(run, b) for run, b, _ in committed(self.fs, self.layout)]
-        done = set(self._listed(self.marks))
+        marks = self._listed(self.marks)
+        tag = generation_tag(self._recorded())
+        # a mark of another generation is another process's, written for the table
+        # before (it had not seen the new one yet): its batch is not in this table
+        done = {(run, b) for run, b, t in marks if t is None or t == tag}
+        self._legacy = any(t is None for _, _, t in marks)
         self.pending = sorted((k for k in manifests if k not in done),
                               key=lambda k: (k[0] == self.run, k[0], k[1]))
-        self._requeue = False
 
-    def _listed(self, folder: str) -> list[tuple[str, int]]:
+    def _listed(self, folder: str) -> list[tuple[str, int, str | None]]:
+        """The marks below ``folder``: (run, batch, generation tag or None)."""
         out = []
         for f in self.fs.list_files(folder, suffix=".json"):
             run, _, name = f.relative.rpartition("/")
-            if run and name[:-5].isdigit():
-                out.append((run, int(name[:-5])))
+            batch, _, tag = name[:-5].partition(".")
+            if run and batch.isdigit():
+                out.append((run, int(batch), tag or None))
         return out
 
     def committed(self, batch_id: int) -> None:
         """After ``batch_id`` of this run was committed (or found committed by a
         replay): queue it, unless marked, and register what is due."""
         key = (self.run, batch_id)
-        if key not in self.pending and not self.fs.exists(self.mark(*key)):
+        if key not in self.pending and not self._marked(*key):
             self.pending.append(key)
         self.drain()
 
@@ -172,13 +208,13 @@ class Registrar:
             if not self.prepared:
                 self.catalog.prepare()
                 self.prepared = True
-                self._reconcile()
-                if self._requeue:
+                if self._reconcile():
                     self._queue_unmarked()
             while self.pending and self.clock() - started < self.budget_s:
                 run, batch_id = self.pending[0]
+                requeue = False
                 try:
-                    self._register(run, batch_id)
+                    requeue = self._register(run, batch_id)
                 except CatalogUnavailable:
                     raise
                 except CatalogError as exc:
@@ -186,7 +222,7 @@ class Registrar:
                 else:
                     done += 1
                 self.pending.pop(0)
-                if self._requeue:
+                if requeue:
                     self._queue_unmarked()
         except CatalogUnavailable as exc:
             self.registered += done
@@ -199,9 +235,11 @@ class Registrar:
         self.registered += done
         return done
 
-    def _register(self, run: str, batch_id: int) -> None:
-        if self.fs.exists(self.mark(run, batch_id)):  # another process registered it
-            return
+    def _register(self, run: str, batch_id: int) -> bool:
+        """Register one batch and mark it; True when the catalog's table changed around
+        it (the marks were dropped: every committed batch is to be queued again)."""
+        if self._marked(run, batch_id):  # another process registered it
+            return False
         path = join(self.layout.meta, "manifests", run, f"{batch_id:010d}.json")
         try:
             manifest = read_manifest(self.fs, self.layout, run, batch_id)
@@ -209,14 +247,14 @@ class Registrar:
             logger.error("catalog %s: the manifest %s is unreadable; its files are not "  # atomic)
                          "registered (check the table with lakesink repair)",
                          self.catalog.describe(), path)
-            return
+            return False
         if manifest is None:  # rolled up or removed since it was listed: nothing to do
-            return
+            return False
         batch = committed_batch(manifest, table=self.layout.name, location=self.layout.table,
                                 run=run, null_value=self.null_value)
         batch = self._register_current(batch)
         if self._reconcile():  # the table changed around the registration: which one
-            return  # took the batch is unknown; unmarked, it is queued again with all
+            return True  # took the batch is unknown; unmarked, it is queued again
         fault_point("after_registration", batch_id)
         self.fs.write_json(self.mark(run, batch_id), {
             "batch_id": batch_id, "app_id": batch.app_id, "files": len(batch.files),
@@ -225,35 +263,32 @@ class Registrar:
             self.fs.delete(self.refusal(run, batch_id), recursive=False)
         logger.info("catalog %s: batch %d registered (%d file(s), %d row(s))",
                     self.catalog.describe(), batch_id, len(batch.files), batch.rows)
+        return False
 
     def _reconcile(self) -> bool:
         """The marks stand for the catalog table they were written for (see the module
         docstring): another generation drops them, and every committed batch is queued
-        again. True when the generation changed (not when it is first recorded)."""
+        again. True when the marks were dropped (not when a generation is first
+        recorded)."""
         now = self.catalog.generation()
-        if now is None or now == self._generation:
+        was = self._recorded()
+        if now is None or now == was:
             return False
-        path = join(self.marks, GENERATION)
-        if self._generation is None:
-            self._generation = (self.fs.read_json(path) or {}).get("generation")
-        if self._generation not in (None, now):
+        if was is not None:
             stale = len(self._listed(self.marks))
             logger.warning("catalog %s: the catalog's table is another one than the batches "
                            "were registered to (generation %s, was %s): it was dropped or "
                            "replaced; %d batch(es) registered before are registered again",
-                           self.catalog.describe(), now, self._generation, stale)
+                           self.catalog.describe(), now, was, stale)
             # run by run, the generation last: a kill meanwhile leaves the old one, and
             # the next start drops what is left (a recursive delete is not atomic, and
             # marks left under the new generation kept their batches out for good)
-            for run in sorted({run for run, _ in self._listed(self.marks)}):
+            for run in sorted({run for run, _, _ in self._listed(self.marks)}):
                 self.fs.delete(join(self.marks, run))
-            self._requeue = True
-        changed = self._generation is not None and self._generation != now
-        if now != self._generation:
-            self.fs.write_json(path, {"generation": now, "catalog": self.catalog.id,
-                                      "at": time.time()})
-            self._generation = now
-        return changed
+        self.fs.write_json(join(self.marks, GENERATION),
+                           {"generation": now, "catalog": self.catalog.id, "at": time.time()})
+        self._generation = now
+        return was is not None
 
     def _register_current(self, committed: CommittedBatch) -> CommittedBatch:
         """Register ``committed`` with the files that hold its rows now. When the catalog

@@ -37,7 +37,6 @@ milliseconds.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Iterator
@@ -51,146 +50,30 @@ from lakesink.errors import SourceError
 from lakesink.faults import fault_point
 from lakesink.sources.records import RecordSource, record_batch
 from lakesink.sources.redis_conn import Conn, as_text, decode_fields
+from lakesink.sources.redis_positions import (
+    Position,
+    deleted_id,
+    fingerprint,
+    loss,
+    next_id,
+    parse_id,
+    pos_id,
+    position,
+    previous_id,
+    read_ones_lost,
+)
 
 logger = logging.getLogger(__name__)
 
 FORMAT = "lakesink-redis-streams"
 PAGE = 1000
-_SEQ_BITS = 20
-_MAX_SEQ = (1 << 64) - 1
 #: an explicit id's milliseconds beyond year 9999 are clamped there as the timestamp
 MAX_TIME_MS = 253_402_300_799_999
-
-
-def parse_id(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
-def format_id(ms: int, seq: int) -> str:
-    return f"{ms}-{seq}"
-
-
-def next_id(entry_id: str) -> str:
-    ms, seq = parse_id(entry_id)
-    return format_id(ms + 1, 0) if seq == _MAX_SEQ else format_id(ms, seq + 1)
-
-
-def previous_id(entry_id: str) -> str:
-    ms, seq = parse_id(entry_id)
-    if seq > 0:
-        return format_id(ms, seq - 1)
-    return format_id(ms - 1, _MAX_SEQ) if ms > 0 else "0-0"
-
-
-def position(entry_id: str) -> int:
-    """The entry id as one increasing number (``ms × 2^20 + seq``), -1 if it does not fit."""
-    ms, seq = parse_id(entry_id)
-    if seq >= 1 << _SEQ_BITS or ms >= 1 << (63 - _SEQ_BITS):
-        return -1
-    return (ms << _SEQ_BITS) | seq
-
-
 @dataclass(frozen=True)
 class StreamRange(InputPartition):
     key: str
     start: str  # exclusive
     end: str  # inclusive
-
-
-#: {"id": "<ms>-<seq>", "n": entries ever added up to that id (-1: unknown),
-#:  "d": the stream's max-deleted-entry-id when the position was taken,
-#:  "h": the fingerprint of the entry at "id" when a batch ended there (absent when no
-#:  entry was there: a start's position, or an offset of an earlier lakesink)}
-Position = dict
-
-
-def _id(pos: Position) -> tuple[int, int]:
-    return parse_id(pos["id"])
-
-
-def _deleted(info: dict | None) -> str:
-    return as_text(info.get("max-deleted-entry-id") or "0-0") if info else "0-0"
-
-
-def fingerprint(fields: dict) -> str:
-    """A digest of an entry's fields and values, in order: tells the entry a batch
-    ended at from another one given the same id later."""
-    digest = hashlib.blake2b(digest_size=8)
-    for part in (p for pair in fields.items() for p in pair):
-        data = part if isinstance(part, bytes) else str(part).encode()
-        digest.update(len(data).to_bytes(4, "big") + data)
-    return digest.hexdigest()
-
-
-def _loss(key: str, info: dict, begin: Position, at: str | None) -> str | None:
-    """What was lost after ``begin``, as the message to fail or warn with; None when
-    nothing was. ``at`` is the fingerprint of the entry now at ``begin``'s id (None:
-    none there). Lost: the stream is behind the position; entries were deleted
-    (``XDEL`` since the position was taken: ``max-deleted-entry-id`` grew past
-    ``begin``) or trimmed (the stream's oldest entry is past ``begin`` and fewer
-    entries are left after it than were added after it); or the stream was written
-    again up to the position (the entry there is another one)."""
-    last = as_text(info["last-generated-id"])
-    if parse_id(last) < _id(begin):
-        # audit-2 #17: the stream is behind the position (a failover to a replica that
-        # lacked the newest entries; a stream made again with explicit ids): entries it
-        # is given now can get ids at or below the position, which a read after the
-        # position never returns
-        return (f"Redis stream {key!r}: its last entry id {last} is before the "
-                f"checkpoint's position {begin['id']}: the stream lost entries that were "
-                "read (a failover to a replica that lagged?) and new entries may get ids "
-                "at or below the position, which are never read. Set "
-                "source.redis.fail_on_data_loss: false to go on (entries added at or "
-                "below the position are then skipped)")
-    deleted = _deleted(info)
-    first = info.get("first-entry")
-    added_after = int(info["entries-added"]) - begin["n"]
-    if parse_id(deleted) > max(_id(begin), parse_id(begin.get("d", "0-0"))):
-        what = f"deleted (XDEL, up to {deleted})"
-    elif begin["n"] >= 0 and parse_id(begin.get("d", "0-0")) <= _id(begin) \
-            and (not first or parse_id(as_text(first[0])) > _id(begin)) \
-            and added_after > int(info["length"]):
-        what = f"trimmed ({added_after - int(info['length'])} entries)"
-    else:
-        return _rewritten(key, begin, at)
-    return (f"Redis stream {key!r}: entries after the checkpoint's position "
-            f"{begin['id']} were {what} before they were read; rows are lost. Set "
-            "source.redis.fail_on_data_loss: false to go on")
-
-
-def _rewritten(key: str, begin: Position, at: str | None) -> str | None:
-    """The part of :func:`_loss` for a stream whose last id and count caught up with
-    the position again after a failover to a replica that lagged (its clock behind):
-    another entry at the position's id is one given since, and so can be others at or
-    below it, which a read after the position skips."""
-    if "h" not in begin or at is None or at == begin["h"]:
-        return None
-    return (f"Redis stream {key!r}: the entry at the checkpoint's position {begin['id']} "
-            "is not the one that was read there: the stream was written again (a failover "
-            "to a replica that lagged, with its clock behind?), and entries it was given "
-            "at or below the position are never read. Set "
-            "source.redis.fail_on_data_loss: false to go on (they are then skipped)")
-
-
-def _read_ones_lost(key: str, info: dict, begin: Position, at: str | None) -> str | None:
-    """A warning, when the entry at the position is gone though nothing was trimmed or
-    deleted up to it (by ``max-deleted-entry-id`` and the oldest entry): a failover to
-    a replica that lagged most likely, whose new entries got ids past the position
-    (nothing is skipped: the entries it lacks were read). Not a failure: a trim that
-    keeps older pending entries (Redis 8.2's ``ACKED``) and a copied stream look the
-    same, and new entries given ids at or below the position are told apart only where
-    one took the position's id (:func:`_rewritten`)."""
-    first = info.get("first-entry")
-    if ("h" not in begin or at is not None or not first
-            or parse_id(as_text(first[0])) > _id(begin)
-            or parse_id(_deleted(info)) >= _id(begin)):
-        return None
-    return (f"Redis stream {key!r}: the entry at the checkpoint's position {begin['id']} "
-            "is gone, though nothing was trimmed or deleted up to it: a failover to a "
-            "replica that lacked entries lakesink had read (they are in the table)? If "
-            "the new master's clock was behind, entries it was given at or below the "
-            "position are not read")
 
 
 class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -239,7 +122,7 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if info is None:
             return {"id": "0-0", "n": 0, "d": "0-0"}
         return {"id": as_text(info["last-generated-id"]), "n": int(info["entries-added"]),
-                "d": _deleted(info)}
+                "d": deleted_id(info)}
 
     def initialOffset(self) -> dict[str, Position]:
         return {key: self._initial(key) for key in self.keys}
@@ -257,19 +140,19 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 pending = self.client.xpending(key, self.group)
                 if pending["pending"]:
                     low = as_text(pending["min"])
-                    return {"id": previous_id(low), "d": _deleted(info),
+                    return {"id": previous_id(low), "d": deleted_id(info),
                             "n": self._count_before(key, info, group, low)}
                 read = group.get("entries-read")
                 last = as_text(group["last-delivered-id"])
-                exact = read is not None and parse_id(_deleted(info)) <= parse_id(last)
-                return {"id": last, "n": int(read) if exact else -1, "d": _deleted(info)}
+                exact = read is not None and parse_id(deleted_id(info)) <= parse_id(last)
+                return {"id": last, "n": int(read) if exact else -1, "d": deleted_id(info)}
         first = info.get("first-entry") if info is not None else None
         if info is None or self.starting == "latest" or not first:
             pos = self._end_of(info)
         else:  # the count is exact unless entries after the first one were deleted
             first_id = as_text(first[0])
-            exact = parse_id(_deleted(info)) < parse_id(first_id)
-            pos = {"id": previous_id(first_id), "d": _deleted(info),
+            exact = parse_id(deleted_id(info)) < parse_id(first_id)
+            pos = {"id": previous_id(first_id), "d": deleted_id(info),
                    "n": int(info["entries-added"]) - int(info["length"]) if exact else -1}
         if self.group:
             self._ensure_group(key, pos)
@@ -283,7 +166,7 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         checkpoint's start."""
         read, last = group.get("entries-read"), as_text(group["last-delivered-id"])
         first = info.get("first-entry")
-        if (read is None or not first or parse_id(_deleted(info)) >= parse_id(low)
+        if (read is None or not first or parse_id(deleted_id(info)) >= parse_id(low)
                 or parse_id(as_text(first[0])) > parse_id(low)
                 or parse_id(low) > parse_id(last)):  # a pending entry past the group's
             return -1                                # last delivered one (SETID, XCLAIM)
@@ -295,7 +178,7 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 break
             begin = f"({as_text(page[-1][0])}"
         # nothing of the range went while it was counted
-        unchanged = self._unchanged_since(key, _deleted(info), low)
+        unchanged = self._unchanged_since(key, deleted_id(info), low)
         return int(read) - count if unchanged and int(read) >= count else -1
 
     def _ensure_group(self, key: str, at: Position, *, mkstream: bool = True) -> bool:
@@ -338,9 +221,9 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             info, _ = self._check_loss(key, begin)
             stop = self._end_of(info)
             cap = self.target[key] if self.target is not None else None
-            if cap is not None and _id(cap) < _id(stop):
+            if cap is not None and pos_id(cap) < pos_id(stop):
                 stop = cap
-            if budget is not None and _id(stop) > _id(begin):
+            if budget is not None and pos_id(stop) > pos_id(begin):
                 page = self.client.xrange(key, f"({begin['id']}", stop["id"], count=budget)
                 if len(page) == budget and as_text(page[-1][0]) != stop["id"]:
                     # the count adds up only if no entry after begin was ever deleted or
@@ -348,14 +231,14 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     # check again, after the page (a trim is from the oldest entry on, so
                     # one that took a page's entry leaves fewer entries after begin than
                     # were added; the page's first entry being the oldest proves nothing)
-                    exact = (begin["n"] >= 0 and parse_id(stop["d"]) <= _id(begin)
+                    exact = (begin["n"] >= 0 and parse_id(stop["d"]) <= pos_id(begin)
                              and not self._check_loss(key, begin)[1])
                     stop = {"id": as_text(page[-1][0]), "d": stop["d"],
                             "n": begin["n"] + len(page) if exact else -1,
                             "h": fingerprint(page[-1][1])}
-            end[key] = self._marked(key, stop) if _id(stop) > _id(begin) else begin
-        for key, position in start.items():  # a stream no longer configured keeps its
-            end.setdefault(key, position)    # position: added back, it goes on from
+            end[key] = self._marked(key, stop) if pos_id(stop) > pos_id(begin) else begin
+        for key, pos in start.items():  # a stream no longer configured keeps its
+            end.setdefault(key, pos)    # position: added back, it goes on from
         return end                           # there, not from starting_position
 
     def _held(self, key: str, entry_id: str) -> str | None:
@@ -381,12 +264,12 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first entry just read."""
         info = self._info(key)
         first = info.get("first-entry") if info is not None else None
-        return (info is not None and _deleted(info) == deleted and bool(first)
+        return (info is not None and deleted_id(info) == deleted and bool(first)
                 and parse_id(as_text(first[0])) <= parse_id(as_text(first_read)))
 
     def _check_loss(self, key: str, begin: Position) -> tuple[dict | None, bool]:
         """Fail (``fail_on_data_loss``) when entries after ``begin`` are gone unread
-        (:func:`_loss` says how). Returns the stream's ``XINFO STREAM`` and whether a
+        (:func:`loss` says how). Returns the stream's ``XINFO STREAM`` and whether a
         loss was found (and only logged)."""
         # the entry at the position before the stream's state: a trim or delete between
         # the two is then seen as one (the other order took it for a rewrite)
@@ -394,9 +277,9 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         info = self._info(key)
         if info is None:
             return info, False
-        message = _loss(key, info, begin, held)
+        message = loss(key, info, begin, held)
         if message is None:
-            note = _read_ones_lost(key, info, begin, held)
+            note = read_ones_lost(key, info, begin, held)
             if note is not None and (key, begin["id"]) not in self._noted:
                 self._noted.add((key, begin["id"]))  # once per position, not per trigger
                 logger.warning(note)
@@ -412,7 +295,7 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         batch, a replayed one too: entries of the range gone since fail it here
         (``fail_on_data_loss``) instead of reading fewer."""
         ranges = [StreamRange(key, start[key]["id"], end[key]["id"]) for key in self.keys
-                  if key in start and key in end and _id(end[key]) > _id(start[key])]
+                  if key in start and key in end and pos_id(end[key]) > pos_id(start[key])]
         for r in ranges:
             self._check_loss(r.key, start[r.key])
         return ranges
@@ -470,7 +353,7 @@ class RedisStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _advance_group(self, key: str, last: Position) -> None:
         group = next((g for g in self.client.xinfo_groups(key)
                       if as_text(g["name"]) == self.group), None)
-        if group is not None and parse_id(as_text(group["last-delivered-id"])) >= _id(last):
+        if group is not None and parse_id(as_text(group["last-delivered-id"])) >= pos_id(last):
             return
         self.client.xgroup_setid(key, self.group, last["id"],
                                  entries_read=last["n"] if last["n"] >= 0 else None)
