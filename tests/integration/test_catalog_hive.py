@@ -49,9 +49,13 @@ def test_each_step_through_spark_sql(hive_metastore, tmp_path) -> None:
     assert sorted(late["ids"]) == [0, 1, 2, 3, 4, 6, 7, 5_000_000_000]
     assert len(late["partitions"]) == 7
     assert out["id_type_after_late"] == "bigint"
-    made, restarted, again, others, seen = out["generations"]
+    made, restarted, again, others, seen, copied, remade = out["generations"]
     assert made is not None and made == restarted and again not in (None, made)
     assert others not in (None, made, again) and seen == others
+    # made again from SHOW CREATE TABLE (lakesink's property copied): another one
+    assert copied not in (None, made, again, others)
+    assert out["dropped_while_registering"] == ["CatalogUnavailable", None]
+    assert remade not in (None, made, again, others, copied)
     assert sorted(out["after_made_again"]["ids"]) == [4]  # only what was registered since
     assert out["refused"] == "table.partition_by"
     assert out["delta"]["provider"] == "delta"

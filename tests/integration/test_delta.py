@@ -187,3 +187,59 @@ def test_a_stale_spark_writer_whose_append_delta_skips_does_not_wait_forever(
     assert observation_values(observation, wait_s=1.0) == {}, "a job ran for it?"
     assert sorted(delta_ids(root)) == [1, 2, 3]
     assert spark.read.format("delta").load(str(root)).count() == 3
+
+
+def test_a_table_created_from_the_driver_is_the_one_spark_s_first_append_makes(
+        spark, tmp_path) -> None:
+    """The Arrow path creates a new Delta table from the driver (Delta's table builder,
+    no Spark job). Its first log entry must hold the protocol and metadata Spark's own
+    first append of the same zero rows commits: columns made nullable (nested ones too),
+    partition columns, table properties."""
+    from pyspark.sql import types as T
+
+    from lakesink.tables.delta import DeltaTableWriter
+    from lakesink.tables.layout import TableLayout
+
+    schema = T.StructType([
+        T.StructField("id", T.LongType(), False),
+        T.StructField("at", T.TimestampType(), True),
+        T.StructField("payload", T.StructType([
+            T.StructField("name", T.StringType(), False),
+            T.StructField("tags", T.ArrayType(T.StringType(), False), False),
+            T.StructField("attrs", T.MapType(T.StringType(), T.DoubleType(), False))])),
+        T.StructField("raw", T.BinaryType(), False),
+        T.StructField("day", T.StringType(), False)])
+    empty = spark.createDataFrame([], schema)
+    tracker = spark.sparkContext.statusTracker()
+    tables, tasks = {}, {}
+    for how in ("append", "driver"):
+        layout = TableLayout.of(str(tmp_path / how), "events")
+        writer = DeltaTableWriter(spark, layout, app_id="app-1", partition_by=["day"],
+                                  checkpoint_interval=25, task_filesystem=("local", {}))
+        group = f"{tmp_path.name}-{how}"
+        spark.sparkContext.setJobGroup(group, how)
+        try:
+            if how == "append":
+                writer._spark_writer(empty, exists=False).save(layout.table)
+            else:
+                assert writer.create_table(schema)
+                assert writer.create_table(schema)  # once made, made: nothing more
+        finally:
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(group)]
+        stages = [tracker.getStageInfo(s) for job in jobs if job for s in job.stageIds]
+        tasks[how] = sum(stage.numTasks for stage in stages if stage)
+        log = sorted((tmp_path / how / "events" / "_delta_log").glob("*.json"))
+        assert len(log) == 1, log
+        actions = [json.loads(line) for line in log[0].read_text().splitlines()]
+        tables[how] = {k: a[k] for a in actions for k in ("protocol", "metaData") if k in a}
+    for actions in tables.values():
+        for volatile in ("id", "createdTime"):
+            actions["metaData"].pop(volatile)
+    assert tables["driver"] == tables["append"]
+    assert tasks["append"] > 0 and tasks["driver"] == 0  # no task slot taken
+    assert tables["driver"]["metaData"]["partitionColumns"] == ["day"]
+    assert tables["driver"]["metaData"]["configuration"] == {
+        "delta.checkpointInterval": "25"}
+    fields = json.loads(tables["driver"]["metaData"]["schemaString"])["fields"]
+    assert all(f["nullable"] for f in fields)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from lakesink.catalog import Catalog, CommittedBatch, registrar
-from lakesink.catalog.outbox import Registrar, partition_of
+from lakesink.catalog.outbox import Registrar, generation_tag, partition_of
 from lakesink.config import load_config, redacted_dict
 from lakesink.errors import CatalogError, CatalogUnavailable, ConfigError
 from lakesink.tables.layout import TableLayout
@@ -124,6 +124,12 @@ class FakeFS:
         for p in gone:
             del self.files[p]
         return bool(gone)
+
+    def rename(self, src: str, dst: str) -> bool:
+        if src not in self.files or dst in self.files:
+            return False
+        self.files[dst] = self.files.pop(src)
+        return True
 
 
 class FakeCatalog(Catalog):
@@ -572,7 +578,7 @@ def test_a_catalog_table_dropped_during_a_run_gets_every_batch_when_made_again()
     commit(fs, "r2", 0)
     reg.committed(0)  # makes the table; which one took it is unknown: once more
     assert catalog.batches == [("r2", 0), ("r1", 0), ("r1", 1), ("r2", 0)]
-    assert reg.pending == [] and reg.registered == 4
+    assert reg.pending == [] and reg.registered == 3  # the first one counted once
     assert fs.read_json(f"{reg.marks}/table.json")["generation"] == "g3"
 
 
@@ -780,3 +786,75 @@ def test_a_dropped_iceberg_table_is_made_again_with_every_batch(tmp_path: Path) 
     reg.committed(2)
     assert reg.pending == []
     assert _iceberg_ids(catalog) == list(range(30))
+
+
+def test_a_table_made_by_the_first_registration_and_replaced_at_once_gets_the_batch() -> None:
+    """No table at the start; the first registration makes one, which another process
+    replaces before the outbox looks: the generation first recorded was the new
+    table's, and the batch was marked for a table that never took it. A batch is
+    now marked only when the catalog showed one table before and after it."""
+    catalog, fs, clock = ReplacedCatalog(at=("r2", 0)), FakeFS(), Clock()
+    catalog.made = "g1"
+    for b in range(2):
+        commit(fs, "r2", b)
+    reg = make(fs, catalog, clock)
+    reg.start()
+    assert catalog.tables["g1"] == {("r2", 0)}
+    assert catalog.tables["g2"] == {("r2", 0), ("r2", 1)} and reg.pending == []
+    assert reg.registered == 2
+
+
+def _untagged(fs: FakeFS, reg: Registrar, run: str, batch: int) -> str:
+    path = f"{reg.marks}/{run}/{batch:010d}.json"
+    fs.write_json(path, {"batch_id": batch})
+    return path
+
+
+def test_marks_from_before_tags_are_renamed_once_then_an_untagged_one_counts_absent() -> None:
+    """Marks written before marks carried a tag hold for the recorded table: the first
+    start renames them to carry its tag and says so in table.json. Afterwards, a mark
+    without a tag (an older lakesink still running beside, on a table replaced since)
+    no longer keeps its batch out."""
+    fs, catalog, clock = FakeFS(), FakeCatalog(), Clock()
+    catalog.gen = "g1"
+    for b in range(2):
+        commit(fs, "r1", b)
+    reg = make(fs, catalog, clock)
+    old = [_untagged(fs, reg, "r1", b) for b in range(2)]
+    fs.write_json(f"{reg.marks}/table.json", {"generation": "g1"})  # an older lakesink's
+    reg.start()
+    assert catalog.batches == []  # both held: registered before
+    assert not any(fs.exists(p) for p in old)
+    assert fs.read_json(f"{reg.marks}/table.json")["tagged"] is True
+    assert sorted(i.relative for i in fs.list_files(reg.marks, suffix=".json")) == [
+        f"r1/{b:010d}.{generation_tag('g1')}.json" for b in range(2)] + ["table.json"]
+    commit(fs, "r1", 2)
+    _untagged(fs, reg, "r1", 2)  # an older process's mark, for whatever table it saw
+    make(fs, catalog, clock).start()
+    assert catalog.batches == [("r1", 2)]
+
+
+def test_a_process_that_learns_of_the_new_table_late_keeps_the_marks_made_for_it() -> None:
+    """Two registrars, the table replaced: the first to see it drops the old marks and
+    marks its batches for the new table; the second, seeing it later, dropped those
+    marks too (the whole folder), and the first one's batches were registered again.
+    It now drops only the marks of other generations."""
+    fs, clock = FakeFS(), Clock()
+    first_cat, second_cat = FakeCatalog(), FakeCatalog()
+    first_cat.gen = second_cat.gen = "g1"
+    for b in range(2):
+        commit(fs, "r1", b)
+    first = make(fs, first_cat, clock, run="r1")
+    first.start()
+    second = make(fs, second_cat, clock, run="rp")
+    second.start()
+    first_cat.gen = second_cat.gen = "g2"  # replaced
+    first_cat.batches, second_cat.batches = [], []
+    commit(fs, "r1", 2)
+    first.committed(2)  # drops the g1 marks, registers r1 0..2 to g2
+    assert sorted(first_cat.batches) == [("r1", 0), ("r1", 1), ("r1", 2)]
+    commit(fs, "rp", 0)
+    second.committed(0)  # learns late: the marks for g2 are kept
+    assert second_cat.batches == [("rp", 0)]
+    assert {(run, b) for run, b, _ in second._listed(second.marks)} == {
+        ("r1", 0), ("r1", 1), ("r1", 2), ("rp", 0)}

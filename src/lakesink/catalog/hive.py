@@ -50,9 +50,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: how a metastore that cannot be reached shows in Spark's errors
 #: the table property that names a Parquet table lakesink made (its generation)
 GENERATION_PROPERTY = "lakesink.generation"
+#: how a metastore that cannot be reached shows in Spark's errors
 _UNREACHABLE = ("TTransportException", "Could not connect to meta store", "Connection refused",
                 "Unable to instantiate", "SocketTimeoutException", "SocketException",
                 "connect timed out", "Read timed out", "Timeout when executing method",
@@ -207,20 +207,22 @@ class HiveCatalog(Catalog):
 
     def generation(self) -> str | None:
         """The Parquet table's incarnation as :meth:`prepare` or :meth:`register` last
-        saw it: a table lakesink made carries a random ``lakesink.generation`` property;
-        another one is told by its creation time (to the second, as the metastore keeps
-        it). A table dropped and made again is another one, without the partitions
-        registered before. (A Delta table is registered whole, by its log: its
+        saw it: a table lakesink made carries a random ``lakesink.generation`` property,
+        told with its creation time (a table made again from ``SHOW CREATE TABLE``'s
+        statement copies the property); another one by its creation time alone (to the
+        second, as the metastore keeps it). A table dropped and made again is another
+        one, without the partitions registered before. (A Delta table is registered whole, by its log: its
         registrar has no marks to reconcile.)"""
         return self._created
 
     @staticmethod
     def _generation_of(details: dict[str, str]) -> str | None:
-        """From ``DESCRIBE TABLE EXTENDED``: the property lakesink set, else the
-        creation time."""
+        """From ``DESCRIBE TABLE EXTENDED``: the property lakesink set and the creation
+        time, else the creation time."""
         match = re.search(rf"\b{GENERATION_PROPERTY}=([0-9a-f]{{32}})\b",
                           details.get("Table Properties", ""))
-        return match.group(1) if match else details.get("Created Time")
+        created = details.get("Created Time")
+        return f"{match.group(1)}@{created}" if match else created
 
     def _check(self, details: dict[str, str]) -> None:
         """An existing table must be this lake table: same provider, folder and
@@ -259,15 +261,22 @@ class HiveCatalog(Catalog):
             raise CatalogUnavailable(f"reading batch {batch.batch_id}'s footers: "
                                      f"{one_line(exc, name=False)}") from None
         fields = [f for f in schema.fields if f.name.lower() not in self._parts]
-        if not self._exists():
-            self._create(fields)
-        else:
-            self._evolve(fields)
-        self._add_partitions(batch)
-        # which table took the batch: one dropped and made again by another process
-        # since the last look is another generation (the outbox registers every batch
-        # to it)
-        self._created = self._generation_of(self._details())
+        try:
+            if not self._exists():
+                self._create(fields)
+            else:
+                self._evolve(fields)
+            self._add_partitions(batch)
+            # which table took the batch: one dropped and made again by another process
+            # since the last look is another generation (the outbox registers every
+            # batch to it)
+            self._created = self._generation_of(self._details())
+        except CatalogError as exc:
+            if "TABLE_OR_VIEW_NOT_FOUND" not in str(exc):
+                raise
+            self._created = None  # dropped meanwhile: the next try makes it again
+            raise CatalogUnavailable(f"the table was dropped while batch {batch.batch_id} "
+                                     "was registered; it is registered again") from None
 
     def register_table(self) -> None:
         """Delta: the table by name, over its log."""

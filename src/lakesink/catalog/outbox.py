@@ -31,8 +31,15 @@ batch again, and the catalog's ``register`` skips what its table already holds
 its generation (``<batch>.<tag>.json``, the tag a hash of the generation), and a mark of
 another one counts as absent: another process still on the old table (``lakesink dlq
 replay`` beside ``lakesink run``) may write one after this one dropped the marks, and it
-must not keep its batch out of the new table. (Marks without a tag were written before
-marks carried one; they hold for the recorded generation.)
+must not keep its batch out of the new table. A mark is written only when the catalog
+showed the same generation before and after its registration (else which table took the
+batch is unknown: it is queued again, and ``register`` absorbs the repeat).
+
+Marks without a tag were written before marks carried one (or by an older lakesink
+beside this one). Until ``table.json`` says ``"tagged": true`` they hold for the
+recorded generation; the first look at the catalog renames them to carry it, then sets
+the flag, and from then on an untagged mark counts as absent (an older process still
+running writes its marks for whatever table it saw: its batches are registered again).
 
 A batch the catalog *refuses* (a :class:`~lakesink.errors.CatalogError` from
 ``register``: a 413 for a batch of thousands of folders, a footer that disagrees, a
@@ -97,6 +104,10 @@ def committed_batch(manifest: dict[str, Any], *, table: str, location: str, run:
                           committed_at=str(manifest.get("committed_at", "")))
 
 
+class _Unsure(Exception):  # noqa: N818 - not an error: a batch to register once more
+    """Which table took a batch is unknown (it changed around the registration)."""
+
+
 class Registrar:
     """Drives one table's catalog registration; see the module docstring."""
 
@@ -119,8 +130,8 @@ class Registrar:
         self.registered = 0  #: batches registered by this process
         self.refused = 0  #: batches the catalog refused in this process (set aside)
         self._generation: str | None = None  #: the marks' table generation, once read
+        self._tagged = False  #: ``table.json`` says every valid mark carries a tag
         self._read = False  #: ``table.json`` was read
-        self._legacy = True  #: untagged marks may be there (until a listing says not)
 
     # -- where things live -------------------------------------------------------------
 
@@ -136,14 +147,22 @@ class Registrar:
     def _marked(self, run: str, batch_id: int) -> bool:
         if self.fs.exists(self.mark(run, batch_id)):
             return True
-        legacy = join(self.marks, run, f"{batch_id:010d}.json")
-        return self._legacy and self.mark(run, batch_id) != legacy and self.fs.exists(legacy)
+        untagged = join(self.marks, run, f"{batch_id:010d}.json")
+        return (self._untagged_hold() and self.mark(run, batch_id) != untagged
+                and self.fs.exists(untagged))
 
-    def _recorded(self) -> str | None:
-        """The table generation the marks stand for (``table.json``), read once."""
-        if not self._read:
-            path = join(self.marks, GENERATION)
-            self._generation = (self.fs.read_json(path) or {}).get("generation")
+    def _untagged_hold(self) -> bool:
+        """Untagged marks hold (for the recorded generation) until the flag is set."""
+        self._recorded()
+        return not self._tagged
+
+    def _recorded(self, *, fresh: bool = False) -> str | None:
+        """The table generation the marks stand for (``table.json``), read once (again
+        when ``fresh``: another process may have moved on)."""
+        if fresh or not self._read:
+            data = self.fs.read_json(join(self.marks, GENERATION)) or {}
+            self._generation = data.get("generation")
+            self._tagged = bool(data.get("tagged")) and self._generation is not None
             self._read = True
         return self._generation
 
@@ -171,8 +190,8 @@ class Registrar:
         tag = generation_tag(self._recorded())
         # a mark of another generation is another process's, written for the table
         # before (it had not seen the new one yet): its batch is not in this table
-        done = {(run, b) for run, b, t in marks if t is None or t == tag}
-        self._legacy = any(t is None for _, _, t in marks)
+        done = {(run, b) for run, b, t in marks
+                if t == tag or (t is None and self._untagged_hold())}
         self.pending = sorted((k for k in manifests if k not in done),
                               key=lambda k: (k[0] == self.run, k[0], k[1]))
 
@@ -215,6 +234,8 @@ class Registrar:
                 requeue = False
                 try:
                     requeue = self._register(run, batch_id)
+                except _Unsure:
+                    requeue = True
                 except CatalogUnavailable:
                     raise
                 except CatalogError as exc:
@@ -236,8 +257,9 @@ class Registrar:
         return done
 
     def _register(self, run: str, batch_id: int) -> bool:
-        """Register one batch and mark it; True when the catalog's table changed around
-        it (the marks were dropped: every committed batch is to be queued again)."""
+        """Register one batch and mark it; True when the marks were dropped (every
+        committed batch is to be queued again). Raises :class:`_Unsure` when the
+        catalog's table changed around the registration: the batch stays unmarked."""
         if self._marked(run, batch_id):  # another process registered it
             return False
         path = join(self.layout.meta, "manifests", run, f"{batch_id:010d}.json")
@@ -252,9 +274,13 @@ class Registrar:
             return False
         batch = committed_batch(manifest, table=self.layout.name, location=self.layout.table,
                                 run=run, null_value=self.null_value)
+        before = self.catalog.generation()
         batch = self._register_current(batch)
-        if self._reconcile():  # the table changed around the registration: which one
-            return True  # took the batch is unknown; unmarked, it is queued again
+        dropped = self._reconcile()
+        if self.catalog.generation() != before:
+            # the table changed around the registration (or was made by it): which one
+            # took the batch is unknown; unmarked, it is queued again
+            raise _Unsure
         fault_point("after_registration", batch_id)
         self.fs.write_json(self.mark(run, batch_id), {
             "batch_id": batch_id, "app_id": batch.app_id, "files": len(batch.files),
@@ -263,32 +289,54 @@ class Registrar:
             self.fs.delete(self.refusal(run, batch_id), recursive=False)
         logger.info("catalog %s: batch %d registered (%d file(s), %d row(s))",
                     self.catalog.describe(), batch_id, len(batch.files), batch.rows)
-        return False
+        return dropped
 
     def _reconcile(self) -> bool:
         """The marks stand for the catalog table they were written for (see the module
         docstring): another generation drops them, and every committed batch is queued
-        again. True when the marks were dropped (not when a generation is first
-        recorded)."""
+        again. True when this process's view of the marks changed (they were dropped,
+        here or by another process): its queue is to be made again."""
         now = self.catalog.generation()
-        was = self._recorded()
-        if now is None or now == was:
+        cached = self._recorded()
+        if now is None or (now == cached and self._tagged):
             return False
-        if was is not None:
-            stale = len(self._listed(self.marks))
+        was = self._recorded(fresh=True)  # another process may have moved on already
+        tag = generation_tag(now)
+        if was is not None and was != now:
+            stale = self._drop(tag)
             logger.warning("catalog %s: the catalog's table is another one than the batches "
                            "were registered to (generation %s, was %s): it was dropped or "
                            "replaced; %d batch(es) registered before are registered again",
                            self.catalog.describe(), now, was, stale)
-            # run by run, the generation last: a kill meanwhile leaves the old one, and
-            # the next start drops what is left (a recursive delete is not atomic, and
-            # marks left under the new generation kept their batches out for good)
-            for run in sorted({run for run, _, _ in self._listed(self.marks)}):
-                self.fs.delete(join(self.marks, run))
-        self.fs.write_json(join(self.marks, GENERATION),
-                           {"generation": now, "catalog": self.catalog.id, "at": time.time()})
-        self._generation = now
-        return was is not None
+        elif not self._tagged:  # first recorded, or recorded before marks carried a tag
+            for run, b, t in self._listed(self.marks):
+                if t is None:
+                    self.fs.rename(join(self.marks, run, f"{b:010d}.json"),
+                                   join(self.marks, run, f"{b:010d}.{tag}.json"))
+        # the generation last: a kill before it leaves the old one, and the next start
+        # finishes the job (a recursive delete is not atomic, and marks left under the
+        # new generation kept their batches out for good)
+        if was != now or not self._tagged:
+            self.fs.write_json(join(self.marks, GENERATION), {
+                "generation": now, "tagged": True, "catalog": self.catalog.id,
+                "at": time.time()})
+        self._generation, self._tagged = now, True
+        return (cached is not None and cached != now) or (was is not None and was != now)
+
+    def _drop(self, tag: str | None) -> int:
+        """Delete the marks of any generation but ``tag``'s: a run's folder at once when
+        it holds none of ``tag``'s, else mark by mark (those are another process's, which
+        saw the new table first). Returns how many were dropped."""
+        marks = self._listed(self.marks)
+        keep = {run for run, _, t in marks if t == tag}
+        stale = [(run, b, t) for run, b, t in marks if t != tag]
+        for run in sorted({run for run, _, _ in stale} - keep):
+            self.fs.delete(join(self.marks, run))
+        for run, b, t in stale:
+            if run in keep:
+                name = f"{b:010d}{'' if t is None else '.' + t}.json"
+                self.fs.delete(join(self.marks, run, name), recursive=False)
+        return len(stale)
 
     def _register_current(self, committed: CommittedBatch) -> CommittedBatch:
         """Register ``committed`` with the files that hold its rows now. When the catalog

@@ -242,8 +242,8 @@ def task_suspect_share(spec: TaskSpec, tasks: int) -> dict[str, int]:
 
 def warm_workers(spark: SparkSession, spec: TaskSpec) -> float:
     """Start the Python workers (one per task slot) and do their once-only work
-    (:func:`~lakesink.pipeline.arrow_task.warm_up`) before the query starts, instead of
-    in its first batch. Returns the seconds it took. A failure here only means a slower
+    (:func:`~lakesink.pipeline.arrow_task.warm_up`) beside the query's start (on a thread
+    of its own), instead of in its first batch. Returns the seconds it took. A failure here only means a slower
     first batch: it is logged, never raised."""
     import time
 

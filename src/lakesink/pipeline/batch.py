@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pyspark.sql import types as T
 
 from lakesink.decode.evolution import EvolutionPolicy
-from lakesink.errors import ConfigError
+from lakesink.errors import ConfigError, one_line
 from lakesink.observe.logs import log_context
 from lakesink.observe.metrics import METRICS
 from lakesink.observe.telemetry import batch_span, phase
@@ -166,6 +166,20 @@ class BatchFunction:
             logger.info("%s: Spark data path (%s)", self.writer.layout.table, spec)
         elif self.arrow is not None and was is None:
             logger.info("%s: Arrow data path", self.writer.layout.table)
+
+    def make_table(self, records: DataFrame) -> None:
+        """Before the query starts: a new table the Arrow path commits into is made now,
+        from the driver, with the columns the stream's ``records`` give (so the first
+        batch does not make it with a Spark job, behind the workers' warm-up). Only
+        an optimisation: what cannot be done here, the first batch does."""
+        if self.arrow is None:
+            return
+        marker = self.marker
+        try:
+            self.writer.ensure_table(lambda: marker.good(marker.mark(records)), at_start=True)
+        except Exception as exc:  # noqa: BLE001 - the first batch makes the table instead
+            logger.info("%s: the table is made by the first batch (%s)",
+                        self.writer.layout.table, one_line(exc, name=False))
 
     # -- one batch -----------------------------------------------------------------------
 

@@ -161,6 +161,13 @@ class TableWriter(ABC):
         none (:mod:`lakesink.tables.takeover` decides what a start may do with them)."""
         return {}
 
+    def ensure_table(self, empty: Callable[[], DataFrame], *, at_start: bool = False
+                     ) -> None:
+        """Before the Arrow path's first batch: make a new table that its tasks' files
+        are committed into, with the columns of ``empty()`` (``at_start``: before the
+        query starts, and only where no Spark job is needed). A Parquet table is its
+        files: nothing to make."""
+
     def prepare(self) -> None:
         """Check an existing table's layout, or record the layout of a new one; then
         take the writer lease."""

@@ -23,7 +23,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 
-from lakesink.errors import CommitMismatch
+from lakesink.errors import CommitMismatch, one_line
 from lakesink.faults import fault_point
 from lakesink.tables.base import (
     BatchResult,
@@ -38,6 +38,7 @@ from lakesink.tables.layout import TableLayout
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import types as T
 
 logger = logging.getLogger(__name__)
 
@@ -213,6 +214,40 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
             if self.type_widening:
                 writer = writer.option("delta.enableTypeWidening", "true")
         return writer
+
+    def create_table(self, schema: T.StructType) -> bool:
+        """Commit a new table's protocol and metadata with ``schema`` from the driver
+        (Delta's table builder: no Spark job), as Spark's first append of that schema
+        would: the columns made nullable as the append stores them, the partition
+        columns, the table properties :meth:`_spark_writer` gives a table it creates.
+        False when it cannot (a session whose ``spark_catalog`` is not Delta's, an
+        error): the caller then appends zero rows with Spark's writer."""
+        try:  # Delta's Scala builder (the jars have it; the delta-spark wheel is not used)
+            jvm = self.spark.sparkContext._jvm
+            assert jvm is not None
+            nullable = jvm.org.apache.spark.sql.types.DataType.fromJson(
+                schema.json()).asNullable()
+            # the location as Hadoop spells it (file:/…): Delta compares it with the
+            # table identifier's, and file:///… would be "two different locations"
+            location = jvm.org.apache.hadoop.fs.Path(self.layout.table).toString()
+            builder = (jvm.io.delta.tables.DeltaTable.createIfNotExists(
+                self.spark._jsparkSession).location(location).addColumns(nullable))
+            if self.partition_by:
+                columns = self.spark.sparkContext._gateway.new_array(
+                    jvm.java.lang.String, len(self.partition_by))
+                for i, column in enumerate(self.partition_by):
+                    columns[i] = column
+                builder = builder.partitionedBy(columns)
+            builder = builder.property("delta.checkpointInterval",
+                                       str(self.checkpoint_interval or CHECKPOINT_INTERVAL))
+            if self.type_widening:
+                builder = builder.property("delta.enableTypeWidening", "true")
+            builder.execute()
+        except Exception as exc:  # noqa: BLE001 - Spark's writer creates it instead
+            logger.info("%s: the Delta table is not created from the driver (%s)",
+                        self.layout.table, one_line(exc, name=False))
+            return False
+        return True
 
     def _version(self, *, fresh: bool = False) -> int:
         """The table's newest log version as the driver knows it (``fresh``: as the

@@ -132,19 +132,31 @@ class DeltaFiles:
             return "type widening is a Delta feature delta-rs does not write"
         return None
 
-    def ensure_table(self, empty: Callable[[], DataFrame]) -> None:
-        """Create the table, if it has no commit yet, by Spark's writer appending the
-        zero rows of ``empty()`` (the batch's table columns): Spark decides the table's
-        schema and protocol exactly as for a first batch it writes, and delta-rs then
-        commits into it. No ``SetTransaction``: creating it commits no batch, so a crash
-        right after leaves only an empty table."""
+    def ensure_table(self, empty: Callable[[], DataFrame], *, at_start: bool = False
+                     ) -> None:
+        """Create the table, if it has no commit yet, with the columns of ``empty()``
+        (the batch's table columns, zero rows): from the driver, the protocol and
+        metadata Spark's first append would commit (:meth:`create_table`); where that
+        cannot be done, by Spark's writer appending the zero rows (a Spark job; not
+        ``at_start``, which leaves it to the first batch). delta-rs then commits into
+        it. No ``SetTransaction``: creating it commits no batch, so a crash right after
+        leaves only an empty table."""
         if not self._has_commits:
             self._has_commits = self._known_committed() is not None or self.exists
-        if not self._has_commits:
-            self.fence()
-            self._spark_writer(empty(), exists=False).save(self.layout.table)
-            logger.info("%s: Delta table created (schema from Spark)", self.layout.table)
-            self._has_commits = True
+        if self._has_commits:
+            return
+        self.fence()
+        frame = empty()
+        if self.create_table(frame.schema):
+            how = "from the driver"
+        elif at_start:
+            return
+        else:
+            self._spark_writer(frame, exists=False).save(self.layout.table)
+            how = "by Spark's writer"
+        logger.info("%s: Delta table created (%s)", self.layout.table, how)
+        self._has_commits = True
+        self._committed, self._committed_known = None, True  # no batch in it
 
     def files_refusal(self) -> str | None:
         """Why this table's batches cannot be committed from files (None: they can):
