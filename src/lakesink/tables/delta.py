@@ -222,6 +222,9 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
         columns, the table properties :meth:`_spark_writer` gives a table it creates.
         False when it cannot (a session whose ``spark_catalog`` is not Delta's, an
         error): the caller then appends zero rows with Spark's writer."""
+        if self.spark.conf.get("spark.sql.catalogImplementation", "in-memory") == "hive":
+            return False  # the builder would look the path up in the metastore first:
+            # a metastore that is down would hold the start up (Spark's writer does not)
         try:  # Delta's Scala builder (the jars have it; the delta-spark wheel is not used)
             jvm = self.spark.sparkContext._jvm
             assert jvm is not None
