@@ -849,3 +849,22 @@ def test_a_process_that_learns_of_the_new_table_late_keeps_the_marks_made_for_it
     assert second_cat.batches == [("rp", 0)]
     assert {(run, b) for run, b, _ in second._listed(second.marks)} == {
         ("r1", 0), ("r1", 1), ("r1", 2), ("rp", 0)}
+
+
+def test_a_generation_told_more_precisely_is_the_same_table() -> None:
+    """Hive's generation was the table's property alone, then the property and the
+    creation time: the marks recorded under the first hold for the same table (every
+    batch was registered again at the first start after the upgrade)."""
+    fs, catalog, clock = FakeFS(), FakeCatalog(), Clock()
+    catalog.gen = "abc"
+    for b in range(2):
+        commit(fs, "r1", b)
+    make(fs, catalog, clock).start()
+    catalog.batches, catalog.gen = [], "abc@Sun Dec 06 12:12:46 UTC 2026"
+    reg = make(fs, catalog, clock)
+    reg.start()
+    assert catalog.batches == []
+    assert fs.read_json(f"{reg.marks}/table.json")["generation"] == catalog.gen
+    commit(fs, "r1", 2)
+    make(fs, catalog, clock).start()
+    assert catalog.batches == [("r1", 2)]

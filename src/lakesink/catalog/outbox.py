@@ -302,6 +302,14 @@ class Registrar:
             return False
         was = self._recorded(fresh=True)  # another process may have moved on already
         tag = generation_tag(now)
+        if was is not None and now.startswith(was + "@"):  # the same table, told more
+            # precisely (Hive's generation before it carried the creation time)
+            for run, b, t in self._listed(self.marks):
+                if t is None or t == generation_tag(was):
+                    name = f"{b:010d}{'' if t is None else '.' + t}.json"
+                    self.fs.rename(join(self.marks, run, name),
+                                   join(self.marks, run, f"{b:010d}.{tag}.json"))
+            was, self._tagged = now, False
         if was is not None and was != now:
             stale = self._drop(tag)
             logger.warning("catalog %s: the catalog's table is another one than the batches "
