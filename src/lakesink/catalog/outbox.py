@@ -141,13 +141,12 @@ class Registrar:
 
     def mark(self, run: str, batch_id: int) -> str:
         """A batch's mark for the table generation the marks stand for now."""
-        tag = generation_tag(self._recorded())
-        return join(self.marks, run, f"{batch_id:010d}{'' if tag is None else '.' + tag}.json")
+        return self._path(run, batch_id, generation_tag(self._recorded()))
 
     def _marked(self, run: str, batch_id: int) -> bool:
         if self.fs.exists(self.mark(run, batch_id)):
             return True
-        untagged = join(self.marks, run, f"{batch_id:010d}.json")
+        untagged = self._path(run, batch_id, None)
         return (self._untagged_hold() and self.mark(run, batch_id) != untagged
                 and self.fs.exists(untagged))
 
@@ -304,11 +303,7 @@ class Registrar:
         tag = generation_tag(now)
         if was is not None and now.startswith(was + "@"):  # the same table, told more
             # precisely (Hive's generation before it carried the creation time)
-            for run, b, t in self._listed(self.marks):
-                if t is None or t == generation_tag(was):
-                    name = f"{b:010d}{'' if t is None else '.' + t}.json"
-                    self.fs.rename(join(self.marks, run, name),
-                                   join(self.marks, run, f"{b:010d}.{tag}.json"))
+            self._retag({None, generation_tag(was)}, tag)
             was, self._tagged = now, False
         if was is not None and was != now:
             stale = self._drop(tag)
@@ -317,10 +312,7 @@ class Registrar:
                            "replaced; %d batch(es) registered before are registered again",
                            self.catalog.describe(), now, was, stale)
         elif not self._tagged:  # first recorded, or recorded before marks carried a tag
-            for run, b, t in self._listed(self.marks):
-                if t is None:
-                    self.fs.rename(join(self.marks, run, f"{b:010d}.json"),
-                                   join(self.marks, run, f"{b:010d}.{tag}.json"))
+            self._retag({None}, tag)
         # the generation last: a kill before it leaves the old one, and the next start
         # finishes the job (a recursive delete is not atomic, and marks left under the
         # new generation kept their batches out for good)
@@ -330,6 +322,15 @@ class Registrar:
                 "at": time.time()})
         self._generation, self._tagged = now, True
         return (cached is not None and cached != now) or (was is not None and was != now)
+
+    def _path(self, run: str, batch_id: int, tag: str | None) -> str:
+        return join(self.marks, run, f"{batch_id:010d}{'' if tag is None else '.' + tag}.json")
+
+    def _retag(self, old: set[str | None], tag: str | None) -> None:
+        """Rename the marks tagged with any of ``old`` (None: untagged) to carry ``tag``."""
+        for run, b, t in self._listed(self.marks):
+            if t in old:
+                self.fs.rename(self._path(run, b, t), self._path(run, b, tag))
 
     def _drop(self, tag: str | None) -> int:
         """Delete the marks of any generation but ``tag``'s: a run's folder at once when
@@ -342,8 +343,7 @@ class Registrar:
             self.fs.delete(join(self.marks, run))
         for run, b, t in stale:
             if run in keep:
-                name = f"{b:010d}{'' if t is None else '.' + t}.json"
-                self.fs.delete(join(self.marks, run, name), recursive=False)
+                self.fs.delete(self._path(run, b, t), recursive=False)
         return len(stale)
 
     def _register_current(self, committed: CommittedBatch) -> CommittedBatch:
