@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import types as T
@@ -67,6 +67,8 @@ logger = logging.getLogger(__name__)
 
 #: the folder (under ``_rejected/``) of records no route takes
 UNROUTED_TABLE = "_unrouted"
+#: how long the end of a run waits for the workers' warm-up (a few seconds usually)
+WARM_UP_JOIN_S = 15.0
 
 
 def _refuse_other_writers(processor: BatchFunction, spec: TableSpec) -> None:
@@ -98,6 +100,9 @@ class Pipeline:
     processor: BatchFunction | Router
     headers: bool = False
     silence: SilenceQuery | None = None
+    #: the Python workers' warm-up, started beside the first start only (a restart's
+    #: workers are warm); joined before the run closes its tables
+    warm_up: threading.Thread | None = field(default=None, repr=False)
 
     @property
     def stats(self) -> RunStats:
@@ -228,10 +233,12 @@ class Pipeline:
             # a new Delta table is made now, from the driver: the first batch then does
             # not make it with a Spark job queued behind the warm-up's tasks
             self.processor.make_table(stream)
-        if spec is not None:  # beside the query's start, after the table is made (the
-            # two at once compete for the cores: bench/results/startup-2026-12-06.md)
-            threading.Thread(target=self._warm, args=(spec,), name="lakesink-warm-up",
-                             daemon=True).start()
+        if spec is not None and self.warm_up is None:  # beside the first start, after
+            # the table is made (the two at once compete for the cores:
+            # bench/results/startup-2026-12-06.md)
+            self.warm_up = threading.Thread(target=self._warm, args=(spec,),
+                                            name="lakesink-warm-up", daemon=True)
+            self.warm_up.start()
         retry = self.cfg.retry
         stop = stop or StopRequest()
         batch = RetryingBatch(self.processor, attempts=retry.batch_attempts,
@@ -281,6 +288,7 @@ class Pipeline:
         finally:
             if progress is not None:
                 progress.finish()
+            self._join_warm_up()
             observer.stop()
             self._settle_source()
             if beside is not None:
@@ -289,6 +297,15 @@ class Pipeline:
                 self.silence.close()
             self.processor.close()
         return self.stats  # after close: the catalog's last registrations counted
+
+    def _join_warm_up(self) -> None:
+        """Let a warm-up still running end (a short caught-up run can end before it):
+        stopping Spark under it would cancel its job, and log a failure that is none."""
+        if self.warm_up is not None:
+            self.warm_up.join(WARM_UP_JOIN_S)
+            if self.warm_up.is_alive():
+                logger.info("the Python workers' warm-up is still running after %.0fs; "
+                            "the run ends without it", WARM_UP_JOIN_S)
 
     def _settle_source(self) -> None:
         """Acknowledge the source up to the last batch Spark recorded done (see

@@ -243,3 +243,30 @@ def test_a_table_created_from_the_driver_is_the_one_spark_s_first_append_makes(
         "delta.checkpointInterval": "25"}
     fields = json.loads(tables["driver"]["metaData"]["schemaString"])["fields"]
     assert all(f["nullable"] for f in fields)
+
+
+def test_a_table_another_writer_makes_first_keeps_its_batches_committed(
+        spark, tmp_path) -> None:
+    """Two writers of one app id on one new path: the second makes the table and
+    commits batch 0 between the first's look ("no table yet") and its table builder,
+    which then makes nothing. The first must still see batch 0 committed (not write
+    it again), as the log says."""
+    from lakesink.tables.delta import DeltaTableWriter
+    from lakesink.tables.layout import TableLayout
+
+    layout = TableLayout.of(str(tmp_path), "events")
+    first, second = (DeltaTableWriter(spark, layout, app_id="app-1", partition_by=[],
+                                      task_filesystem=("local", {}))
+                     for _ in range(2))
+    rows = spark.createDataFrame([(1, "a"), (2, "b")], "id long, name string")
+    build = first.create_table
+
+    def late(schema):  # noqa: ANN001, ANN202
+        second.write_batch(0, rows)  # the other writer, in the window
+        return build(schema)
+
+    first.create_table = late
+    assert not first.is_committed(0)  # the first look: no table yet
+    first.ensure_table(lambda: rows.limit(0), at_start=True)
+    assert first.is_committed(0), "batch 0 would be written twice"
+    assert sorted(delta_ids(tmp_path / "events")) == [1, 2]

@@ -289,3 +289,18 @@ def test_a_start_setting_changed_before_the_first_commit_is_refused(
     with caplog.at_level("WARNING", logger="lakesink.tables.identity"):
         assert run_once(spark, data).written == 0
     assert "source.kafka.starting_offsets" in caplog.text and "ignored" in caplog.text
+
+
+def test_a_short_run_ends_after_the_workers_warm_up(spark, kafka_broker, topic,
+                                                     tmp_path) -> None:
+    """A caught-up run of a few records can end before the Python workers' warm-up
+    (started beside the query): the run waits for it, so stopping does not cancel its
+    job (and log a failure that is none)."""
+    produce_events(kafka_broker, topic, range(5))
+    cfg = load_config(flags=flatten(config_dict(kafka_broker, topic, tmp_path / "lake")),
+                      env={})
+    pipeline = Pipeline.build(cfg, spark)
+    stats = pipeline.run(until_caught_up=True)
+    assert stats.written == 5
+    assert pipeline.warm_up is not None, "no warm-up started for the Arrow path"
+    assert not pipeline.warm_up.is_alive()

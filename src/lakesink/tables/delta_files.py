@@ -156,7 +156,10 @@ class DeltaFiles:
             how = "by Spark's writer"
         logger.info("%s: Delta table created (%s)", self.layout.table, how)
         self._has_commits = True
-        self._committed, self._committed_known = None, True  # no batch in it
+        # read from the log again, not taken as "no batch": another writer of this app id
+        # (one whose lease ran out, or a second first start) may have made the table and
+        # committed batches between the look above and the builder, which then made nothing
+        self._committed_known = False
 
     def files_refusal(self) -> str | None:
         """Why this table's batches cannot be committed from files (None: they can):
