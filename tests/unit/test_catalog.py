@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from lakesink.catalog import Catalog, CommittedBatch, registrar
-from lakesink.catalog.outbox import Registrar, generation_tag, partition_of
+from lakesink.catalog.marks import generation_tag
+from lakesink.catalog.outbox import Registrar, partition_of
 from lakesink.config import load_config, redacted_dict
 from lakesink.errors import CatalogError, CatalogUnavailable, ConfigError
 from lakesink.tables.layout import TableLayout
@@ -193,12 +194,12 @@ def test_start_registers_every_runs_unmarked_batches_in_order() -> None:
     fs, catalog, clock = FakeFS(), FakeCatalog(), Clock()
     for run, batch in (("r2", 1), ("r1", 7), ("r2", 0), ("r1", 3)):
         commit(fs, run, batch)
-    fs.write_json(Registrar(catalog, fs, LAYOUT, run="r2", null_value="").mark("r1", 3), {})
+    fs.write_json(Registrar(catalog, fs, LAYOUT, run="r2", null_value="").marks.mark("r1", 3), {})
     reg = make(fs, catalog, clock)
     reg.start()
     assert catalog.batches == [("r1", 7), ("r2", 0), ("r2", 1)]  # other runs first
     assert reg.pending == [] and reg.registered == 3
-    assert all(fs.exists(reg.mark(r, b)) for r, b in catalog.batches)
+    assert all(fs.exists(reg.marks.mark(r, b)) for r, b in catalog.batches)
     reg.committed(1)  # a replay of a registered batch: not again
     assert len(catalog.batches) == 3
 
@@ -247,7 +248,7 @@ def test_a_batch_marked_by_another_process_is_not_registered_again() -> None:
     reg = make(fs, catalog, clock)
     catalog.down = 1
     reg.start()  # unavailable: both wait
-    fs.write_json(reg.mark("r2", 0), {})  # meanwhile another process registered batch 0
+    fs.write_json(reg.marks.mark("r2", 0), {})  # meanwhile another process registered batch 0
     clock.now += 5
     reg.drain()
     assert catalog.batches == [("r2", 1)] and reg.pending == []
@@ -375,11 +376,11 @@ def test_a_batch_the_catalog_refuses_is_set_aside_and_ingestion_goes_on() -> Non
     assert reg.status()["refused"] == 1 and reg.registered == 2
     record = fs.read_json(reg.refusal("r2", 1))
     assert "413 Payload Too Large" in record["refusal"]
-    assert not fs.exists(reg.mark("r2", 1))
+    assert not fs.exists(reg.marks.mark("r2", 1))
     catalog.refuse = set()  # the cause mended (a catalog limit raised)
     again = make(fs, catalog, clock)
     again.start()
-    assert catalog.batches[-1] == ("r2", 1) and fs.exists(again.mark("r2", 1))
+    assert catalog.batches[-1] == ("r2", 1) and fs.exists(again.marks.mark("r2", 1))
     assert not fs.exists(again.refusal("r2", 1)) and again.refused == 0
 
 
@@ -559,7 +560,7 @@ def test_a_catalog_table_made_again_gets_every_batch_again() -> None:
     reg = make(fs, catalog, clock)
     reg.start()
     assert catalog.batches == everything and reg.pending == []
-    assert all(fs.exists(reg.mark(r, b)) for r, b in everything)
+    assert all(fs.exists(reg.marks.mark(r, b)) for r, b in everything)
 
 
 def test_a_catalog_table_dropped_during_a_run_gets_every_batch_when_made_again() -> None:
@@ -579,7 +580,7 @@ def test_a_catalog_table_dropped_during_a_run_gets_every_batch_when_made_again()
     reg.committed(0)  # makes the table; which one took it is unknown: once more
     assert catalog.batches == [("r2", 0), ("r1", 0), ("r1", 1), ("r2", 0)]
     assert reg.pending == [] and reg.registered == 3  # the first one counted once
-    assert fs.read_json(f"{reg.marks}/table.json")["generation"] == "g3"
+    assert fs.read_json(f"{reg.marks.folder}/table.json")["generation"] == "g3"
 
 
 class ReplacedCatalog(FakeCatalog):
@@ -616,7 +617,7 @@ def test_a_table_replaced_right_after_a_registration_gets_that_batch_too(
     reg.start()
     everything = {("r2", 0), ("r2", 1), ("r2", 2)}
     assert catalog.tables["g2"] == everything and reg.pending == []
-    assert fs.read_json(f"{reg.marks}/table.json")["generation"] == "g2"
+    assert fs.read_json(f"{reg.marks.folder}/table.json")["generation"] == "g2"
     assert reg.registered == registered  # r2 0 twice when its first mark was dropped
 
 
@@ -664,7 +665,7 @@ def test_a_kill_while_the_marks_of_a_dropped_table_go_leaves_no_batch_out(budget
     fs.budget = None
     make(fs, catalog, clock).start()
     assert sorted(set(catalog.batches)) == [("r1", 0), ("r1", 1), ("r2", 0), ("r2", 1)]
-    assert fs.read_json(f"{make(fs, catalog, clock).marks}/table.json")["generation"] == "g2"
+    assert fs.read_json(f"{make(fs, catalog, clock).marks.folder}/table.json")["generation"] == "g2"
 
 
 class HookedFS(FakeFS):
@@ -702,7 +703,7 @@ def test_a_mark_another_registrar_writes_for_the_old_table_keeps_no_batch_out() 
         commit(fs, "rp", 0)
         replay.committed(0)
 
-    fs.before_write[f"{run.marks}/table.json"] = replay_commits
+    fs.before_write[f"{run.marks.folder}/table.json"] = replay_commits
     run_catalog.batches, run_catalog.gen = [], "g2"  # the table is replaced
     commit(fs, "r1", 1)
     run.committed(1)  # sees the new table: drops the marks, replay's mark lands, lists
@@ -796,7 +797,7 @@ def test_a_dropped_iceberg_table_is_made_again_with_every_batch(tmp_path: Path) 
 
 
 def _untagged(fs: FakeFS, reg: Registrar, run: str, batch: int) -> str:
-    path = f"{reg.marks}/{run}/{batch:010d}.json"
+    path = f"{reg.marks.folder}/{run}/{batch:010d}.json"
     fs.write_json(path, {"batch_id": batch})
     return path
 
@@ -812,12 +813,12 @@ def test_marks_from_before_tags_are_renamed_once_then_an_untagged_one_counts_abs
         commit(fs, "r1", b)
     reg = make(fs, catalog, clock)
     old = [_untagged(fs, reg, "r1", b) for b in range(2)]
-    fs.write_json(f"{reg.marks}/table.json", {"generation": "g1"})  # an older lakesink's
+    fs.write_json(f"{reg.marks.folder}/table.json", {"generation": "g1"})  # an older lakesink's
     reg.start()
     assert catalog.batches == []  # both held: registered before
     assert not any(fs.exists(p) for p in old)
-    assert fs.read_json(f"{reg.marks}/table.json")["tagged"] is True
-    assert sorted(i.relative for i in fs.list_files(reg.marks, suffix=".json")) == [
+    assert fs.read_json(f"{reg.marks.folder}/table.json")["tagged"] is True
+    assert sorted(i.relative for i in fs.list_files(reg.marks.folder, suffix=".json")) == [
         f"r1/{b:010d}.{generation_tag('g1')}.json" for b in range(2)] + ["table.json"]
     commit(fs, "r1", 2)
     _untagged(fs, reg, "r1", 2)  # an older process's mark, for whatever table it saw
@@ -847,7 +848,7 @@ def test_a_process_that_learns_of_the_new_table_late_keeps_the_marks_made_for_it
     commit(fs, "rp", 0)
     second.committed(0)  # learns late: the marks for g2 are kept
     assert second_cat.batches == [("rp", 0)]
-    assert {(run, b) for run, b, _ in second._listed(second.marks)} == {
+    assert {(run, b) for run, b, _ in second.marks.listed()} == {
         ("r1", 0), ("r1", 1), ("r1", 2), ("rp", 0)}
 
 
@@ -864,7 +865,7 @@ def test_a_generation_told_more_precisely_is_the_same_table() -> None:
     reg = make(fs, catalog, clock)
     reg.start()
     assert catalog.batches == []
-    assert fs.read_json(f"{reg.marks}/table.json")["generation"] == catalog.gen
+    assert fs.read_json(f"{reg.marks.folder}/table.json")["generation"] == catalog.gen
     commit(fs, "r1", 2)
     make(fs, catalog, clock).start()
     assert catalog.batches == [("r1", 2)]

@@ -211,8 +211,8 @@ class HiveCatalog(Catalog):
         told with its creation time (a table made again from ``SHOW CREATE TABLE``'s
         statement copies the property); another one by its creation time alone (to the
         second, as the metastore keeps it). A table dropped and made again is another
-        one, without the partitions registered before. (A Delta table is registered whole, by its log: its
-        registrar has no marks to reconcile.)"""
+        one, without the partitions registered before. (A Delta table is registered
+        whole, by its log: its registrar has no marks to reconcile.)"""
         return self._created
 
     @staticmethod

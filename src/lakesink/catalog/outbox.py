@@ -52,13 +52,13 @@ the catalog itself (``prepare``: a wrong token) still stops the run.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lakesink.catalog.base import Catalog, CatalogFile, CommittedBatch
+from lakesink.catalog.marks import Marks
 from lakesink.errors import CatalogError, CatalogUnavailable, one_line
 from lakesink.faults import fault_point
 from lakesink.tables.paths import unescape_value
@@ -70,17 +70,6 @@ if TYPE_CHECKING:
     from lakesink.tables.layout import TableLayout
 
 logger = logging.getLogger(__name__)
-
-#: in the marks folder: the catalog table's generation the marks were written for
-GENERATION = "table.json"
-
-
-def generation_tag(generation: str | None) -> str | None:
-    """The short name of a table generation in its marks' file names (None: untold)."""
-    if generation is None:
-        return None
-    return hashlib.blake2b(generation.encode(), digest_size=6).hexdigest()
-
 
 def partition_of(relative: str, null_value: str) -> dict[str, str | None]:
     """The Hive partition values of a file's folder (``c1=v1/c2=v2/part-….parquet``)."""
@@ -129,41 +118,10 @@ class Registrar:
         self.next_try = 0.0
         self.registered = 0  #: batches registered by this process
         self.refused = 0  #: batches the catalog refused in this process (set aside)
-        self._generation: str | None = None  #: the marks' table generation, once read
-        self._tagged = False  #: ``table.json`` says every valid mark carries a tag
-        self._read = False  #: ``table.json`` was read
+        self.marks = Marks(fs, join(layout.meta, "registered", catalog.id),
+                           catalog=catalog.id, describe=catalog.describe())
 
     # -- where things live -------------------------------------------------------------
-
-    @property
-    def marks(self) -> str:
-        return join(self.layout.meta, "registered", self.catalog.id)
-
-    def mark(self, run: str, batch_id: int) -> str:
-        """A batch's mark for the table generation the marks stand for now."""
-        return self._path(run, batch_id, generation_tag(self._recorded()))
-
-    def _marked(self, run: str, batch_id: int) -> bool:
-        if self.fs.exists(self.mark(run, batch_id)):
-            return True
-        untagged = self._path(run, batch_id, None)
-        return (self._untagged_hold() and self.mark(run, batch_id) != untagged
-                and self.fs.exists(untagged))
-
-    def _untagged_hold(self) -> bool:
-        """Untagged marks hold (for the recorded generation) until the flag is set."""
-        self._recorded()
-        return not self._tagged
-
-    def _recorded(self, *, fresh: bool = False) -> str | None:
-        """The table generation the marks stand for (``table.json``), read once (again
-        when ``fresh``: another process may have moved on)."""
-        if fresh or not self._read:
-            data = self.fs.read_json(join(self.marks, GENERATION)) or {}
-            self._generation = data.get("generation")
-            self._tagged = bool(data.get("tagged")) and self._generation is not None
-            self._read = True
-        return self._generation
 
     def refusal(self, run: str, batch_id: int) -> str:
         """Where a batch the catalog refused is recorded, with the refusal."""
@@ -185,30 +143,15 @@ class Registrar:
         from lakesink.tables.manifests import committed
 
         manifests = [(run, b) for run, b, _ in committed(self.fs, self.layout)]
-        marks = self._listed(self.marks)
-        tag = generation_tag(self._recorded())
-        # a mark of another generation is another process's, written for the table
-        # before (it had not seen the new one yet): its batch is not in this table
-        done = {(run, b) for run, b, t in marks
-                if t == tag or (t is None and self._untagged_hold())}
+        done = self.marks.done()
         self.pending = sorted((k for k in manifests if k not in done),
                               key=lambda k: (k[0] == self.run, k[0], k[1]))
-
-    def _listed(self, folder: str) -> list[tuple[str, int, str | None]]:
-        """The marks below ``folder``: (run, batch, generation tag or None)."""
-        out = []
-        for f in self.fs.list_files(folder, suffix=".json"):
-            run, _, name = f.relative.rpartition("/")
-            batch, _, tag = name[:-5].partition(".")
-            if run and batch.isdigit():
-                out.append((run, int(batch), tag or None))
-        return out
 
     def committed(self, batch_id: int) -> None:
         """After ``batch_id`` of this run was committed (or found committed by a
         replay): queue it, unless marked, and register what is due."""
         key = (self.run, batch_id)
-        if key not in self.pending and not self._marked(*key):
+        if key not in self.pending and not self.marks.marked(*key):
             self.pending.append(key)
         self.drain()
 
@@ -259,7 +202,7 @@ class Registrar:
         """Register one batch and mark it; True when the marks were dropped (every
         committed batch is to be queued again). Raises :class:`_Unsure` when the
         catalog's table changed around the registration: the batch stays unmarked."""
-        if self._marked(run, batch_id):  # another process registered it
+        if self.marks.marked(run, batch_id):  # another process registered it
             return False
         path = join(self.layout.meta, "manifests", run, f"{batch_id:010d}.json")
         try:
@@ -281,9 +224,8 @@ class Registrar:
             # took the batch is unknown; unmarked, it is queued again
             raise _Unsure
         fault_point("after_registration", batch_id)
-        self.fs.write_json(self.mark(run, batch_id), {
-            "batch_id": batch_id, "app_id": batch.app_id, "files": len(batch.files),
-            "rows": batch.rows, "catalog": self.catalog.id})
+        self.marks.write(run, batch_id, {"batch_id": batch_id, "app_id": batch.app_id,
+                                         "files": len(batch.files), "rows": batch.rows})
         if self.fs.exists(self.refusal(run, batch_id)):  # refused before, accepted now
             self.fs.delete(self.refusal(run, batch_id), recursive=False)
         logger.info("catalog %s: batch %d registered (%d file(s), %d row(s))",
@@ -291,60 +233,9 @@ class Registrar:
         return dropped
 
     def _reconcile(self) -> bool:
-        """The marks stand for the catalog table they were written for (see the module
-        docstring): another generation drops them, and every committed batch is queued
-        again. True when this process's view of the marks changed (they were dropped,
-        here or by another process): its queue is to be made again."""
-        now = self.catalog.generation()
-        cached = self._recorded()
-        if now is None or (now == cached and self._tagged):
-            return False
-        was = self._recorded(fresh=True)  # another process may have moved on already
-        tag = generation_tag(now)
-        if was is not None and now.startswith(was + "@"):  # the same table, told more
-            # precisely (Hive's generation before it carried the creation time)
-            self._retag({None, generation_tag(was)}, tag)
-            was, self._tagged = now, False
-        if was is not None and was != now:
-            stale = self._drop(tag)
-            logger.warning("catalog %s: the catalog's table is another one than the batches "
-                           "were registered to (generation %s, was %s): it was dropped or "
-                           "replaced; %d batch(es) registered before are registered again",
-                           self.catalog.describe(), now, was, stale)
-        elif not self._tagged:  # first recorded, or recorded before marks carried a tag
-            self._retag({None}, tag)
-        # the generation last: a kill before it leaves the old one, and the next start
-        # finishes the job (a recursive delete is not atomic, and marks left under the
-        # new generation kept their batches out for good)
-        if was != now or not self._tagged:
-            self.fs.write_json(join(self.marks, GENERATION), {
-                "generation": now, "tagged": True, "catalog": self.catalog.id,
-                "at": time.time()})
-        self._generation, self._tagged = now, True
-        return (cached is not None and cached != now) or (was is not None and was != now)
-
-    def _path(self, run: str, batch_id: int, tag: str | None) -> str:
-        return join(self.marks, run, f"{batch_id:010d}{'' if tag is None else '.' + tag}.json")
-
-    def _retag(self, old: set[str | None], tag: str | None) -> None:
-        """Rename the marks tagged with any of ``old`` (None: untagged) to carry ``tag``."""
-        for run, b, t in self._listed(self.marks):
-            if t in old:
-                self.fs.rename(self._path(run, b, t), self._path(run, b, tag))
-
-    def _drop(self, tag: str | None) -> int:
-        """Delete the marks of any generation but ``tag``'s: a run's folder at once when
-        it holds none of ``tag``'s, else mark by mark (those are another process's, which
-        saw the new table first). Returns how many were dropped."""
-        marks = self._listed(self.marks)
-        keep = {run for run, _, t in marks if t == tag}
-        stale = [(run, b, t) for run, b, t in marks if t != tag]
-        for run in sorted({run for run, _, _ in stale} - keep):
-            self.fs.delete(join(self.marks, run))
-        for run, b, t in stale:
-            if run in keep:
-                self.fs.delete(self._path(run, b, t), recursive=False)
-        return len(stale)
+        """The marks against the catalog's table now (:meth:`Marks.reconcile`): True when
+        they were dropped (here or by another process), and the queue is made again."""
+        return self.marks.reconcile(self.catalog.generation())
 
     def _register_current(self, committed: CommittedBatch) -> CommittedBatch:
         """Register ``committed`` with the files that hold its rows now. When the catalog
