@@ -128,6 +128,8 @@ class Case:
             path = self.work / "lakesink.yaml"
             path.write_text(yaml.safe_dump(cfg))
             cmd = [py, "-m", "lakesink.cli", "run", "-c", str(path)]
+            for setting in self.args.lakesink_set:
+                cmd += ["--set", setting]
             return cmd if stream else [*cmd, "--until-caught-up"]
         if self.name in ("spark-handwritten", "spark-kafka-floor"):
             cmd = [py, str(BENCH / "cases/handwritten_spark.py"),
@@ -595,6 +597,9 @@ def main() -> None:
                     help="throughput rounds (cases interleaved, each round starting with "
                     "the next case); the run with the median time is reported, with every "
                     "run's seconds")
+    ap.add_argument("--lakesink-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting for every lakesink case (lakesink run --set), e.g. "
+                    "spark.driver_memory=768m; repeatable; shown in the results' command")
     ap.add_argument("--logs", default=None,
                     help="keep each case's whole output here, each line with the seconds "
                     "since its process started")

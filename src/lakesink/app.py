@@ -110,9 +110,11 @@ class Pipeline:
 
     @classmethod
     def build(cls, cfg: LakesinkConfig, spark: SparkSession) -> Pipeline:
+        run_plan = plan(cfg)
+        for name in {spec.format for spec in run_plan.tables}:
+            table_format(name).load_classes(spark)  # beside the checks and the checkpoint
         sources.check_reachable(cfg.source)
         sources.check_access(spark, cfg.source)
-        run_plan = plan(cfg)
         storage.apply(spark, cfg.storage, run_plan.paths())
         if cfg.routes:
             pipeline = cls._routed(run_plan, spark)

@@ -270,3 +270,25 @@ def test_a_table_another_writer_makes_first_keeps_its_batches_committed(
     first.ensure_table(lambda: rows.limit(0), at_start=True)
     assert first.is_committed(0), "batch 0 would be written twice"
     assert sorted(delta_ids(tmp_path / "events")) == [1, 2]
+
+
+def test_delta_s_classes_are_loaded_ahead_once_per_jvm(spark, tmp_path, monkeypatch,
+                                                        caplog) -> None:
+    """At start, a thread makes (and removes) a throwaway Delta table so the first real
+    Delta operation does not wait for the class loading; once per JVM, nothing left."""
+    import glob
+    import logging
+    import tempfile
+
+    from lakesink.tables import delta
+
+    monkeypatch.setattr(delta, "_LOADED", set())
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with caplog.at_level(logging.INFO, logger="lakesink.tables.delta"):
+        thread = delta.load_classes(spark)
+        assert thread is not None
+        thread.join(60)
+    assert any("classes loaded ahead" in r.getMessage() for r in caplog.records), \
+        [r.getMessage() for r in caplog.records]
+    assert glob.glob(str(tmp_path / "lakesink-delta-classes-*")) == []
+    assert delta.load_classes(spark) is None  # once per JVM

@@ -18,8 +18,10 @@ columns are checked at start.
 from __future__ import annotations
 
 import json
-import uuid
 import logging
+import threading
+import uuid
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 
@@ -47,6 +49,71 @@ logger = logging.getLogger(__name__)
 
 #: a log checkpoint every N commits unless configured: delta-spark's default
 CHECKPOINT_INTERVAL = 10
+
+
+def builder_usable(spark: SparkSession) -> bool:
+    """Whether Delta's table builder may make a table here: not with Hive support (it
+    looks the path up in the metastore first, and a metastore that is down would hold
+    the start up; Spark's writer does not)."""
+    return spark.conf.get("spark.sql.catalogImplementation", "in-memory") != "hive"
+
+
+def build_table(spark: SparkSession, table: str, schema_json: str,
+                partition_by: Sequence[str], properties: dict[str, str]) -> None:
+    """Delta's Scala table builder over py4j (the jars have it; the delta-spark wheel
+    is not used): ``createIfNotExists`` at ``table``, the columns nullable."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    nullable = jvm.org.apache.spark.sql.types.DataType.fromJson(schema_json).asNullable()
+    # the location as Hadoop spells it (file:/…): Delta compares it with the table
+    # identifier's, and file:///… would be "two different locations"
+    location = jvm.org.apache.hadoop.fs.Path(table).toString()
+    builder = (jvm.io.delta.tables.DeltaTable.createIfNotExists(spark._jsparkSession)
+               .location(location).addColumns(nullable))
+    if partition_by:
+        columns = spark.sparkContext._gateway.new_array(jvm.java.lang.String,
+                                                        len(partition_by))
+        for i, column in enumerate(partition_by):
+            columns[i] = column
+        builder = builder.partitionedBy(columns)
+    for key, value in properties.items():
+        builder = builder.property(key, value)
+    builder.execute()
+
+
+_LOADED: set[int] = set()  #: the JVMs (by gateway) whose Delta classes are loaded
+
+
+def load_classes(spark: SparkSession) -> threading.Thread | None:
+    """Load Delta's classes on a thread of its own, while the start does other things
+    (the Kafka checks, the checkpoint): the first Delta operation in a fresh JVM spends
+    about 2.6 s loading classes (bench/results/startup-2026-12-06.md). It makes and
+    removes a one-column table in a temporary local folder; once per JVM, never raises."""
+    key = id(spark.sparkContext._gateway)
+    if key in _LOADED or not builder_usable(spark):
+        return None
+    _LOADED.add(key)
+
+    def load() -> None:
+        import shutil
+        import tempfile
+        import time
+
+        started = time.monotonic()
+        folder = tempfile.mkdtemp(prefix="lakesink-delta-classes-")
+        try:
+            build_table(spark, f"file:{folder}", '{"type":"struct","fields":[{"name":"x",'
+                        '"type":"long","nullable":true,"metadata":{}}]}', [], {})
+        except Exception as exc:  # noqa: BLE001 - only a head start for the first table
+            logger.info("loading Delta's classes ahead failed: %s", one_line(exc))
+        else:
+            logger.info("Delta's classes loaded ahead in %.1fs", time.monotonic() - started)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    thread = threading.Thread(target=load, name="lakesink-delta-classes", daemon=True)
+    thread.start()
+    return thread
 
 
 class DeltaTableWriter(DeltaFiles, TableWriter):
@@ -222,30 +289,15 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
         columns, the table properties :meth:`_spark_writer` gives a table it creates.
         False when it cannot (a session whose ``spark_catalog`` is not Delta's, an
         error): the caller then appends zero rows with Spark's writer."""
-        if self.spark.conf.get("spark.sql.catalogImplementation", "in-memory") == "hive":
-            return False  # the builder would look the path up in the metastore first:
-            # a metastore that is down would hold the start up (Spark's writer does not)
-        try:  # Delta's Scala builder (the jars have it; the delta-spark wheel is not used)
-            jvm = self.spark.sparkContext._jvm
-            assert jvm is not None
-            nullable = jvm.org.apache.spark.sql.types.DataType.fromJson(
-                schema.json()).asNullable()
-            # the location as Hadoop spells it (file:/…): Delta compares it with the
-            # table identifier's, and file:///… would be "two different locations"
-            location = jvm.org.apache.hadoop.fs.Path(self.layout.table).toString()
-            builder = (jvm.io.delta.tables.DeltaTable.createIfNotExists(
-                self.spark._jsparkSession).location(location).addColumns(nullable))
-            if self.partition_by:
-                columns = self.spark.sparkContext._gateway.new_array(
-                    jvm.java.lang.String, len(self.partition_by))
-                for i, column in enumerate(self.partition_by):
-                    columns[i] = column
-                builder = builder.partitionedBy(columns)
-            builder = builder.property("delta.checkpointInterval",
-                                       str(self.checkpoint_interval or CHECKPOINT_INTERVAL))
-            if self.type_widening:
-                builder = builder.property("delta.enableTypeWidening", "true")
-            builder.execute()
+        if not builder_usable(self.spark):
+            return False
+        properties = {"delta.checkpointInterval":
+                      str(self.checkpoint_interval or CHECKPOINT_INTERVAL)}
+        if self.type_widening:
+            properties["delta.enableTypeWidening"] = "true"
+        try:
+            build_table(self.spark, self.layout.table, schema.json(), self.partition_by,
+                        properties)
         except Exception as exc:  # noqa: BLE001 - Spark's writer creates it instead
             logger.info("%s: the Delta table is not created from the driver (%s)",
                         self.layout.table, one_line(exc, name=False))

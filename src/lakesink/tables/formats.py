@@ -105,6 +105,11 @@ class TableFormat(ABC):
         module, _, name = self.maintainer.partition(":")
         return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
 
+    def load_classes(self, spark: SparkSession) -> None:  # noqa: B027 - optional hook
+        """At start, before the first table is opened: begin loading the format's JVM
+        classes on a thread of its own, beside the checks that come first (returns at
+        once; nothing by default)."""
+
     @abstractmethod
     def open_writer(self, spark: SparkSession, layout: TableLayout,
                     options: WriterOptions) -> TableWriter:
@@ -153,6 +158,11 @@ class DeltaFormat(TableFormat):
     widens_by_default = False
     one_driver_on_s3 = True
     maintainer = "lakesink.maintenance.delta:DeltaMaintainer"
+
+    def load_classes(self, spark: SparkSession) -> None:
+        from lakesink.tables.delta import load_classes
+
+        load_classes(spark)
 
     def open_writer(self, spark: SparkSession, layout: TableLayout,
                     options: WriterOptions) -> TableWriter:
