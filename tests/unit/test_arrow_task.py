@@ -286,11 +286,18 @@ def test_too_many_suspects_hand_the_batch_to_spark(tmp_path) -> None:
     assert out.column("kind").to_pylist() == ["overflow"]
 
 
-def test_warm_up_runs_a_task_and_leaves_nothing(tmp_path) -> None:
+def test_warm_up_runs_a_task_and_leaves_nothing(tmp_path, monkeypatch) -> None:
     """The workers' warm-up (before the first batch) runs the task's steps in a
-    temporary folder of its own: nothing lands in the table's staging folder."""
+    temporary folder of its own: nothing lands in the table's staging folder. It does
+    not load DuckDB (32 MiB per worker, for the scan of a long run of records that
+    failed to parse: only a batch with malformed records needs it)."""
+    from lakesink.pipeline import arrow_json
     from lakesink.pipeline.arrow_task import warm_up
 
+    def no_duckdb(values):  # noqa: ANN001, ANN202
+        raise AssertionError("the warm-up scanned for malformed records (DuckDB)")
+
+    monkeypatch.setattr(arrow_json, "well_formed", no_duckdb)
     spec = _spec(tmp_path)
     warm_up(spec)
     assert not (tmp_path / "staging").exists()
