@@ -71,6 +71,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+
 def partition_of(relative: str, null_value: str) -> dict[str, str | None]:
     """The Hive partition values of a file's folder (``c1=v1/c2=v2/part-….parquet``)."""
     out: dict[str, str | None] = {}
