@@ -4,6 +4,7 @@ run, scraped over HTTP while it ingests (a real broker, the shared SparkSession)
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 import urllib.error
 import urllib.request
 
@@ -189,3 +190,51 @@ def _status_page_in_chromium(url: str, tmp_path) -> str:  # noqa: ANN001
     if os.environ.get("SCREENSHOT_TO"):
         shutil.copy(shot, os.environ["SCREENSHOT_TO"])
     return dom
+
+
+def test_readiness_falls_while_the_broker_is_down_and_rises_after(spark, tmp_path) -> None:
+    """known-open T10: a streaming run whose broker stops is not ready once no batch
+    nor idle report came for ``metrics.ready_batch_age_s``, and ready again when the
+    broker is back; the records sent around the outage are all written, once. Its own
+    broker (the shared one must not stop)."""
+    from lakesink.local.services import KafkaBroker
+    from tests.fixtures.services import duckdb_ids
+
+    with KafkaBroker(heap="256m") as broker:
+        topic = "outage"
+        broker.create_topic(topic)
+        produce(broker.bootstrap_servers, topic, json_events(range(20)))
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        lake = tmp_path / "lake"
+        data = config_dict(broker, topic, lake, partition_by=[], name="outage")
+        data["trigger"] = {"interval": "1 second"}
+        data["metrics"] = {"port": port, "host": "127.0.0.1", "ready_batch_age_s": 6}
+
+        def wait(what: str, done: Callable[[], bool], limit_s: float) -> None:
+            deadline = time.monotonic() + limit_s
+            while time.monotonic() < deadline:
+                if done():
+                    return
+                time.sleep(0.5)
+            raise AssertionError(f"{what}: not within {limit_s:.0f} s; /readyz "
+                                 f"{_get(f'{base}/readyz')}")
+
+        run = Streaming(spark, data)
+        try:
+            wait("ready with 20 rows", lambda: _get(f"{base}/readyz")[0] == 200
+                 and len(duckdb_ids(lake / "outage")) == 20, 120)
+            broker.halt()
+            wait("not ready while the broker is down",
+                 lambda: _get(f"{base}/readyz")[0] == 503, 90)
+            status, why = _get(f"{base}/readyz")
+            assert "no batch or idle report" in why or "not running" in why, why
+            assert _get(f"{base}/healthz")[0] == 200  # alive: a restart would not help
+            broker.resume()
+            produce(broker.bootstrap_servers, topic, json_events(range(20, 30)))
+            wait("ready again with 30 rows", lambda: _get(f"{base}/readyz")[0] == 200
+                 and len(duckdb_ids(lake / "outage")) == 30, 180)
+            assert sorted(duckdb_ids(lake / "outage")) == list(range(30))
+        finally:
+            broker.resume()  # a stop needs the broker (the last batch's offsets)
+            run.close()

@@ -130,6 +130,9 @@ class KafkaBroker(LocalService):
             self.security = BrokerSecurity(self.work_dir / "tls")
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.work_dir / "broker.log"
+        #: one id for the broker's life (:meth:`resume` formats with it again: a data
+        #: folder formatted with another one is refused)
+        self.cluster_id = str(uuid.uuid4())
 
     @property
     def bootstrap_servers(self) -> str:
@@ -182,20 +185,25 @@ class KafkaBroker(LocalService):
     def start(self) -> KafkaBroker:
         if self.process is not None:
             return self
-        cp = kafka_broker_classpath()
-        java = java_binary()
         ports: set[int] = set()
         while len(ports) < 4:
             ports.add(free_port())
         self.port, self.controller_port, self.sasl_port, self.tls_port = sorted(ports)
+        self._launch()
+        return self
+
+    def _launch(self) -> None:
+        """Format the data folder (once: a formatted one is kept) and run the broker on
+        the ports chosen; returns when it answers."""
+        cp = kafka_broker_classpath()
+        java = java_binary()
         scram: list[str] = []
         if self.security is not None:
             scram = self.security.create().scram_format_args()
         props = self._write_properties()
-        cluster_id = str(uuid.uuid4())
         fmt = subprocess.run(
             [java, "-cp", cp, "kafka.tools.StorageTool", "format", "--standalone",
-             "-t", cluster_id, "-c", str(props), "--ignore-formatted", *scram],
+             "-t", self.cluster_id, "-c", str(props), "--ignore-formatted", *scram],
             capture_output=True, text=True, timeout=120,
         )
         if fmt.returncode != 0:
@@ -210,7 +218,17 @@ class KafkaBroker(LocalService):
         log.close()
         self._wait_ready()
         logger.info("kafka broker ready on %s (pid %d)", self.bootstrap_servers, self.process.pid)
-        return self
+
+    def halt(self) -> None:
+        """Stop the broker's process, keeping its data and ports (an outage, for tests:
+        :meth:`resume` brings the same broker back)."""
+        proc, self.process = self.process, None
+        stop_process(proc)
+
+    def resume(self) -> None:
+        """Run the broker again after :meth:`halt`, on the same ports, with its data."""
+        if self.process is None:
+            self._launch()
 
     def _wait_ready(self) -> None:
         from confluent_kafka.admin import AdminClient
