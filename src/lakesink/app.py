@@ -69,6 +69,8 @@ logger = logging.getLogger(__name__)
 UNROUTED_TABLE = "_unrouted"
 #: how long the end of a run waits for the workers' warm-up (a few seconds usually)
 WARM_UP_JOIN_S = 15.0
+#: how long a start waits for a format's classes loaded ahead (3 s in a fresh JVM here)
+CLASS_LOADING_JOIN_S = 60.0
 
 
 def _refuse_other_writers(processor: BatchFunction, spec: TableSpec) -> None:
@@ -111,11 +113,14 @@ class Pipeline:
     @classmethod
     def build(cls, cfg: LakesinkConfig, spark: SparkSession) -> Pipeline:
         run_plan = plan(cfg)
-        for name in {spec.format for spec in run_plan.tables}:
-            table_format(name).load_classes(spark)  # beside the checks and the checkpoint
+        loading = [table_format(name).load_classes(spark)  # beside the source's checks
+                   for name in {spec.format for spec in run_plan.tables}]
         sources.check_reachable(cfg.source)
         sources.check_access(spark, cfg.source)
         storage.apply(spark, cfg.storage, run_plan.paths())
+        for thread in loading:  # done before a table is opened (no two threads
+            if thread is not None:  # initialising the same classes)
+                thread.join(CLASS_LOADING_JOIN_S)
         if cfg.routes:
             pipeline = cls._routed(run_plan, spark)
         else:

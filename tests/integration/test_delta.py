@@ -270,6 +270,19 @@ def test_a_table_another_writer_makes_first_keeps_its_batches_committed(
     first.ensure_table(lambda: rows.limit(0), at_start=True)
     assert first.is_committed(0), "batch 0 would be written twice"
     assert sorted(delta_ids(tmp_path / "events")) == [1, 2]
+    # without a race: no batch, told by the log's files, with no Spark job (the table's
+    # state rebuilt for its transactions would be one, in the first batch)
+    plain = DeltaTableWriter(spark, TableLayout.of(str(tmp_path / "plain"), "events"),
+                             app_id="app-1", partition_by=[], task_filesystem=("local", {}))
+    plain.ensure_table(lambda: rows.limit(0), at_start=True)
+    tracker = spark.sparkContext.statusTracker()
+    group = f"{tmp_path.name}-plain"
+    spark.sparkContext.setJobGroup(group, "first look")
+    try:
+        assert not plain.is_committed(0)
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert list(tracker.getJobIdsForGroup(group)) == []
 
 
 def test_delta_s_classes_are_loaded_ahead_once_per_jvm(spark, tmp_path, monkeypatch,

@@ -189,6 +189,8 @@ class KafkaBroker(LocalService):
         while len(ports) < 4:
             ports.add(free_port())
         self.port, self.controller_port, self.sasl_port, self.tls_port = sorted(ports)
+        if self.security is not None:  # once: resume() keeps the certificates and users
+            self.security.create()
         self._launch()
         return self
 
@@ -199,7 +201,7 @@ class KafkaBroker(LocalService):
         java = java_binary()
         scram: list[str] = []
         if self.security is not None:
-            scram = self.security.create().scram_format_args()
+            scram = self.security.scram_format_args()
         props = self._write_properties()
         fmt = subprocess.run(
             [java, "-cp", cp, "kafka.tools.StorageTool", "format", "--standalone",

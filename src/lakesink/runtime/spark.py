@@ -82,12 +82,14 @@ def has_function(spark: SparkSession | None, name: str) -> bool:
     return spark is not None and bool(spark.catalog.functionExists(name))
 
 
-#: the collector lakesink picks for an embedded JVM, and its young generation at a
-#: sixteenth of the heap (ParallelGC's default is a third: Eden is touched whole between
-#: two collections, and a micro-batch's garbage dies young either way). See
-#: :func:`local_gc_options`
-LOCAL_GC = "-XX:+UseParallelGC -XX:NewRatio=15"
+#: the collector lakesink picks for an embedded JVM (see :func:`local_gc_options`)
+LOCAL_GC = "-XX:+UseParallelGC"
+#: and its young generation at a sixteenth of the heap (ParallelGC's default is a
+#: third: Eden is touched whole between two collections, and a micro-batch's garbage
+#: dies young either way)
+LOCAL_YOUNG = "-XX:NewRatio=15"
 _GC_FLAG = re.compile(r"-XX:[+]Use\w*GC\b")
+_YOUNG_FLAG = re.compile(r"-Xmn\S|-XX:(?:NewRatio|NewSize|MaxNewSize)=")
 _JAVA_OPTION_KEYS = ("spark.driver.defaultJavaOptions", "spark.driver.extraJavaOptions")
 
 
@@ -116,16 +118,17 @@ def local_gc_options(settings: Mapping[str, str], env: Mapping[str, str]) -> str
     write barriers and concurrent threads cost on every allocation), for pauses a
     batch does not notice with a heap of a few GiB. Measured on 2 cores, 3 M events,
     ``bench/experiments/cold_runs.py``: 7–9 % less wall time (docs/benchmark.md).
-    The smaller young generation keeps about 200 MiB less of the 1 GiB heap resident, no
-    slower (1 M events, ``bench/results/memory-2026-12-06.md``); an ``-Xmn`` or
-    ``-XX:NewRatio`` in ``spark.driver.extraJavaOptions`` comes later and wins.
+    :data:`LOCAL_YOUNG` keeps about 200 MiB less of the 1 GiB heap resident, no slower
+    (``bench/results/memory-2026-12-06.md``); not added when some setting already sizes
+    the young generation (``-Xmn``, ``NewRatio``, ``NewSize``, ``MaxNewSize``).
     """
     defaults = spark_defaults_file(env)
     chosen = [settings.get(k) or defaults.get(k, "") for k in _JAVA_OPTION_KEYS]
     chosen += [env.get("JAVA_TOOL_OPTIONS", ""), env.get("JDK_JAVA_OPTIONS", "")]
     if any(_GC_FLAG.search(opts) for opts in chosen):
         return None
-    return f"{chosen[0]} {LOCAL_GC}".strip()
+    young = "" if any(_YOUNG_FLAG.search(opts) for opts in chosen) else f" {LOCAL_YOUNG}"
+    return f"{chosen[0]} {LOCAL_GC}{young}".strip()
 
 
 #: the driver JVM's log4j2 configuration (no start-up banner; see the file)

@@ -100,8 +100,9 @@ def load_classes(spark: SparkSession) -> threading.Thread | None:
         import time
 
         started = time.monotonic()
-        folder = tempfile.mkdtemp(prefix="lakesink-delta-classes-")
+        folder = None
         try:
+            folder = tempfile.mkdtemp(prefix="lakesink-delta-classes-")
             build_table(spark, f"file:{folder}", '{"type":"struct","fields":[{"name":"x",'
                         '"type":"long","nullable":true,"metadata":{}}]}', [], {})
         except Exception as exc:  # noqa: BLE001 - only a head start for the first table
@@ -109,7 +110,8 @@ def load_classes(spark: SparkSession) -> threading.Thread | None:
         else:
             logger.info("Delta's classes loaded ahead in %.1fs", time.monotonic() - started)
         finally:
-            shutil.rmtree(folder, ignore_errors=True)
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
 
     thread = threading.Thread(target=load, name="lakesink-delta-classes", daemon=True)
     thread.start()

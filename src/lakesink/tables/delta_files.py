@@ -52,6 +52,9 @@ COMMIT_ATTEMPTS = 5
 #: before delta-rs commits are tried again (a long-running stream is not slowed forever
 #: by a refusal that has gone: e.g. a table feature dropped)
 REFUSAL_HOLD_S = 600.0
+#: a table made at start with at most this many log entries after it: its batches are
+#: read from the entries' files (see ``_committed_in_young_log``)
+YOUNG_LOG_ENTRIES = 10
 
 
 def delta_rs_s3_options(kwargs: dict[str, Any]) -> dict[str, str]:
@@ -156,10 +159,27 @@ class DeltaFiles:
             how = "by Spark's writer"
         logger.info("%s: Delta table created (%s)", self.layout.table, how)
         self._has_commits = True
-        # read from the log again, not taken as "no batch": another writer of this app id
-        # (one whose lease ran out, or a second first start) may have made the table and
-        # committed batches between the look above and the builder, which then made nothing
-        self._committed_known = False
+        # not taken as "no batch": another writer of this app id (one whose lease ran
+        # out, a second first start) may have made the table and committed batches
+        # between the look above and the builder, which then made nothing
+        self._committed, self._committed_known = self._committed_in_young_log()
+
+    def _committed_in_young_log(self) -> tuple[int | None, bool]:
+        """(this app id's newest batch, known) from the log's few first entries, read as
+        files (snapshot.transactions() would rebuild the table state with a Spark job,
+        in the first batch); (None, False) when the log is longer or an entry is gone:
+        then the first batch reads it as for an existing table."""
+        version = self._version(fresh=True)
+        if version > YOUNG_LOG_ENTRIES:
+            return None, False
+        batches = []
+        for v in range(version + 1):
+            actions = self._entry(v)
+            if not actions:  # removed (or an empty file): no answer from the files
+                return None, False
+            batches += [int(a["txn"]["version"]) for a in actions
+                        if "txn" in a and a["txn"].get("appId") == self.app_id]
+        return (max(batches) if batches else None), True
 
     def files_refusal(self) -> str | None:
         """Why this table's batches cannot be committed from files (None: they can):

@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from lakesink.errors import ConfigError
 
 if TYPE_CHECKING:
+    import threading
+
     import pyarrow.fs as pafs
     from pyspark.sql import SparkSession
 
@@ -105,10 +107,12 @@ class TableFormat(ABC):
         module, _, name = self.maintainer.partition(":")
         return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
 
-    def load_classes(self, spark: SparkSession) -> None:  # noqa: B027 - optional hook
+    def load_classes(self, spark: SparkSession) -> threading.Thread | None:
         """At start, before the first table is opened: begin loading the format's JVM
-        classes on a thread of its own, beside the checks that come first (returns at
-        once; nothing by default)."""
+        classes on a thread of its own, beside the checks that come first; returns the
+        thread (to be joined before a table is opened: two threads initialising the
+        same classes could deadlock), or None (nothing to load, the default)."""
+        return None
 
     @abstractmethod
     def open_writer(self, spark: SparkSession, layout: TableLayout,
@@ -159,10 +163,10 @@ class DeltaFormat(TableFormat):
     one_driver_on_s3 = True
     maintainer = "lakesink.maintenance.delta:DeltaMaintainer"
 
-    def load_classes(self, spark: SparkSession) -> None:
+    def load_classes(self, spark: SparkSession) -> threading.Thread | None:
         from lakesink.tables.delta import load_classes
 
-        load_classes(spark)
+        return load_classes(spark)
 
     def open_writer(self, spark: SparkSession, layout: TableLayout,
                     options: WriterOptions) -> TableWriter:
