@@ -53,7 +53,7 @@ from lakesink.tables.layout import TableLayout
 from lakesink.tables.lease import WriterLease
 from lakesink.tables.rejected import RejectedWriter
 from lakesink.tables.takeover import start_refusal
-from lakesink.table_parts import TableParts
+from lakesink.table_parts import TableParts, writer_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -113,7 +113,8 @@ class Pipeline:
     @classmethod
     def build(cls, cfg: LakesinkConfig, spark: SparkSession) -> Pipeline:
         run_plan = plan(cfg)
-        loading = [table_format(name).load_classes(spark)  # beside the source's checks
+        loading = [table_format(name).load_classes(  # beside the source's checks
+            spark, [writer_options(spec) for spec in run_plan.tables if spec.format == name])
                    for name in {spec.format for spec in run_plan.tables}]
         sources.check_reachable(cfg.source)
         sources.check_access(spark, cfg.source)

@@ -176,6 +176,24 @@ def first_registry_schema(spark: SparkSession, spec: TableSpec, decoder: Registr
     return merged(structs), "registry subject(s) " + ", ".join(used)
 
 
+def writer_options(spec: TableSpec, app_id: str = "") -> WriterOptions:
+    """What the table's writer is opened with, keyed by ``app_id`` (the checkpoint's, or
+    the dead-letter replay's; none needed to decide what to load at start)."""
+    table = spec.table
+    return WriterOptions(
+        app_id=app_id, partition_by=tuple(table.partition_by),
+        compression=table.compression, files_per_partition=table.files_per_partition,
+        target_file_size=table.target_file_size, null_value=table.null_partition_value,
+        **storage.lease_options(spec.storage, table),
+        checkpoint_interval=table.delta_checkpoint_interval,
+        merge_schema=table.schema_evolution == "add_columns",
+        type_widening=table.widening,
+        task_filesystem=storage.delta_task_filesystem(
+            spec.storage, TableLayout.of(table.base_path, spec.name).base),
+        arrow_records=(table.engine != "spark" and spec.decode.format == "json"
+                       and not table.transforms))
+
+
 def schema_store(fs: HadoopFS, layout: TableLayout) -> SchemaStore:
     """Record an evolved schema (a new version in ``schema.json``) before it is used."""
     def store(schema: T.StructType, changes: list[str], batch_id: int) -> None:
@@ -257,15 +275,7 @@ class TableParts:
         """The batch function with its table and rejected writers, keyed by ``app_id``
         (the checkpoint's, or the dead-letter replay's)."""
         table, spark, layout = self.spec.table, self.spark, self.layout
-        writer = open_writer(table.format, spark, layout, WriterOptions(
-            app_id=app_id, partition_by=tuple(table.partition_by),
-            compression=table.compression, files_per_partition=table.files_per_partition,
-            target_file_size=table.target_file_size, null_value=table.null_partition_value,
-            **storage.lease_options(self.spec.storage, self.spec.table),
-            checkpoint_interval=table.delta_checkpoint_interval,
-            merge_schema=table.schema_evolution == "add_columns",
-            type_widening=table.widening,
-            task_filesystem=storage.delta_task_filesystem(self.spec.storage, layout.base)))
+        writer = open_writer(table.format, spark, layout, writer_options(self.spec, app_id))
         writer.prepare()
         try:
             registrar = catalog.registrar(self.spec.catalog, table, self.fs, layout,

@@ -189,12 +189,17 @@ def test_a_stale_spark_writer_whose_append_delta_skips_does_not_wait_forever(
     assert spark.read.format("delta").load(str(root)).count() == 3
 
 
+@pytest.mark.parametrize(("task_filesystem", "maker"), [
+    (("local", {}), "delta-rs"),  # a store delta-rs reaches
+    ("a store only Hadoop reaches", "Apache-Spark"),  # Delta's table builder
+])
 def test_a_table_created_from_the_driver_is_the_one_spark_s_first_append_makes(
-        spark, tmp_path) -> None:
-    """The Arrow path creates a new Delta table from the driver (Delta's table builder,
-    no Spark job). Its first log entry must hold the protocol and metadata Spark's own
-    first append of the same zero rows commits: columns made nullable (nested ones too),
-    partition columns, table properties."""
+        spark, tmp_path, task_filesystem, maker) -> None:
+    """The Arrow path creates a new Delta table from the driver (delta-rs where it
+    reaches the store, else Delta's table builder; no Spark job). Its first log entry
+    must hold the protocol and metadata Spark's own first append of the same zero rows
+    commits: columns made nullable (nested ones too), partition columns, table
+    properties (an optional field delta-rs writes as null, Spark leaves out)."""
     from pyspark.sql import types as T
 
     from lakesink.tables.delta import DeltaTableWriter
@@ -215,7 +220,7 @@ def test_a_table_created_from_the_driver_is_the_one_spark_s_first_append_makes(
     for how in ("append", "driver"):
         layout = TableLayout.of(str(tmp_path / how), "events")
         writer = DeltaTableWriter(spark, layout, app_id="app-1", partition_by=["day"],
-                                  checkpoint_interval=25, task_filesystem=("local", {}))
+                                  checkpoint_interval=25, task_filesystem=task_filesystem)
         group = f"{tmp_path.name}-{how}"
         spark.sparkContext.setJobGroup(group, how)
         try:
@@ -233,9 +238,14 @@ def test_a_table_created_from_the_driver_is_the_one_spark_s_first_append_makes(
         assert len(log) == 1, log
         actions = [json.loads(line) for line in log[0].read_text().splitlines()]
         tables[how] = {k: a[k] for a in actions for k in ("protocol", "metaData") if k in a}
+        if how == "driver":
+            (info,) = [a["commitInfo"] for a in actions if "commitInfo" in a]
+            assert info["engineInfo"].startswith(maker), info
     for actions in tables.values():
         for volatile in ("id", "createdTime"):
             actions["metaData"].pop(volatile)
+        actions["metaData"] = {k: v for k, v in actions["metaData"].items()
+                               if v is not None}
     assert tables["driver"] == tables["append"]
     assert tasks["append"] > 0 and tasks["driver"] == 0  # no task slot taken
     assert tables["driver"]["metaData"]["partitionColumns"] == ["day"]
@@ -293,11 +303,11 @@ def test_delta_s_classes_are_loaded_ahead_once_per_jvm(spark, tmp_path, monkeypa
     import logging
     import tempfile
 
-    from lakesink.tables import delta
+    from lakesink.tables import delta_create as delta
 
     monkeypatch.setattr(delta, "_LOADED", set())
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    with caplog.at_level(logging.INFO, logger="lakesink.tables.delta"):
+    with caplog.at_level(logging.INFO, logger="lakesink.tables.delta_create"):
         thread = delta.load_classes(spark)
         assert thread is not None
         thread.join(60)

@@ -292,15 +292,36 @@ def test_a_start_setting_changed_before_the_first_commit_is_refused(
 
 
 def test_a_short_run_ends_after_the_workers_warm_up(spark, kafka_broker, topic,
-                                                     tmp_path) -> None:
+                                                     tmp_path, monkeypatch, caplog) -> None:
     """A caught-up run of a few records can end before the Python workers' warm-up
     (started beside the query): the run waits for it, so stopping does not cancel its
     job (and log a failure that is none)."""
+    import logging
+    import time
+
+    from lakesink import app
+
     produce_events(kafka_broker, topic, range(5))
     cfg = load_config(flags=flatten(config_dict(kafka_broker, topic, tmp_path / "lake")),
                       env={})
+    warmed: list[float] = []
+
+    def slow_warm_up(session: Any, spec: Any) -> float:
+        took = real_warm_up(session, spec)
+        time.sleep(6)  # longer than the five records' run without it
+        warmed.append(time.monotonic())
+        return took
+
+    real_warm_up = app.warm_workers
+    monkeypatch.setattr(app, "warm_workers", slow_warm_up)
     pipeline = Pipeline.build(cfg, spark)
-    stats = pipeline.run(until_caught_up=True)
+    with caplog.at_level(logging.INFO, logger="lakesink"):
+        stats = pipeline.run(until_caught_up=True)
+    ended = time.monotonic()
     assert stats.written == 5
     assert pipeline.warm_up is not None, "no warm-up started for the Arrow path"
+    assert warmed and warmed[0] <= ended, "the run ended before the warm-up"
     assert not pipeline.warm_up.is_alive()
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("Python workers warmed up" in m for m in messages), messages
+    assert not any("warming up" in m and "failed" in m for m in messages), messages

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import uuid
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 
@@ -34,8 +32,9 @@ from lakesink.tables.base import (
     TableWriter,
     compare_layout,
 )
-from lakesink.tables.fs import join
+from lakesink.tables.delta_create import build_table, builder_usable, create_by_delta_rs
 from lakesink.tables.delta_files import DeltaFiles
+from lakesink.tables.fs import join
 from lakesink.tables.layout import TableLayout
 
 if TYPE_CHECKING:
@@ -49,73 +48,6 @@ logger = logging.getLogger(__name__)
 
 #: a log checkpoint every N commits unless configured: delta-spark's default
 CHECKPOINT_INTERVAL = 10
-
-
-def builder_usable(spark: SparkSession) -> bool:
-    """Whether Delta's table builder may make a table here: not with Hive support (it
-    looks the path up in the metastore first, and a metastore that is down would hold
-    the start up; Spark's writer does not)."""
-    return spark.conf.get("spark.sql.catalogImplementation", "in-memory") != "hive"
-
-
-def build_table(spark: SparkSession, table: str, schema_json: str,
-                partition_by: Sequence[str], properties: dict[str, str]) -> None:
-    """Delta's Scala table builder over py4j (the jars have it; the delta-spark wheel
-    is not used): ``createIfNotExists`` at ``table``, the columns nullable."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    nullable = jvm.org.apache.spark.sql.types.DataType.fromJson(schema_json).asNullable()
-    # the location as Hadoop spells it (file:/…): Delta compares it with the table
-    # identifier's, and file:///… would be "two different locations"
-    location = jvm.org.apache.hadoop.fs.Path(table).toString()
-    builder = (jvm.io.delta.tables.DeltaTable.createIfNotExists(spark._jsparkSession)
-               .location(location).addColumns(nullable))
-    if partition_by:
-        columns = spark.sparkContext._gateway.new_array(jvm.java.lang.String,
-                                                        len(partition_by))
-        for i, column in enumerate(partition_by):
-            columns[i] = column
-        builder = builder.partitionedBy(columns)
-    for key, value in properties.items():
-        builder = builder.property(key, value)
-    builder.execute()
-
-
-_LOADED: set[int] = set()  #: the JVMs (by gateway) whose Delta classes are loaded
-
-
-def load_classes(spark: SparkSession) -> threading.Thread | None:
-    """Load Delta's classes on a thread of its own, while the start does other things
-    (the Kafka checks, the checkpoint): the first Delta operation in a fresh JVM spends
-    about 2.6 s loading classes (bench/results/startup-2026-12-06.md). It makes and
-    removes a one-column table in a temporary local folder; once per JVM, never raises."""
-    key = id(spark.sparkContext._gateway)
-    if key in _LOADED or not builder_usable(spark):
-        return None
-    _LOADED.add(key)
-
-    def load() -> None:
-        import shutil
-        import tempfile
-        import time
-
-        started = time.monotonic()
-        folder = None
-        try:
-            folder = tempfile.mkdtemp(prefix="lakesink-delta-classes-")
-            build_table(spark, f"file:{folder}", '{"type":"struct","fields":[{"name":"x",'
-                        '"type":"long","nullable":true,"metadata":{}}]}', [], {})
-        except Exception as exc:  # noqa: BLE001 - only a head start for the first table
-            logger.info("loading Delta's classes ahead failed: %s", one_line(exc))
-        else:
-            logger.info("Delta's classes loaded ahead in %.1fs", time.monotonic() - started)
-        finally:
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
-
-    thread = threading.Thread(target=load, name="lakesink-delta-classes", daemon=True)
-    thread.start()
-    return thread
 
 
 class DeltaTableWriter(DeltaFiles, TableWriter):
@@ -152,6 +84,21 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
         return any(f.relative.endswith((".json", ".parquet"))
                    for f in self.fs.list_files(join(self.layout.table, "_delta_log")))
 
+    def log_view(self) -> Any:  # noqa: ANN401
+        """delta-rs's up-to-date view of the table's log, for the start's and the
+        commits' questions (partition columns, properties, this app id's batch, the
+        version): no JVM class of Delta's is loaded, no table state rebuilt by a Spark
+        job. None where delta-rs cannot open the table here (a store only Hadoop
+        reaches, a protocol it does not read): then Delta's own log (``_snapshot``)."""
+        if isinstance(self.task_filesystem, str):
+            return None
+        try:
+            return self._delta_rs()
+        except Exception as exc:  # noqa: BLE001 - Delta's own log answers instead
+            logger.info("%s: delta-rs cannot read the Delta log (%s); Delta's own reader "
+                        "answers", self.layout.table, one_line(exc, name=False))
+            return None
+
     def _snapshot(self) -> Any:
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
@@ -164,15 +111,25 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
         """From the log's metadata (not ``DESCRIBE DETAIL delta.`…```: a path table in
         SQL is resolved through the session catalog, which with a Hive catalog asks the
         metastore, and a metastore that is down must not stop ingestion)."""
+        view = self.log_view()
+        if view is not None:
+            return [str(c) for c in view.metadata().partition_columns]
         columns = self._snapshot().metadata().partitionColumns()
         return [str(columns.apply(i)) for i in range(columns.size())]
 
     def _property(self, key: str) -> str | None:
+        view = self.log_view()
+        if view is not None:
+            return (view.metadata().configuration or {}).get(key)
         value = self._snapshot().metadata().configuration().get(key)
         return str(value.get()) if value.isDefined() else None
 
     def committed_version(self) -> int | None:
         """The newest batch id this app id committed to the (existing) table, if any."""
+        view = self.log_view()
+        if view is not None:
+            found = view.transaction_version(self.app_id)
+            return None if found is None else int(found)
         recorded = self._snapshot().transactions().get(self.app_id)
         return int(recorded.get()) if recorded.isDefined() else None
 
@@ -286,17 +243,34 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
 
     def create_table(self, schema: T.StructType) -> bool:
         """Commit a new table's protocol and metadata with ``schema`` from the driver
-        (Delta's table builder: no Spark job), as Spark's first append of that schema
-        would: the columns made nullable as the append stores them, the partition
-        columns, the table properties :meth:`_spark_writer` gives a table it creates.
-        False when it cannot (a session whose ``spark_catalog`` is not Delta's, an
-        error): the caller then appends zero rows with Spark's writer."""
-        if not builder_usable(self.spark):
-            return False
+        (no Spark job), as Spark's first append of that schema would: the columns made
+        nullable as the append stores them, the partition columns, the table properties
+        :meth:`_spark_writer` gives a table it creates. By delta-rs where it can
+        (:func:`~lakesink.tables.delta_create.create_by_delta_rs`: no JVM class of
+        Delta's loaded), else by Delta's
+        table builder. False when neither can (a session whose ``spark_catalog`` is not
+        Delta's, an error): the caller then appends zero rows with Spark's writer."""
         properties = {"delta.checkpointInterval":
                       str(self.checkpoint_interval or CHECKPOINT_INTERVAL)}
         if self.type_widening:
             properties["delta.enableTypeWidening"] = "true"
+        elif not isinstance(self.task_filesystem, str):
+            try:
+                table = create_by_delta_rs(self.task_filesystem, self.layout.table,
+                                           schema.json(), self.partition_by, properties)
+            except Exception as exc:  # noqa: BLE001 - made meanwhile, or the builder makes it
+                if self.exists:
+                    logger.info("%s: the Delta table was made meanwhile by another "
+                                "writer", self.layout.table)
+                    return True
+                logger.info("%s: delta-rs did not make the Delta table (%s)",
+                            self.layout.table, one_line(exc, name=False))
+            else:
+                if table is not None:
+                    self._table = table  # its log view, for the commits
+                    return True
+        if not builder_usable(self.spark):
+            return False
         try:
             build_table(self.spark, self.layout.table, schema.json(), self.partition_by,
                         properties)
@@ -310,7 +284,8 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
         """The table's newest log version as the driver knows it (``fresh``: as the
         log says now; -1: no table yet)."""
         if fresh:
-            return int(self._snapshot().version())
+            view = self.log_view()
+            return int((view if view is not None else self._snapshot()).version())
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
         log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(

@@ -101,18 +101,25 @@ def delta_rs_azure_options(kwargs: dict[str, Any]) -> dict[str, str]:
     return opts
 
 
-def delta_rs_table(filesystem: tuple[str, dict[str, Any]], uri: str) -> Any:  # noqa: ANN401
-    """delta-rs's handle of the Delta table at ``uri`` (a Hadoop URI) on the store of
-    ``filesystem`` (a :func:`~lakesink.runtime.storage.task_filesystem` spec)."""
-    from deltalake import DeltaTable
-
+def delta_rs_location(filesystem: tuple[str, dict[str, Any]], uri: str
+                      ) -> tuple[str, dict[str, str] | None]:
+    """(table URI, ``storage_options``) with which delta-rs reaches the Delta table at
+    ``uri`` (a Hadoop URI) on the store of ``filesystem`` (a
+    :func:`~lakesink.runtime.storage.task_filesystem` spec)."""
     kind, kwargs = filesystem
     if kind == "s3":
-        return DeltaTable(f"s3://{task_path(filesystem, uri)}",
-                          storage_options=delta_rs_s3_options(kwargs))
+        return f"s3://{task_path(filesystem, uri)}", delta_rs_s3_options(kwargs)
     if kind == "azure":
-        return DeltaTable(uri, storage_options=delta_rs_azure_options(kwargs))
-    return DeltaTable(task_path(filesystem, uri))
+        return uri, delta_rs_azure_options(kwargs)
+    return task_path(filesystem, uri), None
+
+
+def delta_rs_table(filesystem: tuple[str, dict[str, Any]], uri: str) -> Any:  # noqa: ANN401
+    """delta-rs's handle of the Delta table at ``uri`` (see :func:`delta_rs_location`)."""
+    from deltalake import DeltaTable
+
+    location, options = delta_rs_location(filesystem, uri)
+    return DeltaTable(location, storage_options=options)
 
 
 class DeltaFiles:
@@ -165,10 +172,15 @@ class DeltaFiles:
         self._committed, self._committed_known = self._committed_in_young_log()
 
     def _committed_in_young_log(self) -> tuple[int | None, bool]:
-        """(this app id's newest batch, known) from the log's few first entries, read as
-        files (snapshot.transactions() would rebuild the table state with a Spark job,
-        in the first batch); (None, False) when the log is longer or an entry is gone:
-        then the first batch reads it as for an existing table."""
+        """(this app id's newest batch, known): from delta-rs' view of the log where it
+        reads the table, else from the log's few first entries read as files
+        (snapshot.transactions() would rebuild the table state with a Spark job, in the
+        first batch); (None, False) when the log is longer or an entry is gone: then
+        the first batch reads it as for an existing table."""
+        view = self.log_view()
+        if view is not None:  # delta-rs replays the log without Spark
+            found = view.transaction_version(self.app_id)
+            return (None if found is None else int(found)), True
         version = self._version(fresh=True)
         if version > YOUNG_LOG_ENTRIES:
             return None, False

@@ -73,6 +73,10 @@ class WriterOptions:
     merge_schema: bool = True
     type_widening: bool = False
     task_filesystem: tuple[str, dict[str, Any]] | str = "no filesystem for the tasks"
+    #: the table's records are expected to take the Arrow path (JSON, no transforms,
+    #: an engine other than ``spark``); a schema it cannot read still sends a batch to
+    #: Spark's writer
+    arrow_records: bool = False
 
     def common(self) -> dict[str, Any]:
         """The keywords every writer takes (:class:`~lakesink.tables.base.TableWriter`)."""
@@ -107,9 +111,11 @@ class TableFormat(ABC):
         module, _, name = self.maintainer.partition(":")
         return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
 
-    def load_classes(self, spark: SparkSession) -> threading.Thread | None:
-        """At start, before the first table is opened: begin loading the format's JVM
-        classes on a thread of its own, beside the checks that come first; returns the
+    def load_classes(self, spark: SparkSession, tables: Sequence[WriterOptions]
+                     ) -> threading.Thread | None:
+        """At start, before the first table is opened: begin loading the JVM classes the
+        writers of ``tables`` (the run's tables of this format, by their options) will
+        use, on a thread of its own, beside the checks that come first; returns the
         thread (to be joined before a table is opened: two threads initialising the
         same classes could deadlock), or None (nothing to load, the default)."""
         return None
@@ -163,9 +169,16 @@ class DeltaFormat(TableFormat):
     one_driver_on_s3 = True
     maintainer = "lakesink.maintenance.delta:DeltaMaintainer"
 
-    def load_classes(self, spark: SparkSession) -> threading.Thread | None:
-        from lakesink.tables.delta import load_classes
+    def load_classes(self, spark: SparkSession, tables: Sequence[WriterOptions]
+                     ) -> threading.Thread | None:
+        """None when delta-rs is expected to make and commit every table (records on
+        the Arrow path, a store delta-rs reaches, no type widening): their start loads
+        no JVM class of Delta's (a batch Spark's writer takes after all loads them)."""
+        from lakesink.tables.delta_create import load_classes
 
+        if all(t.arrow_records and not t.type_widening
+               and not isinstance(t.task_filesystem, str) for t in tables):
+            return None
         return load_classes(spark)
 
     def open_writer(self, spark: SparkSession, layout: TableLayout,
