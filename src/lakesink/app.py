@@ -46,7 +46,7 @@ from lakesink.runtime import storage
 from lakesink.runtime.query_runner import RestartPolicy, run_with_restarts
 from lakesink.runtime.shutdown import StopGate, StopRequest
 from lakesink.silence.query import SilenceQuery, SilenceRunner
-from lakesink.tables.formats import table_format
+from lakesink.tables.formats import WriterOptions, table_format
 from lakesink.tables.fs import HadoopFS, to_uri
 from lakesink.tables.identity import MarkStarted, checkpoint_app_id, record_start
 from lakesink.tables.layout import TableLayout
@@ -113,9 +113,13 @@ class Pipeline:
     @classmethod
     def build(cls, cfg: LakesinkConfig, spark: SparkSession) -> Pipeline:
         run_plan = plan(cfg)
-        loading = [table_format(name).load_classes(  # beside the source's checks
-            spark, [writer_options(spec) for spec in run_plan.tables if spec.format == name])
-                   for name in {spec.format for spec in run_plan.tables}]
+        writers: dict[str, list[WriterOptions]] = {}
+        for spec in run_plan.tables:
+            writers.setdefault(spec.format, []).append(writer_options(spec))
+        # the dead-letter tables: Spark's writer (a Delta one reads its log at start)
+        writers.setdefault(cfg.dlq.format, []).append(WriterOptions(app_id=""))
+        loading = [table_format(name).load_classes(spark, options)  # beside the
+                   for name, options in writers.items()]  # source's checks
         sources.check_reachable(cfg.source)
         sources.check_access(spark, cfg.source)
         storage.apply(spark, cfg.storage, run_plan.paths())

@@ -189,21 +189,24 @@ def test_a_stale_spark_writer_whose_append_delta_skips_does_not_wait_forever(
     assert spark.read.format("delta").load(str(root)).count() == 3
 
 
-@pytest.mark.parametrize(("task_filesystem", "maker"), [
-    (("local", {}), "delta-rs"),  # a store delta-rs reaches
-    ("a store only Hadoop reaches", "Apache-Spark"),  # Delta's table builder
+_RETENTION = "spark.databricks.delta.properties.defaults.logRetentionDuration"
+
+
+@pytest.mark.parametrize(("task_filesystem", "defaults", "maker"), [
+    (("local", {}), {}, "delta-rs"),  # a store delta-rs reaches
+    ("a store only Hadoop reaches", {}, "Apache-Spark"),  # Delta's table builder
+    # the session's defaults for new tables, which delta-rs would not apply
+    (("local", {}), {_RETENTION: "interval 45 days"}, "Apache-Spark"),
 ])
 def test_a_table_created_from_the_driver_is_the_one_spark_s_first_append_makes(
-        spark, tmp_path, task_filesystem, maker) -> None:
+        spark, tmp_path, task_filesystem, defaults, maker) -> None:
     """The Arrow path creates a new Delta table from the driver (delta-rs where it
-    reaches the store, else Delta's table builder; no Spark job). Its first log entry
-    must hold the protocol and metadata Spark's own first append of the same zero rows
-    commits: columns made nullable (nested ones too), partition columns, table
-    properties (an optional field delta-rs writes as null, Spark leaves out)."""
+    reaches the store and the session sets no defaults for new tables, else Delta's
+    table builder; no Spark job). Its first log entry must hold the protocol and
+    metadata Spark's own first append of the same zero rows commits: columns made
+    nullable (nested ones too), partition columns, table properties (an optional field
+    delta-rs writes as null, Spark leaves out)."""
     from pyspark.sql import types as T
-
-    from lakesink.tables.delta import DeltaTableWriter
-    from lakesink.tables.layout import TableLayout
 
     schema = T.StructType([
         T.StructField("id", T.LongType(), False),
@@ -214,9 +217,37 @@ def test_a_table_created_from_the_driver_is_the_one_spark_s_first_append_makes(
             T.StructField("attrs", T.MapType(T.StringType(), T.DoubleType(), False))])),
         T.StructField("raw", T.BinaryType(), False),
         T.StructField("day", T.StringType(), False)])
+    tables, tasks = {}, {}
+    for key, value in defaults.items():
+        spark.conf.set(key, value)
+    try:
+        _make_both(spark, tmp_path, schema, task_filesystem, maker, tables, tasks)
+    finally:
+        for key in defaults:
+            spark.conf.unset(key)
+    for actions in tables.values():
+        for volatile in ("id", "createdTime"):
+            actions["metaData"].pop(volatile)
+        actions["metaData"] = {k: v for k, v in actions["metaData"].items()
+                               if v is not None}
+    assert tables["driver"] == tables["append"]
+    assert tasks["append"] > 0 and tasks["driver"] == 0  # no task slot taken
+    assert tables["driver"]["metaData"]["partitionColumns"] == ["day"]
+    assert tables["driver"]["metaData"]["configuration"] == {
+        "delta.checkpointInterval": "25",
+        **{"delta.logRetentionDuration": v for v in defaults.values()}}
+    fields = json.loads(tables["driver"]["metaData"]["schemaString"])["fields"]
+    assert all(f["nullable"] for f in fields)
+
+
+def _make_both(spark, tmp_path, schema, task_filesystem, maker, tables, tasks) -> None:
+    """Spark's first append of zero rows, and the writer's table made from the driver,
+    each in a folder of its own: their first log entries' protocol and metadata."""
+    from lakesink.tables.delta import DeltaTableWriter
+    from lakesink.tables.layout import TableLayout
+
     empty = spark.createDataFrame([], schema)
     tracker = spark.sparkContext.statusTracker()
-    tables, tasks = {}, {}
     for how in ("append", "driver"):
         layout = TableLayout.of(str(tmp_path / how), "events")
         writer = DeltaTableWriter(spark, layout, app_id="app-1", partition_by=["day"],
@@ -241,18 +272,6 @@ def test_a_table_created_from_the_driver_is_the_one_spark_s_first_append_makes(
         if how == "driver":
             (info,) = [a["commitInfo"] for a in actions if "commitInfo" in a]
             assert info["engineInfo"].startswith(maker), info
-    for actions in tables.values():
-        for volatile in ("id", "createdTime"):
-            actions["metaData"].pop(volatile)
-        actions["metaData"] = {k: v for k, v in actions["metaData"].items()
-                               if v is not None}
-    assert tables["driver"] == tables["append"]
-    assert tasks["append"] > 0 and tasks["driver"] == 0  # no task slot taken
-    assert tables["driver"]["metaData"]["partitionColumns"] == ["day"]
-    assert tables["driver"]["metaData"]["configuration"] == {
-        "delta.checkpointInterval": "25"}
-    fields = json.loads(tables["driver"]["metaData"]["schemaString"])["fields"]
-    assert all(f["nullable"] for f in fields)
 
 
 def test_a_table_another_writer_makes_first_keeps_its_batches_committed(

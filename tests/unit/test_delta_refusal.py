@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from lakesink.tables import delta_files
 from lakesink.tables.delta import DeltaTableWriter
@@ -66,3 +67,20 @@ def test_a_table_delta_rs_makes_has_only_types_that_need_no_table_feature() -> N
                                        {"__CHAR_VARCHAR_TYPE_STRING": "char(3)"}))) is None
     assert plain_nullable(struct(field("xs", {"type": "array", "elementType":
                                               "timestamp_ntz", "containsNull": True}))) is None
+
+
+@pytest.mark.parametrize("names", [["a b"], ["a,b"], ["x=1"], ["tab\there"], ["(x)"],
+                                   ["Id", "id"]])
+def test_column_names_delta_refuses_leave_the_table_to_delta_s_builder(names) -> None:
+    """Delta refuses these names without column mapping; its builder says so at start,
+    where a table delta-rs made would fail only at a batch Spark's writer takes."""
+    from lakesink.tables.delta_create import plain_nullable
+
+    fields = [{"name": n, "type": "long", "nullable": True, "metadata": {}} for n in names]
+    assert plain_nullable({"type": "struct", "fields": fields}) is None
+    nested = {"type": "struct", "fields": [{"name": "outer", "nullable": True,
+                                            "metadata": {}, "type": {"type": "struct",
+                                                                     "fields": fields}}]}
+    assert plain_nullable(nested) is None
+    fine = [{"name": "ok_name", "type": "long", "nullable": True, "metadata": {}}]
+    assert plain_nullable({"type": "struct", "fields": fine}) is not None

@@ -32,7 +32,12 @@ from lakesink.tables.base import (
     TableWriter,
     compare_layout,
 )
-from lakesink.tables.delta_create import build_table, builder_usable, create_by_delta_rs
+from lakesink.tables.delta_create import (
+    build_table,
+    builder_usable,
+    create_by_delta_rs,
+    spark_table_defaults,
+)
 from lakesink.tables.delta_files import DeltaFiles
 from lakesink.tables.fs import join
 from lakesink.tables.layout import TableLayout
@@ -60,15 +65,19 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
                  checkpoint_interval: int | None = None, merge_schema: bool = True,
                  type_widening: bool = False,
                  task_filesystem: tuple[str, dict[str, Any]] | str =
-                 "no filesystem for the tasks",
+                 "no filesystem for the tasks", arrow_records: bool = True,
                  **kwargs: Any) -> None:
         """``task_filesystem``: where the Arrow tasks write the table's files and how
-        (:func:`~lakesink.runtime.storage.delta_task_filesystem`), or why they do not."""
+        (:func:`~lakesink.runtime.storage.delta_task_filesystem`), or why they do not;
+        ``arrow_records``: the records are expected to take the Arrow path
+        (:class:`~lakesink.tables.formats.WriterOptions`)."""
         super().__init__(spark, layout, **kwargs)
         self.checkpoint_interval = checkpoint_interval
         self.merge_schema = merge_schema
         self.type_widening = type_widening
         self.task_filesystem = task_filesystem
+        #: delta-rs makes the table and answers the start's questions (see log_view)
+        self.delta_rs_reads = arrow_records and not isinstance(task_filesystem, str)
         self._committed: int | None = None
         self._committed_known = False
         self._has_commits = False
@@ -88,9 +97,11 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
         """delta-rs's up-to-date view of the table's log, for the start's and the
         commits' questions (partition columns, properties, this app id's batch, the
         version): no JVM class of Delta's is loaded, no table state rebuilt by a Spark
-        job. None where delta-rs cannot open the table here (a store only Hadoop
-        reaches, a protocol it does not read): then Delta's own log (``_snapshot``)."""
-        if isinstance(self.task_filesystem, str):
+        job. None for a table Spark's writer is expected to write (``delta_rs_reads``:
+        its batches would load Delta's classes anyway, and delta-rs' table state would
+        be a second copy in the driver), and where delta-rs cannot open the table (a
+        protocol it does not read): then Delta's own log (``_snapshot``)."""
+        if not self.delta_rs_reads:
             return None
         try:
             return self._delta_rs()
@@ -247,14 +258,14 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
         nullable as the append stores them, the partition columns, the table properties
         :meth:`_spark_writer` gives a table it creates. By delta-rs where it can
         (:func:`~lakesink.tables.delta_create.create_by_delta_rs`: no JVM class of
-        Delta's loaded), else by Delta's
-        table builder. False when neither can (a session whose ``spark_catalog`` is not
+        Delta's loaded), else by Delta's table builder (type widening; the session's
+        defaults for new tables' properties, which delta-rs would not apply). False when neither can (a session whose ``spark_catalog`` is not
         Delta's, an error): the caller then appends zero rows with Spark's writer."""
         properties = {"delta.checkpointInterval":
                       str(self.checkpoint_interval or CHECKPOINT_INTERVAL)}
         if self.type_widening:
             properties["delta.enableTypeWidening"] = "true"
-        elif not isinstance(self.task_filesystem, str):
+        elif self.delta_rs_reads and not spark_table_defaults(self.spark):
             try:
                 table = create_by_delta_rs(self.task_filesystem, self.layout.table,
                                            schema.json(), self.partition_by, properties)

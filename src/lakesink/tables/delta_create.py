@@ -33,17 +33,35 @@ _PLAIN_TYPES = frozenset({"string", "long", "integer", "short", "byte", "float",
                           "boolean", "binary", "date", "timestamp"})
 
 
+#: characters Delta refuses in a column name without column mapping
+_NAME_REFUSED = frozenset(" ,;{}()\n\t=")
+#: the session settings Delta applies to every new table (delta-rs does not read them)
+TABLE_DEFAULTS = "spark.databricks.delta.properties.defaults."
+
+
+def spark_table_defaults(spark: SparkSession) -> list[str]:
+    """The session's defaults for new Delta tables' properties (``TABLE_DEFAULTS``*):
+    Delta's builder and Spark's first append apply them, delta-rs would not."""
+    return sorted(k for k in spark.conf.getAll if k.startswith(TABLE_DEFAULTS))
+
+
 def plain_nullable(data_type: Any) -> Any:  # noqa: ANN401
     """Spark's JSON of a (struct) type with every field, element and value made
     nullable, as Spark's append stores a new table's columns; None when a type needs a
     table feature or carries column metadata (``timestamp_ntz``, ``variant``, char and
-    varchar, …): such a table is left to Delta's own builder."""
+    varchar, …), or a struct has a column name Delta refuses (one of `` ,;{}()=``, a
+    tab or newline; two names equal but for case): such a table is left to Delta's own
+    builder, which refuses the names at start as before."""
     if isinstance(data_type, str):
         return data_type if (data_type in _PLAIN_TYPES
                              or data_type.startswith("decimal(")) else None
     kind = data_type.get("type")
     if kind == "struct":
         fields = []
+        names = [str(field["name"]) for field in data_type["fields"]]
+        if any(_NAME_REFUSED.intersection(name) for name in names) \
+                or len({name.lower() for name in names}) != len(names):
+            return None
         for field in data_type["fields"]:
             inner = plain_nullable(field["type"])
             if inner is None or field.get("metadata"):

@@ -189,7 +189,8 @@ class DeltaFormat(TableFormat):
                                 checkpoint_interval=options.checkpoint_interval,
                                 merge_schema=options.merge_schema,
                                 type_widening=options.type_widening,
-                                task_filesystem=options.task_filesystem)
+                                task_filesystem=options.task_filesystem,
+                                arrow_records=options.arrow_records)
 
     def duckdb_scan(self, location: str) -> tuple[str, str]:
         # through delta-rs (DuckDB's delta extension is not part of the set-up)
