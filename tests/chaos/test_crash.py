@@ -390,7 +390,7 @@ def test_kill_after_a_delta_rs_commit_then_restart(spark, kafka_broker, topic, t
                                                    ) -> None:
     """The Arrow path's Delta commit (delta-rs) of batch 2 is durable, then the process
     is killed; delta-rs has written checkpoints (every 2 commits). The restart reads the
-    batch's txn back (Spark's Delta log reads the delta-rs checkpoint) and skips it: every
+    batch's txn back (delta-rs' view of the log, checkpoint included) and skips it: every
     id once as delta-rs and Spark read the table, the dead letters once, and no staged
     rows left behind."""
     import duckdb

@@ -299,8 +299,8 @@ def test_a_table_another_writer_makes_first_keeps_its_batches_committed(
     first.ensure_table(lambda: rows.limit(0), at_start=True)
     assert first.is_committed(0), "batch 0 would be written twice"
     assert sorted(delta_ids(tmp_path / "events")) == [1, 2]
-    # without a race: no batch, told by the log's files, with no Spark job (the table's
-    # state rebuilt for its transactions would be one, in the first batch)
+    # without a race: no batch, told by delta-rs' view of the log, with no Spark job
+    # (the table's state rebuilt for its transactions would be one, in the first batch)
     plain = DeltaTableWriter(spark, TableLayout.of(str(tmp_path / "plain"), "events"),
                              app_id="app-1", partition_by=[], task_filesystem=("local", {}))
     plain.ensure_table(lambda: rows.limit(0), at_start=True)
@@ -312,6 +312,78 @@ def test_a_table_another_writer_makes_first_keeps_its_batches_committed(
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
     assert list(tracker.getJobIdsForGroup(group)) == []
+
+
+@pytest.mark.parametrize("maker", ["delta-rs", "Delta's builder"])
+def test_another_writer_s_version_0_during_the_make_is_seen(spark, tmp_path, monkeypatch,
+                                                           maker) -> None:
+    """The race of the test above, inside the maker (helper-23): the other writer of
+    this app id commits version 0 (batch 0) while delta-rs makes the table, and
+    delta-rs' create is refused ("made meanwhile"); or, with records that take Spark's
+    writer, Delta's builder makes nothing because the table is there. Either way the
+    first writer must see batch 0 committed, from whichever view it reads."""
+    import lakesink.tables.delta as delta_module
+    from lakesink.tables.delta import DeltaTableWriter
+    from lakesink.tables.layout import TableLayout
+
+    layout = TableLayout.of(str(tmp_path), "events")
+    arrow = maker == "delta-rs"
+    first, second = (DeltaTableWriter(spark, layout, app_id="app-1", partition_by=[],
+                                      arrow_records=arrow, task_filesystem=("local", {}))
+                     for _ in range(2))
+    rows = spark.createDataFrame([(1, "a"), (2, "b")], "id long, name string")
+    calls = []
+    if arrow:
+        def refused(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            calls.append(maker)
+            second.write_batch(0, rows)
+            raise RuntimeError("Version 0 already exists")  # as delta-rs would refuse
+
+        monkeypatch.setattr(delta_module, "create_by_delta_rs", refused)
+    else:
+        build = delta_module.build_table
+
+        def late(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            calls.append(maker)
+            second.write_batch(0, rows)
+            return build(*args, **kwargs)  # createIfNotExists: makes nothing
+
+        monkeypatch.setattr(delta_module, "build_table", late)
+    assert not first.is_committed(0)  # the first look: no table yet
+    first.ensure_table(lambda: rows.limit(0), at_start=True)
+    assert calls == [maker]
+    assert first.is_committed(0), "batch 0 would be written twice"
+    assert first.write_batch(0, rows).skipped
+    assert sorted(delta_ids(tmp_path / "events")) == [1, 2]
+
+
+def test_delta_rs_reads_the_batches_a_spark_written_checkpoint_holds(spark, tmp_path
+                                                                       ) -> None:
+    """A restart's "which batches are committed" comes from delta-rs' view of the log
+    (helper-23): it must read this app id's txn from a checkpoint Spark's writer wrote,
+    with the log entries before it gone (log clean-up), or a replayed batch would be
+    committed twice."""
+    from lakesink.tables.delta import DeltaTableWriter
+    from lakesink.tables.layout import TableLayout
+
+    layout = TableLayout.of(str(tmp_path), "events")
+    spark_side = DeltaTableWriter(spark, layout, app_id="app-1", partition_by=[],
+                                  checkpoint_interval=2, arrow_records=False,
+                                  task_filesystem=("local", {}))
+    for batch in range(3):  # versions 0..2, a checkpoint at 2, all by Spark's writer
+        rows = spark.createDataFrame([(batch * 2, "a"), (batch * 2 + 1, "b")],
+                                     "id long, name string")
+        assert not spark_side.write_batch(batch, rows).skipped
+    log = tmp_path / "events" / "_delta_log"
+    assert (log / f"{2:020d}.checkpoint.parquet").exists()
+    for version in range(3):  # the txn is now only in the checkpoint
+        (log / f"{version:020d}.json").unlink()
+    restarted = DeltaTableWriter(spark, layout, app_id="app-1", partition_by=[],
+                                 task_filesystem=("local", {}))
+    assert restarted.log_view() is not None  # delta-rs answers, not Delta's reader
+    assert restarted.committed_version() == 2
+    assert restarted.is_committed(2) and not restarted.is_committed(3)
+    assert sorted(delta_ids(tmp_path / "events")) == list(range(6))
 
 
 def test_delta_s_classes_are_loaded_ahead_once_per_jvm(spark, tmp_path, monkeypatch,

@@ -52,9 +52,6 @@ COMMIT_ATTEMPTS = 5
 #: before delta-rs commits are tried again (a long-running stream is not slowed forever
 #: by a refusal that has gone: e.g. a table feature dropped)
 REFUSAL_HOLD_S = 600.0
-#: a table made at start with at most this many log entries after it: its batches are
-#: read from the entries' files (see ``_committed_in_young_log``)
-YOUNG_LOG_ENTRIES = 10
 
 
 def delta_rs_s3_options(kwargs: dict[str, Any]) -> dict[str, str]:
@@ -169,29 +166,18 @@ class DeltaFiles:
         # not taken as "no batch": another writer of this app id (one whose lease ran
         # out, a second first start) may have made the table and committed batches
         # between the look above and the builder, which then made nothing
-        self._committed, self._committed_known = self._committed_in_young_log()
+        self._committed, self._committed_known = self._committed_after_making()
 
-    def _committed_in_young_log(self) -> tuple[int | None, bool]:
-        """(this app id's newest batch, known): from delta-rs' view of the log where it
-        reads the table, else from the log's few first entries read as files
-        (snapshot.transactions() would rebuild the table state with a Spark job, in the
-        first batch); (None, False) when the log is longer or an entry is gone: then
-        the first batch reads it as for an existing table."""
+    def _committed_after_making(self) -> tuple[int | None, bool]:
+        """(this app id's newest batch, known) right after the table was made: from
+        delta-rs' view of the log (snapshot.transactions() would rebuild the table
+        state with Spark jobs, in the first batch); (None, False) where delta-rs cannot
+        read it: the first batch then reads it as for an existing table."""
         view = self.log_view()
-        if view is not None:  # delta-rs replays the log without Spark
-            found = view.transaction_version(self.app_id)
-            return (None if found is None else int(found)), True
-        version = self._version(fresh=True)
-        if version > YOUNG_LOG_ENTRIES:
+        if view is None:
             return None, False
-        batches = []
-        for v in range(version + 1):
-            actions = self._entry(v)
-            if not actions:  # removed (or an empty file): no answer from the files
-                return None, False
-            batches += [int(a["txn"]["version"]) for a in actions
-                        if "txn" in a and a["txn"].get("appId") == self.app_id]
-        return (max(batches) if batches else None), True
+        found = view.transaction_version(self.app_id)
+        return (None if found is None else int(found)), True
 
     def files_refusal(self) -> str | None:
         """Why this table's batches cannot be committed from files (None: they can):
