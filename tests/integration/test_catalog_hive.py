@@ -51,6 +51,13 @@ def test_each_step_through_spark_sql(hive_metastore, tmp_path) -> None:
     assert out["id_type_after_late"] == "bigint"
     made, restarted, again, others, seen, copied, remade = out["generations"]
     assert made is not None and made == restarted and again not in (None, made)
+    # the same table seen from a JVM in another time zone (DESCRIBE's text moved)
+    assert out["generation_in_tokyo"] == made
+    # told as DESCRIBE tells it in a UTC JVM: generations recorded before stay the same
+    (utc,) = out["created_in_utc"]
+    assert made.endswith(f"@{utc}"), (made, utc)
+    (tokyo,) = out["created_in_tokyo"]
+    assert tokyo not in made, (tokyo, made)
     assert others not in (None, made, again) and seen == others
     # made again from SHOW CREATE TABLE (lakesink's property copied): another one
     assert copied not in (None, made, again, others)

@@ -128,6 +128,20 @@ def partition_clause(values: dict[str, str | None], columns: list[str], folder: 
     return f"PARTITION ({spec}) LOCATION {literal(folder)}"
 
 
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def utc_created(millis: int) -> str:
+    """A metastore creation time (ms since the epoch; Hive keeps seconds) as Java's
+    ``Date.toString`` writes it in UTC: ``Sun Dec 06 12:12:46 UTC 2026``."""
+    import datetime as dt
+
+    t = dt.datetime.fromtimestamp(millis // 1000, tz=dt.timezone.utc)
+    return (f"{_DAYS[t.weekday()]} {_MONTHS[t.month - 1]} {t.day:02d} "
+            f"{t:%H:%M:%S} UTC {t.year}")
+
+
 def sorted_error(exc: Exception, what: str) -> CatalogError:
     """A metastore that cannot be reached waits (:class:`CatalogUnavailable`); anything
     else it answered is a refusal (:class:`CatalogError`, the run stops)."""
@@ -203,7 +217,8 @@ class HiveCatalog(Catalog):
             details = self._details()
             self._check(details)
             self.known = True
-            self._created = self._generation_of(details)
+            if not table_format(self.format).has_log:  # Delta: registered whole, by its log
+                self._created = self._generation_now()
 
     def generation(self) -> str | None:
         """The Parquet table's incarnation as :meth:`prepare` or :meth:`register` last
@@ -215,14 +230,29 @@ class HiveCatalog(Catalog):
         whole, by its log: its registrar has no marks to reconcile.)"""
         return self._created
 
-    @staticmethod
-    def _generation_of(details: dict[str, str]) -> str | None:
-        """From ``DESCRIBE TABLE EXTENDED``: the property lakesink set and the creation
-        time, else the creation time."""
-        match = re.search(rf"\b{GENERATION_PROPERTY}=([0-9a-f]{{32}})\b",
-                          details.get("Table Properties", ""))
-        created = details.get("Created Time")
-        return f"{match.group(1)}@{created}" if match else created
+    def _generation_now(self) -> str | None:
+        """The table's generation as the metastore holds it now: the property lakesink
+        set and the creation time, else the creation time. The creation time is the
+        metastore's instant written in UTC as ``DESCRIBE``'s ``Created Time`` shows it
+        in a UTC JVM (``Sun Dec 06 12:12:46 UTC 2026``), not ``DESCRIBE``'s own text,
+        which is in the JVM's default time zone: a restart in another time zone would
+        take the same table for another one and register every batch again."""
+        try:
+            state = self.spark._jsparkSession.sessionState()
+            meta = state.catalog().getTableMetadata(
+                state.sqlParser().parseTableIdentifier(self.fq))
+            made = meta.properties().get(GENERATION_PROPERTY)
+            made = str(made.get()) if made.isDefined() else None
+            created = utc_created(int(meta.createTime()))
+        except Exception as exc:  # noqa: BLE001
+            # gone meanwhile, or its database (DESCRIBE said TABLE_OR_VIEW_NOT_FOUND for
+            # both): register's retry makes it again
+            if any(m in str(exc) for m in ("TABLE_OR_VIEW_NOT_FOUND", "SCHEMA_NOT_FOUND",
+                                           "NoSuchTableException", "NoSuchDatabaseException")):
+                raise CatalogError(f"describing the table: [TABLE_OR_VIEW_NOT_FOUND] "
+                                   f"{self.database}.{self.table}") from None
+            raise sorted_error(exc, "describing the table") from None
+        return f"{made}@{created}" if made and re.fullmatch("[0-9a-f]{32}", made) else created
 
     def _check(self, details: dict[str, str]) -> None:
         """An existing table must be this lake table: same provider, folder and
@@ -270,7 +300,7 @@ class HiveCatalog(Catalog):
             # which table took the batch: one dropped and made again by another process
             # since the last look is another generation (the outbox registers every
             # batch to it)
-            self._created = self._generation_of(self._details())
+            self._created = self._generation_now()
         except CatalogError as exc:
             if "TABLE_OR_VIEW_NOT_FOUND" not in str(exc):
                 raise
