@@ -192,6 +192,17 @@ class HiveCatalog(Catalog):
         except Exception as exc:  # noqa: BLE001
             raise sorted_error(exc, "looking the table up") from None
 
+    def _jcatalog(self) -> Any:  # noqa: ANN401
+        """Spark's session catalog (the JVM's), for what SQL does not say."""
+        return self.spark._jsparkSession.sessionState().catalog()
+
+    def _ident(self) -> Any:  # noqa: ANN401
+        """The table's ``TableIdentifier`` in the JVM."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        return jvm.org.apache.spark.sql.catalyst.TableIdentifier(
+            self.table, jvm.scala.Option.apply(self.database))
+
     def _details(self) -> dict[str, str]:
         rows = self._sql(f"DESCRIBE TABLE EXTENDED {self.fq}", "describing the table"
                          ).collect()
@@ -238,9 +249,7 @@ class HiveCatalog(Catalog):
         which is in the JVM's default time zone: a restart in another time zone would
         take the same table for another one and register every batch again."""
         try:
-            state = self.spark._jsparkSession.sessionState()
-            meta = state.catalog().getTableMetadata(
-                state.sqlParser().parseTableIdentifier(self.fq))
+            meta = self._jcatalog().getTableMetadata(self._ident())
             made = meta.properties().get(GENERATION_PROPERTY)
             made = str(made.get()) if made.isDefined() else None
             created = utc_created(int(meta.createTime()))
@@ -358,12 +367,9 @@ class HiveCatalog(Catalog):
         new += [T.StructField(f.name, f.dataType, True) for f in missing]
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
-        ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier(
-            self.table, jvm.scala.Option.apply(self.database))
         schema = jvm.org.apache.spark.sql.types.DataType.fromJson(T.StructType(new).json())
         try:
-            self.spark._jsparkSession.sessionState().catalog().alterTableDataSchema(
-                ident, schema)
+            self._jcatalog().alterTableDataSchema(self._ident(), schema)
         except Exception as exc:  # noqa: BLE001 - sorted: wait or stop
             raise sorted_error(exc, "altering the table's columns") from None
         logger.info("catalog %s: column(s) %s added, %s widened", self.describe(),

@@ -41,6 +41,10 @@ DEFAULTS: dict[str, str] = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     # rebuilding a Delta snapshot's state is a shuffle: 50 partitions by default
     "spark.databricks.delta.snapshotPartitions": "4",
+    # Delta's VACUUM lists the table in this many tasks (and Spark lists more than 32
+    # paths so): Spark's default, 10,000, made a VACUUM of a near-empty table take 24 s
+    # instead of 5 on 2 cores
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
     # the Python workers' Arrow memory from malloc, not jemalloc: jemalloc kept each
     # worker's freed chunks; 1 M events (bench/run.py): 90 MiB less peak RSS per worker,
     # no slower (bench/results/memory-2026-12-06.md)
