@@ -24,7 +24,7 @@ def test_each_step_through_spark_sql(hive_metastore, tmp_path) -> None:
     """A null partition (two null folder names), escaped folder names (``/``, quotes,
     ``\``, ``${…}``), a new column, a widened column (in place, the partitions kept), a
     batch registered twice, an older batch registered late, a table with other partition
-    columns refused, a Delta table."""
+    columns, another folder or another format refused, a Delta table."""
     out = hive_client.run("scenario", hive_metastore.uri, str(tmp_path))
     first = out["after_create"]
     assert first["provider"] == "parquet"
@@ -65,6 +65,10 @@ def test_each_step_through_spark_sql(hive_metastore, tmp_path) -> None:
     assert remade not in (None, made, again, others, copied)
     assert sorted(out["after_made_again"]["ids"]) == [4]  # only what was registered since
     assert out["refused"] == "table.partition_by"
+    (key, said), (key2, said2) = out["refusals"]["location"], out["refusals"]["provider"]
+    assert key == key2 == "catalog.hive.table"
+    assert f"exists at file:{tmp_path}/events" in said and "/elsewhere" in said, said
+    assert "exists as a parquet table; this table is delta" in said2, said2
     assert out["delta"]["provider"] == "delta"
     assert sorted(out["delta"]["ids"]) == list(range(7))
 

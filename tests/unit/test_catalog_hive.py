@@ -9,6 +9,7 @@ import pytest
 from lakesink.catalog import registrar
 from lakesink.catalog.hive import (
     DeltaRegistrar,
+    HeldTable,
     HiveCatalog,
     literal,
     partition_clause,
@@ -18,7 +19,8 @@ from lakesink.catalog.hive import (
     spark_conf,
 )
 from lakesink.config import load_config
-from lakesink.errors import CatalogError, CatalogUnavailable, ConfigError
+from lakesink.config.catalog import HiveCatalogConfig
+from lakesink.errors import CatalogError, CatalogUnavailable, ConfigError, LayoutError
 from lakesink.tables.layout import TableLayout
 from tests.unit.test_catalog import KAFKA, FakeFS, write
 
@@ -180,3 +182,33 @@ def test_marks_are_per_metastore_and_one_clause_per_partition_value(tmp_path) ->
     hive._add_partitions(CommittedBatch("events", "file:/l", "app", "run", 0, files))
     (sql,) = statements
     assert sql.count("PARTITION (") == 2 and "`site` = NULL" in sql and "'oslo'" in sql
+
+
+def test_an_existing_table_must_be_this_lake_table() -> None:
+    """What the metastore holds (one read of its ``CatalogTable``) against the config:
+    another format or folder is refused naming ``catalog.hive.table``; a Parquet table
+    with other partition columns naming ``table.partition_by`` (a Delta table's
+    partitions are its log's)."""
+    def catalog(fmt: str) -> HiveCatalog:
+        return HiveCatalog(HiveCatalogConfig(uri="thrift://x", database="lake"),
+                           None, table="events", location="file:///lake/events",  # type: ignore[arg-type]
+                           partition_by=["site", "day"], fmt=fmt)
+
+    def held(**changed: object) -> HeldTable:
+        return HeldTable(**{"provider": "parquet", "location": "file:/lake/events",
+                            "partition_by": ["Site", "day"], "generation": None,
+                            **changed})  # type: ignore[arg-type]
+
+    catalog("parquet")._check(held())  # the metastore's spelling of the same folder
+    catalog("delta")._check(held(provider="delta", partition_by=[]))
+    for fmt, other, key, said in [
+            ("parquet", held(provider="delta"), "catalog.hive.table",
+             "exists as a delta table; this table is parquet"),
+            ("parquet", held(provider="hive"), "catalog.hive.table", "as a hive table"),
+            ("delta", held(provider="delta", location="file:/elsewhere"),
+             "catalog.hive.table", "exists at file:/elsewhere, not at file:///lake/events"),
+            ("parquet", held(partition_by=["day", "site"]), "table.partition_by",
+             "partitioned by ['day', 'site']")]:
+        with pytest.raises(LayoutError) as refused:
+            catalog(fmt)._check(other)
+        assert refused.value.key == key and said in str(refused.value), str(refused.value)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakesink.catalog.base import Catalog, CommittedBatch
@@ -152,6 +153,16 @@ def sorted_error(exc: Exception, what: str) -> CatalogError:
     return CatalogError(f"{what}: {first}")
 
 
+@dataclass(frozen=True)
+class HeldTable:
+    """A table as the metastore holds it (what :meth:`HiveCatalog._check` compares)."""
+
+    provider: str
+    location: str
+    partition_by: list[str]
+    generation: str | None
+
+
 class HiveCatalog(Catalog):
     """One lake table in a Hive metastore; Parquet through the outbox, or Delta."""
 
@@ -203,11 +214,6 @@ class HiveCatalog(Catalog):
         return jvm.org.apache.spark.sql.catalyst.TableIdentifier(
             self.table, jvm.scala.Option.apply(self.database))
 
-    def _details(self) -> dict[str, str]:
-        rows = self._sql(f"DESCRIBE TABLE EXTENDED {self.fq}", "describing the table"
-                         ).collect()
-        return {str(r[0]).strip(): str(r[1]).strip() for r in rows if r[0]}
-
     # -- the contract ----------------------------------------------------------------
 
     def prepare(self) -> None:
@@ -225,11 +231,11 @@ class HiveCatalog(Catalog):
         self._sql(f"CREATE DATABASE IF NOT EXISTS {quote(self.database)}",
                   "creating the database")
         if self._exists():
-            details = self._details()
-            self._check(details)
+            held = self._held()
+            self._check(held)
             self.known = True
             if not table_format(self.format).has_log:  # Delta: registered whole, by its log
-                self._created = self._generation_now()
+                self._created = held.generation
 
     def generation(self) -> str | None:
         """The Parquet table's incarnation as :meth:`prepare` or :meth:`register` last
@@ -242,17 +248,35 @@ class HiveCatalog(Catalog):
         return self._created
 
     def _generation_now(self) -> str | None:
-        """The table's generation as the metastore holds it now: the property lakesink
-        set and the creation time, else the creation time. The creation time is the
-        metastore's instant written in UTC as ``DESCRIBE``'s ``Created Time`` shows it
-        in a UTC JVM (``Sun Dec 06 12:12:46 UTC 2026``), not ``DESCRIBE``'s own text,
-        which is in the JVM's default time zone: a restart in another time zone would
-        take the same table for another one and register every batch again."""
+        """The table's generation as the metastore holds it now (see :meth:`generation`)."""
+        return self._held().generation
+
+    def _held(self) -> HeldTable:
+        """The table as the metastore holds it now, in one read (its ``CatalogTable``).
+
+        The generation's creation time is the metastore's instant written in UTC as
+        ``DESCRIBE``'s ``Created Time`` shows it in a UTC JVM (``Sun Dec 06 12:12:46 UTC
+        2026``), not ``DESCRIBE``'s own text, which is in the JVM's default time zone: a
+        restart in another time zone would take the same table for another one and
+        register every batch again."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
         try:
             meta = self._jcatalog().getTableMetadata(self._ident())
             made = meta.properties().get(GENERATION_PROPERTY)
             made = str(made.get()) if made.isDefined() else None
             created = utc_created(int(meta.createTime()))
+            provider = meta.provider()
+            where = meta.storage().locationUri()
+            return HeldTable(
+                # what DESCRIBE's "Provider" and "Location" print (Location: the path
+                # decoded, so "x y", not "x%20y"); a Delta table's come from its log there
+                provider=str(provider.get()).lower() if provider.isDefined() else "hive",
+                location=str(jvm.org.apache.spark.sql.catalyst.catalog.CatalogUtils
+                             .URIToString(where.get())) if where.isDefined() else "",
+                partition_by=[str(c) for c in meta.partitionSchema().fieldNames()],
+                generation=(f"{made}@{created}" if made and re.fullmatch("[0-9a-f]{32}", made)
+                            else created))
         except Exception as exc:  # noqa: BLE001
             # gone meanwhile, or its database (DESCRIBE said TABLE_OR_VIEW_NOT_FOUND for
             # both): register's retry makes it again
@@ -261,31 +285,25 @@ class HiveCatalog(Catalog):
                 raise CatalogError(f"describing the table: [TABLE_OR_VIEW_NOT_FOUND] "
                                    f"{self.database}.{self.table}") from None
             raise sorted_error(exc, "describing the table") from None
-        return f"{made}@{created}" if made and re.fullmatch("[0-9a-f]{32}", made) else created
 
-    def _check(self, details: dict[str, str]) -> None:
+    def _check(self, held: HeldTable) -> None:
         """An existing table must be this lake table: same provider, folder and
         partition columns (else the start is refused, naming the key)."""
-        provider = details.get("Provider", "hive").lower()
-        if provider != self.format:
+        if held.provider != self.format:
             raise LayoutError("catalog.hive.table", f"{self.database}.{self.table} exists as "
-                              f"a {provider} table; this table is {self.format}",
+                              f"a {held.provider} table; this table is {self.format}",
                               fix="name another table (catalog.hive.table) or drop it")
-        location = details.get("Location", "")
-        if not same_location(location, self.location):
+        if not same_location(held.location, self.location):
             raise LayoutError("catalog.hive.table", f"{self.database}.{self.table} exists "
-                              f"at {location}, not at {self.location}",
+                              f"at {held.location}, not at {self.location}",
                               fix="name another table (catalog.hive.table) or drop it")
-        if not table_format(self.format).has_log:  # its partitions are the metastore's
-            try:
-                columns = self.spark.catalog.listColumns(f"{self.database}.{self.table}")
-            except Exception as exc:  # noqa: BLE001
-                raise sorted_error(exc, "listing the table's columns") from None
-            parts = [c.name for c in columns if c.isPartition]
-            if [p.lower() for p in parts] != [p.lower() for p in self.partition_by]:
-                raise LayoutError("table.partition_by", f"{self.database}.{self.table} is "
-                                  f"partitioned by {parts}, the configuration by "
-                                  f"{self.partition_by}")
+        # a Parquet table's partitions are the metastore's
+        if not table_format(self.format).has_log and (
+                [p.lower() for p in held.partition_by]
+                != [p.lower() for p in self.partition_by]):
+            raise LayoutError("table.partition_by", f"{self.database}.{self.table} is "
+                              f"partitioned by {held.partition_by}, the configuration by "
+                              f"{self.partition_by}")
 
     def register(self, batch: CommittedBatch) -> None:
         if table_format(self.format).has_log:  # the table, by its log, once

@@ -230,7 +230,10 @@ def _json_error(value: Column) -> Column:
     """:func:`_parser_message` as a column over the raw value (a Python function, so
     it takes the bytes: a string of invalid UTF-8 would fail the worker; dead letters
     only)."""
-    return F.udf(_parser_message, T.StringType())(value)
+    # useArrow=False says what it is (a plain Python UDF, as inferred before): left to
+    # infer it from the type hints, PySpark 4.2 warns "Cannot infer the eval type from
+    # type hints" in the user's log
+    return F.udf(_parser_message, T.StringType(), useArrow=False)(value)
 
 
 def _path(name: str) -> str:

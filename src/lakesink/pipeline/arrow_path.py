@@ -34,6 +34,7 @@ the rest stay on the Spark path, said once in the log.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -63,6 +64,8 @@ from lakesink.tables.formats import table_format
 from lakesink.sources.record_shape import RECORD_DDL
 
 if TYPE_CHECKING:
+    import threading
+
     from pyspark.sql import DataFrame, SparkSession
 
     from lakesink.decode.base import Decoder
@@ -240,21 +243,34 @@ def task_suspect_share(spec: TaskSpec, tasks: int) -> dict[str, int]:
                                  min(spec.suspect_bytes, BATCH_SUSPECT_BYTES // tasks))}
 
 
-def warm_workers(spark: SparkSession, spec: TaskSpec) -> float:
+#: the Spark job tag of the workers' warm-up (see :func:`warm_workers`)
+WARM_UP_TAG = "lakesink-warm-up"
+
+
+def warm_workers(spark: SparkSession, spec: TaskSpec,
+                 cancelled: threading.Event | None = None) -> float | None:
     """Start the Python workers (one per task slot) and do their once-only work
     (:func:`~lakesink.pipeline.arrow_task.warm_up`) beside the query's start (on a thread
-    of its own), instead of in its first batch. Returns the seconds it took. A failure here only means a slower
-    first batch: it is logged, never raised."""
-    import time
-
+    of its own), instead of in its first batch. Returns the seconds it took, None when
+    it was cancelled (``cancelled`` set, then ``cancelJobsWithTag(WARM_UP_TAG)``: a run
+    that ends first does not wait for it; Spark stops the job's Python workers as it
+    does a killed task's). Its job carries :data:`WARM_UP_TAG`. Any other failure only
+    means a slower first batch: it is logged, never raised."""
     started = time.monotonic()
     slots = max(1, spark.sparkContext.defaultParallelism)
+    sc = spark.sparkContext
+    sc.addJobTag(WARM_UP_TAG)  # this thread's jobs only
     try:
         (spark.range(0, slots, 1, slots)
          .mapInArrow(functools.partial(_warm, spec), "ok boolean").collect())
     except Exception as exc:  # noqa: BLE001 - an optimisation, not a step of the data path
+        if cancelled is not None and cancelled.is_set():
+            return None
         logger.warning("warming up the Python workers failed (%s): the first batch does "
                        "it", one_line(exc, name=False) or exc)
+    finally:
+        with contextlib.suppress(Exception):  # Spark stopped: the thread ends anyway
+            sc.removeJobTag(WARM_UP_TAG)
     return time.monotonic() - started
 
 
