@@ -34,7 +34,113 @@ if [ "${java_major:-0}" -lt 17 ]; then
   for j in /usr/lib/jvm/java-17-openjdk-*; do [ -x "$j/bin/java" ] && export JAVA_HOME="$j" && break; done
 fi
 
-# --- Python 3.11 venv -------------------------------------------------------------------
+# Node.js for Azurite, Java 21+ for Apicurio: also from apt, before the parallel steps
+# below (apt holds one lock)
+if [ ! -x .tools/azurite/node_modules/.bin/azurite-blob ] && ! command -v npm >/dev/null 2>&1; then
+  say "installing Node.js and npm (Azurite runs on Node.js)"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  ($SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null) \
+    || say "no Node.js: the Azure tests will fail to start Azurite"
+fi
+if ! ls /usr/lib/jvm/*/release 2>/dev/null | xargs -r grep -hE 'JAVA_VERSION="(2[1-9]|[3-9][0-9])' >/dev/null \
+    && [ -z "${APICURIO_JAVA_HOME:-}" ]; then
+  say "installing openjdk-21-jre-headless (Apicurio Registry needs Java 21+)"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  ($SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openjdk-21-jre-headless >/dev/null) \
+    || say "no Java 21+: the schema registry tests will fail to start their registry"
+fi
+
+# --- the downloads and builds below need nothing of each other: they run side by side -----
+# (a fresh machine, once each: 278 s one after another, 226 s side by side; the Python
+# install and the Go build are the long ones). Each writes to a log of its own, shown when
+# it is waited for; a failure stops the set-up there, with its log.
+LOGS="$(mktemp -d)"
+declare -A PIDS=()
+cleanup() {  # a failed step: stop the others (their children: mvn's JVM, go's compilers)
+  for pid in "${PIDS[@]}"; do pkill -P "$pid" 2>/dev/null || true; kill "$pid" 2>/dev/null || true; done
+  rm -rf "$LOGS"
+}
+trap cleanup EXIT
+beside() {  # beside NAME: run the function NAME in the background, at a lower priority
+  # than the Python install (the longest step; a Go build beside it took both cores)
+  ( renice -n 10 "$BASHPID" >/dev/null 2>&1 || true; "$1" ) >"$LOGS/$1.log" 2>&1 &
+  PIDS[$1]=$!
+}
+await() {  # await NAME: wait for it and show its log; the set-up stops if it failed
+  local rc=0
+  wait "${PIDS[$1]}" || rc=$?
+  unset "PIDS[$1]"
+  cat "$LOGS/$1.log" >&2
+  if [ "$rc" != 0 ]; then say "$1 failed (exit $rc)"; exit "$rc"; fi
+}
+
+# --- JVM jars ---------------------------------------------------------------------------
+stamp_jvm="jvm/.jars-installed"
+want_jvm="$(sha256sum jvm/pom.xml | cut -c1-16)"
+jars() {
+  if [ "$(cat "$stamp_jvm" 2>/dev/null)" != "$want_jvm" ] || [ ! -d jvm/jars ] \
+      || [ ! -d jvm/kafka-jars ] || [ ! -d jvm/hdfs-jars ]; then
+    say "fetching JVM jars with Maven (jvm/pom.xml)"
+    rm -rf jvm/jars jvm/kafka-jars jvm/hdfs-jars
+    mvn -q -B -f jvm/pom.xml -P connectors dependency:copy-dependencies \
+        -DoutputDirectory="$ROOT/jvm/jars" -DincludeScope=runtime -DexcludeGroupIds=org.scala-lang
+    mvn -q -B -f jvm/pom.xml -P kafka-broker dependency:copy-dependencies \
+        -DoutputDirectory="$ROOT/jvm/kafka-jars" -DincludeScope=runtime
+    mvn -q -B -f jvm/pom.xml -P hdfs-test dependency:copy-dependencies \
+        -DoutputDirectory="$ROOT/jvm/hdfs-jars" -DincludeScope=runtime
+    echo "$want_jvm" > "$stamp_jvm"
+  fi
+}
+# --- fake-gcs-server (the GCS emulator of the tests), built from the Go module proxy ----
+FAKE_GCS_VERSION="v1.56.1"
+fake_gcs() {
+  if [ ! -x .tools/bin/fake-gcs-server ] \
+      || [ "$(cat .tools/fake-gcs.version 2>/dev/null)" != "$FAKE_GCS_VERSION" ]; then
+    if command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ]; then
+      say "building fake-gcs-server $FAKE_GCS_VERSION with go install"
+      mkdir -p .tools/bin
+      if GOBIN="$ROOT/.tools/bin" "$(command -v go || echo /usr/local/go/bin/go)" install \
+          "github.com/fsouza/fake-gcs-server@$FAKE_GCS_VERSION"; then
+        echo "$FAKE_GCS_VERSION" > .tools/fake-gcs.version
+      else
+        say "fake-gcs-server did not build: the GCS emulator tests will be skipped"
+      fi
+    else
+      say "no Go toolchain: the GCS emulator tests will be skipped"
+    fi
+  fi
+}
+# --- Azurite (the Azure Blob emulator of the tests), from the npm registry -------------
+AZURITE_VERSION="3.37.0"
+azurite() {
+  if [ ! -x .tools/azurite/node_modules/.bin/azurite-blob ] \
+      || [ "$(cat .tools/azurite.version 2>/dev/null)" != "$AZURITE_VERSION" ]; then
+    say "installing Azurite $AZURITE_VERSION with npm"
+    rm -rf .tools/azurite && mkdir -p .tools/azurite
+    npm install --prefix .tools/azurite --no-audit --no-fund --loglevel=error \
+        "azurite@$AZURITE_VERSION" >/dev/null \
+      && echo "$AZURITE_VERSION" > .tools/azurite.version \
+      || say "Azurite did not install: the Azure tests will fail to start it"
+  fi
+}
+# --- Apicurio Registry (the tests' Confluent-API schema registry; needs Java 21+) --------
+APICURIO_VERSION="3.3.3"
+APICURIO_HOME=".tools/apicurio-$APICURIO_VERSION"
+apicurio() {
+  if [ ! -f "$APICURIO_HOME/quarkus-run.jar" ]; then
+    say "fetching Apicurio Registry $APICURIO_VERSION from Maven Central"
+    rm -rf "$APICURIO_HOME.part" && mkdir -p "$APICURIO_HOME.part"
+    curl -fsSL "https://repo1.maven.org/maven2/io/apicurio/apicurio-registry-app/$APICURIO_VERSION/apicurio-registry-app-$APICURIO_VERSION-all.tar.gz" \
+      | tar xz -C "$APICURIO_HOME.part"
+    rm -rf "$APICURIO_HOME" && mv "$APICURIO_HOME.part" "$APICURIO_HOME"
+  fi
+}
+beside jars
+beside fake_gcs
+beside azurite
+beside apicurio
+
+# --- Python 3.11 venv (in the foreground, beside the above) ------------------------------
 PY=""
 for cand in python3.11 "$HOME/.pyenv/versions/3.11"*/bin/python3 python3; do
   if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
@@ -58,22 +164,8 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp_py" 2>/dev/null)" != "$want_py"
   echo "$want_py" > "$stamp_py"
 fi
 
-# --- JVM jars ---------------------------------------------------------------------------
-stamp_jvm="jvm/.jars-installed"
-want_jvm="$(sha256sum jvm/pom.xml | cut -c1-16)"
-if [ "$(cat "$stamp_jvm" 2>/dev/null)" != "$want_jvm" ] || [ ! -d jvm/jars ] || [ ! -d jvm/kafka-jars ] \
-    || [ ! -d jvm/hdfs-jars ]; then
-  say "fetching JVM jars with Maven (jvm/pom.xml)"
-  rm -rf jvm/jars jvm/kafka-jars jvm/hdfs-jars
-  mvn -q -B -f jvm/pom.xml -P connectors dependency:copy-dependencies \
-      -DoutputDirectory="$ROOT/jvm/jars" -DincludeScope=runtime -DexcludeGroupIds=org.scala-lang
-  mvn -q -B -f jvm/pom.xml -P kafka-broker dependency:copy-dependencies \
-      -DoutputDirectory="$ROOT/jvm/kafka-jars" -DincludeScope=runtime
-  mvn -q -B -f jvm/pom.xml -P hdfs-test dependency:copy-dependencies \
-      -DoutputDirectory="$ROOT/jvm/hdfs-jars" -DincludeScope=runtime
-  echo "$want_jvm" > "$stamp_jvm"
-fi
 # --- lakesink's own Java functions (jvm/udf), compiled against pyspark's jars ------------
+await jars
 stamp_udf="jvm/.udf-installed"
 want_udf="$( (cat jvm/udf/dev/lakesink/udf/*.java; echo "$want_jvm") | sha256sum | cut -c1-16)"
 if [ "$(cat "$stamp_udf" 2>/dev/null)" != "$want_udf" ] || [ ! -f jvm/jars/lakesink-udf.jar ]; then
@@ -85,54 +177,7 @@ if [ "$(cat "$stamp_udf" 2>/dev/null)" != "$want_udf" ] || [ ! -f jvm/jars/lakes
   rm -rf jvm/udf/classes
   echo "$want_udf" > "$stamp_udf"
 fi
-# --- fake-gcs-server (the GCS emulator of the tests), built from the Go module proxy ----
-FAKE_GCS_VERSION="v1.56.1"
-if [ ! -x .tools/bin/fake-gcs-server ] || [ "$(cat .tools/fake-gcs.version 2>/dev/null)" != "$FAKE_GCS_VERSION" ]; then
-  if command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ]; then
-    say "building fake-gcs-server $FAKE_GCS_VERSION with go install"
-    mkdir -p .tools/bin
-    if GOBIN="$ROOT/.tools/bin" "$(command -v go || echo /usr/local/go/bin/go)" install \
-        "github.com/fsouza/fake-gcs-server@$FAKE_GCS_VERSION"; then
-      echo "$FAKE_GCS_VERSION" > .tools/fake-gcs.version
-    else
-      say "fake-gcs-server did not build: the GCS emulator tests will be skipped"
-    fi
-  else
-    say "no Go toolchain: the GCS emulator tests will be skipped"
-  fi
-fi
-# --- Azurite (the Azure Blob emulator of the tests), from the npm registry -------------
-AZURITE_VERSION="3.37.0"
-if [ ! -x .tools/azurite/node_modules/.bin/azurite-blob ] \
-    || [ "$(cat .tools/azurite.version 2>/dev/null)" != "$AZURITE_VERSION" ]; then
-  if ! command -v npm >/dev/null 2>&1; then
-    say "installing Node.js and npm (Azurite runs on Node.js)"
-    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-    ($SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null) \
-      || say "no Node.js: the Azure tests will fail to start Azurite"
-  fi
-  say "installing Azurite $AZURITE_VERSION with npm"
-  rm -rf .tools/azurite && mkdir -p .tools/azurite
-  npm install --prefix .tools/azurite --no-audit --no-fund --loglevel=error \
-      "azurite@$AZURITE_VERSION" >/dev/null \
-    && echo "$AZURITE_VERSION" > .tools/azurite.version \
-    || say "Azurite did not install: the Azure tests will fail to start it"
-fi
-# --- Apicurio Registry (the tests' Confluent-API schema registry; needs Java 21+) --------
-APICURIO_VERSION="3.3.3"
-APICURIO_HOME=".tools/apicurio-$APICURIO_VERSION"
-if [ ! -f "$APICURIO_HOME/quarkus-run.jar" ]; then
-  say "fetching Apicurio Registry $APICURIO_VERSION from Maven Central"
-  rm -rf "$APICURIO_HOME.part" && mkdir -p "$APICURIO_HOME.part"
-  curl -fsSL "https://repo1.maven.org/maven2/io/apicurio/apicurio-registry-app/$APICURIO_VERSION/apicurio-registry-app-$APICURIO_VERSION-all.tar.gz" \
-    | tar xz -C "$APICURIO_HOME.part"
-  rm -rf "$APICURIO_HOME" && mv "$APICURIO_HOME.part" "$APICURIO_HOME"
-fi
-if ! ls /usr/lib/jvm/*/release 2>/dev/null | xargs -r grep -hE 'JAVA_VERSION="(2[1-9]|[3-9][0-9])' >/dev/null \
-    && [ -z "${APICURIO_JAVA_HOME:-}" ]; then
-  say "installing openjdk-21-jre-headless (Apicurio Registry needs Java 21+)"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  ($SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openjdk-21-jre-headless >/dev/null) \
-    || say "no Java 21+: the schema registry tests will fail to start their registry"
-fi
+await fake_gcs
+await azurite
+await apicurio
 say "ready: $(.venv/bin/python --version), java $(java -version 2>&1 | head -1 | cut -d'"' -f2), $(ls jvm/jars | wc -l) connector jars, $(ls jvm/kafka-jars | wc -l) broker jars"

@@ -28,7 +28,7 @@ from lakesink.decode.schema import declared_schema
 from lakesink.errors import ConfigError, one_line
 from lakesink.observe import METRICS, Health, Observer
 from lakesink.observe.progress import CatchUpProgress, backlog
-from lakesink.pipeline.arrow_path import WARM_UP_TAG, warm_workers
+from lakesink.pipeline.arrow_path import WARM_UP_TAG, pinned_threads, warm_workers
 from lakesink.pipeline.arrow_task import TaskSpec
 from lakesink.pipeline.batch import BatchFunction, RunStats
 from lakesink.pipeline.columns import PartitionSpec
@@ -104,7 +104,7 @@ class Pipeline:
     headers: bool = False
     silence: SilenceQuery | None = None
     #: the Python workers' warm-up, started beside the first start only (a restart's
-    #: workers are warm); joined before the run closes its tables
+    #: workers are warm); cancelled and joined before the run closes its tables
     warm_up: threading.Thread | None = field(default=None, repr=False)
     _warm_up_cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
 
@@ -325,6 +325,8 @@ class Pipeline:
             return
         self._warm_up_cancelled.set()
         deadline = time.monotonic() + WARM_UP_JOIN_S
+        if not pinned_threads():  # its job carries no tag (see warm_workers): wait
+            self.warm_up.join(WARM_UP_JOIN_S)
         while self.warm_up.is_alive() and time.monotonic() < deadline:
             try:  # in run's finally: never in the way of the closing steps after it
                 self.spark.sparkContext.cancelJobsWithTag(WARM_UP_TAG)

@@ -196,19 +196,64 @@ def test_an_existing_table_must_be_this_lake_table() -> None:
 
     def held(**changed: object) -> HeldTable:
         return HeldTable(**{"provider": "parquet", "location": "file:/lake/events",
-                            "partition_by": ["Site", "day"], "generation": None,
+                            "partition_by": ("Site", "day"), "generation": None,
                             **changed})  # type: ignore[arg-type]
 
     catalog("parquet")._check(held())  # the metastore's spelling of the same folder
-    catalog("delta")._check(held(provider="delta", partition_by=[]))
+    catalog("delta")._check(held(provider="delta", partition_by=()))
     for fmt, other, key, said in [
             ("parquet", held(provider="delta"), "catalog.hive.table",
              "exists as a delta table; this table is parquet"),
             ("parquet", held(provider="hive"), "catalog.hive.table", "as a hive table"),
             ("delta", held(provider="delta", location="file:/elsewhere"),
              "catalog.hive.table", "exists at file:/elsewhere, not at file:///lake/events"),
-            ("parquet", held(partition_by=["day", "site"]), "table.partition_by",
+            ("parquet", held(partition_by=("day", "site")), "table.partition_by",
              "partitioned by ['day', 'site']")]:
         with pytest.raises(LayoutError) as refused:
             catalog(fmt)._check(other)
         assert refused.value.key == key and said in str(refused.value), str(refused.value)
+
+
+class _Option:
+    """scala.Option as py4j shows it."""
+
+    def __init__(self, value: object = None) -> None:
+        self.value = value
+
+    def isDefined(self) -> bool:  # noqa: N802 - the JVM's name
+        return self.value is not None
+
+    def get(self) -> object:
+        return self.value
+
+
+def test_the_generation_is_read_as_earlier_versions_wrote_it(monkeypatch) -> None:
+    """The generation recorded in the outbox's marks (``<lakesink.generation>@<created
+    in UTC>``, or the creation time alone for a table made without the property) must
+    read the same after an upgrade: another spelling re-registers every batch."""
+    from types import SimpleNamespace as NS
+
+    def held(properties: dict[str, str], provider: str | None = "parquet") -> HeldTable:
+        meta = NS(properties=lambda: NS(get=lambda k: _Option(properties.get(k))),
+                  createTime=lambda: 1796559166000 + 999,  # Hive keeps seconds
+                  provider=lambda: _Option(provider),
+                  storage=lambda: NS(locationUri=lambda: _Option("file:/lake/x%20y")),
+                  partitionSchema=lambda: NS(fieldNames=lambda: ["site", "day"]))
+        utils = NS(URIToString=lambda uri: uri.replace("%20", " "))
+        jvm = NS(org=NS(apache=NS(spark=NS(sql=NS(catalyst=NS(catalog=NS(
+            CatalogUtils=utils)))))))
+        catalog = HiveCatalog(HiveCatalogConfig(uri="thrift://x", database="lake"),
+                              NS(sparkContext=NS(_jvm=jvm)), table="events",  # type: ignore[arg-type]
+                              location="file:///lake/x y", partition_by=["site", "day"],
+                              fmt="parquet")
+        monkeypatch.setattr(catalog, "_jcatalog", lambda: NS(getTableMetadata=lambda _: meta))
+        monkeypatch.setattr(catalog, "_ident", lambda: "lake.events")
+        return catalog._held()
+
+    made = "0123456789abcdef0123456789abcdef"
+    assert held({"lakesink.generation": made}) == HeldTable(
+        "parquet", "file:/lake/x y", ("site", "day"), f"{made}@Sun Dec 06 12:12:46 UTC 2026")
+    assert held({}).generation == "Sun Dec 06 12:12:46 UTC 2026"
+    assert held({"lakesink.generation": "copied by hand"}).generation == (
+        "Sun Dec 06 12:12:46 UTC 2026")
+    assert held({}, provider=None).provider == "hive"

@@ -159,7 +159,7 @@ class HeldTable:
 
     provider: str
     location: str
-    partition_by: list[str]
+    partition_by: tuple[str, ...]
     generation: str | None
 
 
@@ -274,7 +274,7 @@ class HiveCatalog(Catalog):
                 provider=str(provider.get()).lower() if provider.isDefined() else "hive",
                 location=str(jvm.org.apache.spark.sql.catalyst.catalog.CatalogUtils
                              .URIToString(where.get())) if where.isDefined() else "",
-                partition_by=[str(c) for c in meta.partitionSchema().fieldNames()],
+                partition_by=tuple(str(c) for c in meta.partitionSchema().fieldNames()),
                 generation=(f"{made}@{created}" if made and re.fullmatch("[0-9a-f]{32}", made)
                             else created))
         except Exception as exc:  # noqa: BLE001
@@ -302,7 +302,7 @@ class HiveCatalog(Catalog):
                 [p.lower() for p in held.partition_by]
                 != [p.lower() for p in self.partition_by]):
             raise LayoutError("table.partition_by", f"{self.database}.{self.table} is "
-                              f"partitioned by {held.partition_by}, the configuration by "
+                              f"partitioned by {list(held.partition_by)}, the configuration by "
                               f"{self.partition_by}")
 
     def register(self, batch: CommittedBatch) -> None:

@@ -247,6 +247,17 @@ def task_suspect_share(spec: TaskSpec, tasks: int) -> dict[str, int]:
 WARM_UP_TAG = "lakesink-warm-up"
 
 
+def pinned_threads() -> bool:
+    """Whether each Python thread has a JVM thread of its own (PySpark's pinned-thread
+    mode, its default; ``PYSPARK_PIN_THREAD=false`` turns it off). Only then does a job
+    tag set on one Python thread stay with that thread's jobs: without it the tag would
+    stay on a pooled JVM thread that serves the other threads' calls too."""
+    from py4j.clientserver import ClientServer
+    from pyspark import SparkContext
+
+    return isinstance(SparkContext._gateway, ClientServer)  # noqa: SLF001 - as PySpark does
+
+
 def warm_workers(spark: SparkSession, spec: TaskSpec,
                  cancelled: threading.Event | None = None) -> float | None:
     """Start the Python workers (one per task slot) and do their once-only work
@@ -254,12 +265,16 @@ def warm_workers(spark: SparkSession, spec: TaskSpec,
     of its own), instead of in its first batch. Returns the seconds it took, None when
     it was cancelled (``cancelled`` set, then ``cancelJobsWithTag(WARM_UP_TAG)``: a run
     that ends first does not wait for it; Spark stops the job's Python workers as it
-    does a killed task's). Its job carries :data:`WARM_UP_TAG`. Any other failure only
-    means a slower first batch: it is logged, never raised."""
+    does a killed task's). Its job carries :data:`WARM_UP_TAG` in pinned-thread mode
+    (:func:`pinned_threads`; without it nothing is tagged, and a run waits for the
+    warm-up). Any other failure only means a slower first batch: it is logged, never
+    raised."""
     started = time.monotonic()
-    slots = max(1, spark.sparkContext.defaultParallelism)
     sc = spark.sparkContext
-    sc.addJobTag(WARM_UP_TAG)  # this thread's jobs only
+    slots = max(1, sc.defaultParallelism)
+    tagged = cancelled is not None and pinned_threads()
+    if tagged:
+        sc.addJobTag(WARM_UP_TAG)  # this thread's jobs only
     try:
         (spark.range(0, slots, 1, slots)
          .mapInArrow(functools.partial(_warm, spec), "ok boolean").collect())
@@ -269,8 +284,9 @@ def warm_workers(spark: SparkSession, spec: TaskSpec,
         logger.warning("warming up the Python workers failed (%s): the first batch does "
                        "it", one_line(exc, name=False) or exc)
     finally:
-        with contextlib.suppress(Exception):  # Spark stopped: the thread ends anyway
-            sc.removeJobTag(WARM_UP_TAG)
+        if tagged:
+            with contextlib.suppress(Exception):  # Spark stopped: the thread ends anyway
+                sc.removeJobTag(WARM_UP_TAG)
     return time.monotonic() - started
 
 
