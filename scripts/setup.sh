@@ -36,7 +36,10 @@ fi
 
 # Node.js for Azurite, Java 21+ for Apicurio: also from apt, before the parallel steps
 # below (apt holds one lock)
-if [ ! -x .tools/azurite/node_modules/.bin/azurite-blob ] && ! command -v npm >/dev/null 2>&1; then
+AZURITE_VERSION="3.37.0"
+if { [ ! -x .tools/azurite/node_modules/.bin/azurite-blob ] \
+     || [ "$(cat .tools/azurite.version 2>/dev/null)" != "$AZURITE_VERSION" ]; } \
+    && ! command -v npm >/dev/null 2>&1; then
   say "installing Node.js and npm (Azurite runs on Node.js)"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   ($SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null) \
@@ -81,6 +84,7 @@ jars() {
   if [ "$(cat "$stamp_jvm" 2>/dev/null)" != "$want_jvm" ] || [ ! -d jvm/jars ] \
       || [ ! -d jvm/kafka-jars ] || [ ! -d jvm/hdfs-jars ]; then
     say "fetching JVM jars with Maven (jvm/pom.xml)"
+    rm -f "$stamp_jvm"  # an interrupted fetch is not taken for a finished one
     rm -rf jvm/jars jvm/kafka-jars jvm/hdfs-jars
     mvn -q -B -f jvm/pom.xml -P connectors dependency:copy-dependencies \
         -DoutputDirectory="$ROOT/jvm/jars" -DincludeScope=runtime -DexcludeGroupIds=org.scala-lang
@@ -111,8 +115,7 @@ fake_gcs() {
   fi
 }
 # --- Azurite (the Azure Blob emulator of the tests), from the npm registry -------------
-AZURITE_VERSION="3.37.0"
-azurite() {
+azurite() {  # (AZURITE_VERSION: above, beside the Node.js install)
   if [ ! -x .tools/azurite/node_modules/.bin/azurite-blob ] \
       || [ "$(cat .tools/azurite.version 2>/dev/null)" != "$AZURITE_VERSION" ]; then
     say "installing Azurite $AZURITE_VERSION with npm"

@@ -311,6 +311,7 @@ def test_a_short_run_cancels_the_workers_warm_up(spark, kafka_broker, topic, tmp
         yield from real(spec, batches)
 
     monkeypatch.setattr(arrow_path, "_warm", slow)
+    assert arrow_path.pinned_threads()  # PySpark's default: the job is tagged
     pipeline = Pipeline.build(cfg, spark)
     with caplog.at_level(logging.INFO, logger="lakesink"):
         stats = pipeline.run(until_caught_up=True)  # nothing to read yet
