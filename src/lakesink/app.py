@@ -68,7 +68,8 @@ logger = logging.getLogger(__name__)
 
 #: the folder (under ``_rejected/``) of records no route takes
 UNROUTED_TABLE = "_unrouted"
-#: how long the end of a run waits for the workers' warm-up to end once cancelled
+#: how long the end of a run waits for the workers' warm-up to end: cancelled (PySpark's
+#: pinned-thread mode, the default) or, when its job cannot be told apart, left to finish
 WARM_UP_JOIN_S = 15.0
 #: how long a start waits for a format's classes loaded ahead (3 s in a fresh JVM here)
 CLASS_LOADING_JOIN_S = 60.0
@@ -324,18 +325,10 @@ class Pipeline:
         if self.warm_up is None or not self.warm_up.is_alive():
             return
         self._warm_up_cancelled.set()
-        deadline = time.monotonic() + WARM_UP_JOIN_S
-        if not pinned_threads():  # its job carries no tag (see warm_workers): wait
+        if pinned_threads():
+            _cancel_warm_up(self.spark, self.warm_up)
+        else:  # its job carries no tag (see warm_workers): wait for it, bounded
             self.warm_up.join(WARM_UP_JOIN_S)
-        while self.warm_up.is_alive() and time.monotonic() < deadline:
-            try:  # in run's finally: never in the way of the closing steps after it
-                self.spark.sparkContext.cancelJobsWithTag(WARM_UP_TAG)
-            except Exception as exc:  # noqa: BLE001 - Spark stopped: wait as before
-                logger.info("could not cancel the Python workers' warm-up (%s)",
-                            one_line(exc, name=False) or exc)
-                self.warm_up.join(max(0.0, deadline - time.monotonic()))
-                break
-            self.warm_up.join(0.5)
         if self.warm_up.is_alive():
             logger.info("the Python workers' warm-up is still running after %.0fs; "
                         "the run ends without it", WARM_UP_JOIN_S)
@@ -547,3 +540,17 @@ def _check_local_layout(table: TableConfig, layout: TableLayout) -> str:
     if existing is None:
         return "table layout: new table"
     return f"table layout: matches the existing table ({existing.get('partition_by')})"
+
+
+def _cancel_warm_up(spark: SparkSession, warm_up: threading.Thread) -> None:
+    """Cancel the warm-up's tagged job until its thread ends, at most WARM_UP_JOIN_S."""
+    deadline = time.monotonic() + WARM_UP_JOIN_S
+    while warm_up.is_alive() and time.monotonic() < deadline:
+        try:  # in run's finally: never in the way of the closing steps after it
+            spark.sparkContext.cancelJobsWithTag(WARM_UP_TAG)
+        except Exception as exc:  # noqa: BLE001 - Spark stopped: wait as before
+            logger.info("could not cancel the Python workers' warm-up (%s)",
+                        one_line(exc, name=False) or exc)
+            warm_up.join(max(0.0, deadline - time.monotonic()))
+            return
+        warm_up.join(0.5)

@@ -24,7 +24,8 @@ def test_each_step_through_spark_sql(hive_metastore, tmp_path) -> None:
     """A null partition (two null folder names), escaped folder names (``/``, quotes,
     ``\``, ``${…}``), a new column, a widened column (in place, the partitions kept), a
     batch registered twice, an older batch registered late, a table with other partition
-    columns, another folder or another format refused, a Delta table."""
+    columns, another folder or another format refused, a Delta table, one whose
+    log was deleted (refused, saying what to do) and that was made again at its folder."""
     out = hive_client.run("scenario", hive_metastore.uri, str(tmp_path))
     first = out["after_create"]
     assert first["provider"] == "parquet"
@@ -71,6 +72,11 @@ def test_each_step_through_spark_sql(hive_metastore, tmp_path) -> None:
     assert "exists as a parquet table; this table is delta" in said2, said2
     assert out["delta"]["provider"] == "delta"
     assert sorted(out["delta"]["ids"]) == list(range(7))
+    assert "lake.dtable is registered as a Delta table whose log is gone" in (
+        out["delta_log_gone"] or ""), out["delta_log_gone"]
+    assert "DROP TABLE `lake`.`dtable`" in out["delta_log_gone"]
+    assert out["delta_made_again"]["provider"] == "delta"
+    assert sorted(out["delta_made_again"]["ids"]) == [10, 11]
 
 
 def test_a_metastore_down_delays_registration_not_ingestion(kafka_broker, topic, tmp_path,

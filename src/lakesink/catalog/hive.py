@@ -201,6 +201,12 @@ class HiveCatalog(Catalog):
         try:
             return bool(self.spark.catalog.tableExists(f"{self.database}.{self.table}"))
         except Exception as exc:  # noqa: BLE001
+            if "DELTA_PATH_DOES_NOT_EXIST" in str(exc):  # Spark opens a Delta table's log
+                raise CatalogError(
+                    f"{self.database}.{self.table} is registered as a Delta table whose "
+                    "log is gone (its _delta_log was deleted or moved): restore the log, "
+                    f"or drop the registration (DROP TABLE {self.fq}; the files stay) "
+                    "and the run registers the table again") from None
             raise sorted_error(exc, "looking the table up") from None
 
     def _jcatalog(self) -> Any:  # noqa: ANN401

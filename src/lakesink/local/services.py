@@ -269,23 +269,7 @@ class KafkaBroker(LocalService):
     # -- helpers for demo, tests and benchmark ------------------------------------------
 
     def create_topic(self, name: str, *, partitions: int = 1, timeout_s: float = 30) -> None:
-        from confluent_kafka.admin import AdminClient, NewTopic
-
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
-        futures = admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1)]
-        )
-        futures[name].result(timeout=timeout_s)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:  # wait until every partition has a leader
-            md = admin.list_topics(topic=name, timeout=5).topics.get(name)
-            if md and not md.error and len(md.partitions) == partitions and all(
-                p.leader >= 0 for p in md.partitions.values()
-            ):
-                return
-            time.sleep(0.2)
-        raise ServiceError(f"topic {name} has no leaders after {timeout_s}s")
-
+        create_topic(self.bootstrap_servers, name, partitions=partitions, timeout_s=timeout_s)
 
     def grant(self, topic: str, principal: str, *operations: str) -> None:
         """Allow ``principal`` (``User:alice``) the ``operations`` (``READ``, ``DESCRIBE``)
@@ -307,6 +291,28 @@ class KafkaBroker(LocalService):
         for future in admin.create_acls(bindings).values():
             future.result(timeout=30)
 
+
+
+def create_topic(bootstrap_servers: str, name: str, *, partitions: int = 1,
+                 timeout_s: float = 30) -> None:
+    """Create ``name`` on the broker at ``bootstrap_servers`` and wait until every
+    partition has a leader (a producer before that gets ``UNKNOWN_TOPIC_OR_PART``)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    futures = admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=1)]
+    )
+    futures[name].result(timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        md = admin.list_topics(topic=name, timeout=5).topics.get(name)
+        if md and not md.error and len(md.partitions) == partitions and all(
+            p.leader >= 0 for p in md.partitions.values()
+        ):
+            return
+        time.sleep(0.2)
+    raise ServiceError(f"topic {name} has no leaders after {timeout_s}s")
 
 def produce(
     bootstrap_servers: str,
