@@ -26,7 +26,7 @@ from tests.fixtures.services import config_dict
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
 
-TIMEOUT_MS = 10_000
+TIMEOUT_MS = 6_000
 #: calls of the test callback (it runs in this process, on the driver)
 CALLS: list[tuple[bytes, dict[str, Any]]] = []
 
