@@ -54,9 +54,10 @@ if ! ls /usr/lib/jvm/*/release 2>/dev/null | xargs -r grep -hE 'JAVA_VERSION="(2
 fi
 
 # --- the downloads and builds below need nothing of each other: they run side by side -----
-# (a fresh machine: 147 s side by side, the Go build the last to end; 278 s one after
-# another with pip). Each writes to a log of its own, shown with the second it ended when
-# it is waited for; a failure stops the set-up there, with its log.
+# (a fresh clone with the apt packages in place: 147 s side by side with uv, the Go build
+# the last to end; 278 s one after another with pip and an optimised Go build). Each
+# writes to a log of its own, shown with the second it ended when it is waited for; a
+# failure stops the set-up there, with its log.
 LOGS="$(mktemp -d)"
 declare -A PIDS=()
 cleanup() {  # a failed step: stop the others (their children: mvn's JVM, go's compilers)
@@ -64,10 +65,11 @@ cleanup() {  # a failed step: stop the others (their children: mvn's JVM, go's c
   rm -rf "$LOGS"
 }
 trap cleanup EXIT
-beside() {  # beside NAME: run the function NAME in the background, at a lower priority
-  # than the Python install (the longest step; a Go build beside it took both cores)
-  ( renice -n 10 "$BASHPID" >/dev/null 2>&1 || true
-    "$1"; rc=$?; echo "$SECONDS" > "$LOGS/$1.done"; exit "$rc" ) >"$LOGS/$1.log" 2>&1 &
+beside() {  # beside NAME [NICE]: run the function NAME in the background, at a lower
+  # priority than the Python install (default 10)
+  ( trap 'echo "$SECONDS" > "$LOGS/$1.done"' EXIT  # when it ended (as await says)
+    renice -n "${2:-10}" "$BASHPID" >/dev/null 2>&1 || true
+    "$1" ) >"$LOGS/$1.log" 2>&1 &
   PIDS[$1]=$!
 }
 await() {  # await NAME: wait for it and show its log; the set-up stops if it failed
@@ -143,7 +145,7 @@ apicurio() {
   fi
 }
 beside jars
-beside fake_gcs
+beside fake_gcs  # the last to end; at nice 0 beside the Python install: 158 s, not 147 s
 beside azurite
 beside apicurio
 
@@ -164,15 +166,24 @@ stamp_py=".venv/.lakesink-installed"
 extras="test,bench"
 want_py="$( (cat pyproject.toml; echo "$extras") | sha256sum | cut -c1-16)"
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp_py" 2>/dev/null)" != "$want_py" ]; then
-  say "creating .venv with $PY and installing lakesink[$extras] (pyspark builds once, ~1 min)"
+  say "creating .venv with $PY and installing lakesink[$extras] (pyspark builds once: ~1 min with uv, ~2 with pip)"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
   .venv/bin/pip install -q --upgrade pip wheel setuptools
-  # uv downloads and builds side by side (a fresh machine: 40 s, pip alone 117 s); pip
-  # reads its settings (PIP_*, pip.conf), uv only its own: pip is the fallback
-  if .venv/bin/pip install -q uv==0.13.8 && .venv/bin/uv pip install -q \
-       --python .venv/bin/python -e ".[$extras]"; then :
+  # uv downloads and builds side by side (a fresh machine: 40 s, pip alone 117 s). uv
+  # does not read pip's settings: the certificate bundle, time-out and find-links are
+  # passed on; a machine whose pip is given another index or constraints (PIP_* or
+  # pip.conf) installs with pip, as does one where uv fails
+  cert="${SSL_CERT_FILE:-${PIP_CERT:-}}"
+  if pip_config="$(.venv/bin/pip config list 2>/dev/null)"; [ -z "${PIP_INDEX_URL:-}${PIP_EXTRA_INDEX_URL:-}${PIP_CONSTRAINT:-}" ] \
+      && ! grep -qE 'index-url|constraint' <<<"$pip_config" \
+      && .venv/bin/pip install -q uv==0.13.8 \
+      && env ${cert:+SSL_CERT_FILE="$cert"} \
+         UV_HTTP_TIMEOUT="${UV_HTTP_TIMEOUT:-${PIP_DEFAULT_TIMEOUT:-30}}" \
+         .venv/bin/uv pip install -q --python .venv/bin/python \
+           ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} -e ".[$extras]"; then
+    say "the Python packages: installed with uv"
   else
-    say "uv could not install the packages; pip installs them"
+    say "the Python packages: pip installs them (pip settings uv does not read, or uv failed)"
     .venv/bin/pip install -q -e ".[$extras]"
   fi
   echo "$want_py" > "$stamp_py"

@@ -319,9 +319,11 @@ class Pipeline:
 
     def _join_warm_up(self) -> None:
         """End a warm-up still running (a short caught-up run, a restart with nothing to
-        do, can end before it): its job is cancelled, not waited for (3-4 s on 2 cores),
-        and says so in one line, not as a failure. Cancelled until its thread ends: a
-        job not yet submitted at the first cancel is caught by the next."""
+        do, can end before it). In PySpark's pinned-thread mode (the default) its job is
+        cancelled by its tag, not waited for (3-4 s on 2 cores), until its thread ends:
+        a job not yet submitted at the first cancel is caught by the next. Otherwise its
+        job cannot be told apart from others and is waited for, at most WARM_UP_JOIN_S.
+        A warm-up left running is said in one line, not as a failure."""
         if self.warm_up is None or not self.warm_up.is_alive():
             return
         self._warm_up_cancelled.set()
@@ -548,7 +550,7 @@ def _cancel_warm_up(spark: SparkSession, warm_up: threading.Thread) -> None:
     while warm_up.is_alive() and time.monotonic() < deadline:
         try:  # in run's finally: never in the way of the closing steps after it
             spark.sparkContext.cancelJobsWithTag(WARM_UP_TAG)
-        except Exception as exc:  # noqa: BLE001 - Spark stopped: wait as before
+        except Exception as exc:  # noqa: BLE001 - Spark stopped: wait out the deadline
             logger.info("could not cancel the Python workers' warm-up (%s)",
                         one_line(exc, name=False) or exc)
             warm_up.join(max(0.0, deadline - time.monotonic()))

@@ -72,9 +72,12 @@ def test_each_step_through_spark_sql(hive_metastore, tmp_path) -> None:
     assert "exists as a parquet table; this table is delta" in said2, said2
     assert out["delta"]["provider"] == "delta"
     assert sorted(out["delta"]["ids"]) == list(range(7))
-    assert "lake.dtable is registered as a Delta table whose log is gone" in (
-        out["delta_log_gone"] or ""), out["delta_log_gone"]
-    assert "DROP TABLE `lake`.`dtable`" in out["delta_log_gone"]
+    gone = out["delta_log_gone"] or ""
+    assert f"lake.dtable is registered as the Delta table at file://{tmp_path}/dtable, but " \
+        "its _delta_log has no commit" in gone, gone
+    assert "DROP TABLE `lake`.`dtable`" in gone and "restore the log" in gone, gone
+    assert "exists as a delta table; this table is parquet" in (
+        out["parquet_over_delta"] or ""), out["parquet_over_delta"]
     assert out["delta_made_again"]["provider"] == "delta"
     assert sorted(out["delta_made_again"]["ids"]) == [10, 11]
 

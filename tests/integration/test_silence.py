@@ -145,8 +145,10 @@ def test_silent_key_fires_once_survives_restart_and_rearms(spark, kafka_broker, 
     kafka_broker.create_topic(events_topic, partitions=1)
     data = config_dict(kafka_broker, topic, tmp_path / "lake", partition_by=[])
     data["source"]["kafka"]["starting_offsets"] = "earliest"
+    # ttl_factor 10: b's state is swept 60 s after its last record, not 18 s, so a slow
+    # restart (a new query's first stateful batch) still finds it and fires
     data["silence"] = {"timeout_ms": TIMEOUT_MS, "trigger_interval": "1 second",
-                       "topic": events_topic, "table": "silence_events",
+                       "ttl_factor": 10, "topic": events_topic, "table": "silence_events",
                        "callback": f"{__name__}:on_silence"}
     CALLS.clear()
     produce(kafka_broker.bootstrap_servers, topic, [(None, _event("nobody", 0)[1])])

@@ -198,15 +198,12 @@ class HiveCatalog(Catalog):
             raise sorted_error(exc, what) from None
 
     def _exists(self) -> bool:
+        """Whether the metastore holds the table: its entry only (Spark's
+        ``catalog.tableExists`` also opens a Delta table's log, and fails when it is
+        gone)."""
         try:
-            return bool(self.spark.catalog.tableExists(f"{self.database}.{self.table}"))
+            return bool(self._jcatalog().tableExists(self._ident()))
         except Exception as exc:  # noqa: BLE001
-            if "DELTA_PATH_DOES_NOT_EXIST" in str(exc):  # Spark opens a Delta table's log
-                raise CatalogError(
-                    f"{self.database}.{self.table} is registered as a Delta table whose "
-                    "log is gone (its _delta_log was deleted or moved): restore the log, "
-                    f"or drop the registration (DROP TABLE {self.fq}; the files stay) "
-                    "and the run registers the table again") from None
             raise sorted_error(exc, "looking the table up") from None
 
     def _jcatalog(self) -> Any:  # noqa: ANN401
@@ -239,6 +236,8 @@ class HiveCatalog(Catalog):
         if self._exists():
             held = self._held()
             self._check(held)
+            if table_format(self.format).has_log:
+                self._check_log()
             self.known = True
             if not table_format(self.format).has_log:  # Delta: registered whole, by its log
                 self._created = held.generation
@@ -310,6 +309,21 @@ class HiveCatalog(Catalog):
             raise LayoutError("table.partition_by", f"{self.database}.{self.table} is "
                               f"partitioned by {list(held.partition_by)}, the configuration by "
                               f"{self.partition_by}")
+
+    def _check_log(self) -> None:
+        """A registered Delta table must still have its log: one deleted (or moved)
+        would be made again, empty, by the next commit, and served by this name without
+        the rows it held. The start stops instead, saying what to do."""
+        from lakesink.tables.delta import has_commit
+        from lakesink.tables.fs import HadoopFS
+
+        if not has_commit(HadoopFS(self.spark, self.location), self.location):
+            raise CatalogError(
+                f"{self.database}.{self.table} is registered as the Delta table at "
+                f"{self.location}, but its _delta_log has no commit (deleted or moved?): "
+                "restore the log to keep the table's rows; or, to start the table afresh "
+                f"without them, DROP TABLE {self.fq} (the data files stay, unreferenced) "
+                "and the run registers the new table after its first commit")
 
     def register(self, batch: CommittedBatch) -> None:
         if table_format(self.format).has_log:  # the table, by its log, once

@@ -292,7 +292,6 @@ class KafkaBroker(LocalService):
             future.result(timeout=30)
 
 
-
 def create_topic(bootstrap_servers: str, name: str, *, partitions: int = 1,
                  timeout_s: float = 30) -> None:
     """Create ``name`` on the broker at ``bootstrap_servers`` and wait until every
@@ -313,6 +312,7 @@ def create_topic(bootstrap_servers: str, name: str, *, partitions: int = 1,
             return
         time.sleep(0.2)
     raise ServiceError(f"topic {name} has no leaders after {timeout_s}s")
+
 
 def produce(
     bootstrap_servers: str,

@@ -46,13 +46,20 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql import types as T
 
+    from lakesink.tables.fs import HadoopFS
+
 logger = logging.getLogger(__name__)
-
-
-
 
 #: a log checkpoint every N commits unless configured: delta-spark's default
 CHECKPOINT_INTERVAL = 10
+
+
+def has_commit(fs: HadoopFS, table: str) -> bool:
+    """Whether the Delta table at ``table`` has a commit. A ``_delta_log`` folder alone
+    is not enough: a kill during the very first append can leave it empty (or holding
+    only ``_staged_commits/``), and such a folder is not a Delta table yet."""
+    return any(f.relative.endswith((".json", ".parquet"))
+               for f in fs.list_files(join(table, "_delta_log")))
 
 
 class DeltaTableWriter(DeltaFiles, TableWriter):
@@ -87,11 +94,8 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
 
     @property
     def exists(self) -> bool:
-        """Whether the table has a commit. A ``_delta_log`` folder alone is not enough:
-        a kill during the very first append can leave it empty (or holding only
-        ``_staged_commits/``), and such a folder is not a Delta table yet."""
-        return any(f.relative.endswith((".json", ".parquet"))
-                   for f in self.fs.list_files(join(self.layout.table, "_delta_log")))
+        """Whether the table has a commit (see :func:`has_commit`)."""
+        return has_commit(self.fs, self.layout.table)
 
     def log_view(self) -> Any:  # noqa: ANN401
         """delta-rs's up-to-date view of the table's log, for the start's and the
