@@ -386,6 +386,51 @@ def test_delta_rs_reads_the_batches_a_spark_written_checkpoint_holds(spark, tmp_
     assert sorted(delta_ids(tmp_path / "events")) == list(range(6))
 
 
+def test_a_table_whose_log_is_gone_is_refused_at_start_not_made_again(spark, tmp_path
+                                                                      ) -> None:
+    """A Delta table an app id (a checkpoint) committed to carries that app id's mark in
+    its lakesink folder (made by Spark's first append, or from the driver for the Arrow
+    path). Its ``_delta_log`` deleted, the checkpoint's next start is refused (exit 2,
+    naming what to do) instead of making an empty table at the folder while the
+    checkpoint reads on past the lost rows' records. A new checkpoint (another app id)
+    is not refused, nor is the old one once its mark is removed, as the message says."""
+    import shutil
+
+    from lakesink.tables.delta import COMMITTED_MARKS, DeltaTableWriter
+    from lakesink.tables.layout import TableLayout
+
+    def writer(name: str, *, arrow: bool, app_id: str = "app-1") -> DeltaTableWriter:
+        return DeltaTableWriter(spark, TableLayout.of(str(tmp_path), name), app_id=app_id,
+                                partition_by=[], arrow_records=arrow,
+                                task_filesystem=("local", {}))
+
+    rows = spark.createDataFrame([(1, "a"), (2, "b")], "id long, name string")
+    by_spark, by_driver = writer("spark_made", arrow=False), writer("driver_made", arrow=True)
+    by_spark.prepare()  # a new table: nothing to refuse
+    by_driver.prepare()
+    for name in ("spark_made", "driver_made"):  # no commit yet: no mark (a start killed
+        # before its first commit is not refused)
+        assert not (tmp_path / ".lakesink" / name / COMMITTED_MARKS).exists(), name
+    assert not by_spark.write_batch(0, rows).skipped
+    by_driver.ensure_table(lambda: rows.limit(0), at_start=True)
+    for name in ("spark_made", "driver_made"):
+        mark = tmp_path / ".lakesink" / name / COMMITTED_MARKS / "app-1.json"
+        assert mark.is_file(), name
+        shutil.rmtree(tmp_path / name / "_delta_log")
+        with pytest.raises(LayoutError) as refused:
+            writer(name, arrow=True).prepare()
+        said = str(refused.value)
+        assert refused.value.key == "table.name" and "has no Delta commit, but this " \
+            "checkpoint (app id app-1) committed to it before" in said, said
+        assert f"restore the _delta_log to keep them; or, to go on without them, delete " \
+            f"file://{mark}" in said, said
+    # not refused (no commit here: this JVM's Delta still caches the deleted log; a
+    # table made afresh is a new process's): a new checkpoint, and the old one unmarked
+    writer("spark_made", arrow=True, app_id="app-2").prepare()
+    (tmp_path / ".lakesink" / "spark_made" / COMMITTED_MARKS / "app-1.json").unlink()
+    writer("spark_made", arrow=True).prepare()
+
+
 def test_delta_s_classes_are_loaded_ahead_once_per_jvm(spark, tmp_path, monkeypatch,
                                                         caplog) -> None:
     """At start, a thread makes (and removes) a throwaway Delta table so the first real

@@ -257,3 +257,34 @@ def test_the_generation_is_read_as_earlier_versions_wrote_it(monkeypatch) -> Non
     assert held({"lakesink.generation": "copied by hand"}).generation == (
         "Sun Dec 06 12:12:46 UTC 2026")
     assert held({}, provider=None).provider == "hive"
+
+
+def test_a_registered_delta_tables_log_is_checked_and_a_listing_error_waits(
+        monkeypatch) -> None:
+    """A registered Delta table whose ``_delta_log`` has no commit is refused (the next
+    commit would start the table afresh under its name); a store that does not answer
+    the listing is waited for (:class:`CatalogUnavailable`), not a refusal."""
+    from lakesink.tables import delta
+
+    catalog = HiveCatalog(HiveCatalogConfig(uri="thrift://x", database="lake"),
+                          None, table="events", location="file:///lake/events",  # type: ignore[arg-type]
+                          partition_by=[], fmt="delta")
+    answers: list[object] = [True, False, OSError("connection reset\nat ...")]
+
+    def has_commit(fs: object, table: str) -> bool:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return bool(answer)
+
+    monkeypatch.setattr(delta, "has_commit", has_commit)
+    monkeypatch.setattr("lakesink.tables.fs.HadoopFS", lambda spark, where: None)
+    catalog._check_log()  # a commit: nothing to say
+    with pytest.raises(CatalogError) as refused:
+        catalog._check_log()
+    assert not isinstance(refused.value, CatalogUnavailable)
+    assert "_delta_log has no commit" in str(refused.value)
+    assert "DROP TABLE `lake`.`events`" in str(refused.value)
+    with pytest.raises(CatalogUnavailable, match="listing file:///lake/events/_delta_log: "
+                       "connection reset"):
+        catalog._check_log()

@@ -238,9 +238,9 @@ class HiveCatalog(Catalog):
             self._check(held)
             if table_format(self.format).has_log:
                 self._check_log()
-            self.known = True
-            if not table_format(self.format).has_log:  # Delta: registered whole, by its log
+            else:  # Parquet's generation (Delta is registered whole, by its log)
                 self._created = held.generation
+            self.known = True
 
     def generation(self) -> str | None:
         """The Parquet table's incarnation as :meth:`prepare` or :meth:`register` last
@@ -314,10 +314,17 @@ class HiveCatalog(Catalog):
         """A registered Delta table must still have its log: one deleted (or moved)
         would be made again, empty, by the next commit, and served by this name without
         the rows it held. The start stops instead, saying what to do."""
+        from py4j.protocol import Py4JJavaError
+
         from lakesink.tables.delta import has_commit
         from lakesink.tables.fs import HadoopFS
 
-        if not has_commit(HadoopFS(self.spark, self.location), self.location):
+        try:
+            committed = has_commit(HadoopFS(self.spark, self.location), self.location)
+        except (Py4JJavaError, OSError) as exc:  # a store that does not answer: wait
+            raise CatalogUnavailable(f"listing {self.location}/_delta_log: "
+                                     f"{one_line(exc, name=False)}") from None
+        if not committed:
             raise CatalogError(
                 f"{self.database}.{self.table} is registered as the Delta table at "
                 f"{self.location}, but its _delta_log has no commit (deleted or moved?): "

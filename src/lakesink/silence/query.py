@@ -284,6 +284,7 @@ def _table_writer(run: RunPlan, spark: SparkSession, app_id: str) -> TableWriter
     layout = TableLayout.of(table.base_path, run.silence.table)
     writer = open_writer(table.format, spark, layout, WriterOptions(
         app_id=app_id, compression=table.compression, files_per_partition=1,
-        **storage.lease_options(run.storage, table), merge_schema=False))
+        **storage.lease_options(run.storage, table), merge_schema=False,
+        config_key="silence.table"))
     writer.prepare()
     return writer

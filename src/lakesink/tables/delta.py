@@ -23,7 +23,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 
-from lakesink.errors import CommitMismatch, one_line
+from lakesink.errors import CommitMismatch, LayoutError, one_line
 from lakesink.faults import fault_point
 from lakesink.tables.base import (
     BatchResult,
@@ -52,6 +52,10 @@ logger = logging.getLogger(__name__)
 
 #: a log checkpoint every N commits unless configured: delta-spark's default
 CHECKPOINT_INTERVAL = 10
+#: in the table's lakesink folder, ``<this>/<app id>.json``: written (create-if-absent)
+#: once the table has a commit that app id's checkpoint reads on from; a table found
+#: later with its mark and no commit lost its ``_delta_log``
+COMMITTED_MARKS = "delta_committed"
 
 
 def has_commit(fs: HadoopFS, table: str) -> bool:
@@ -60,6 +64,41 @@ def has_commit(fs: HadoopFS, table: str) -> bool:
     only ``_staged_commits/``), and such a folder is not a Delta table yet."""
     return any(f.relative.endswith((".json", ".parquet"))
                for f in fs.list_files(join(table, "_delta_log")))
+
+
+def committed_mark(layout: TableLayout, app_id: str) -> str:
+    """The app id's mark in the table's lakesink folder (see :data:`COMMITTED_MARKS`)."""
+    return join(layout.meta, COMMITTED_MARKS, f"{app_id}.json")
+
+
+def mark_committed(fs: HadoopFS, layout: TableLayout, app_id: str) -> None:
+    """Record (once per app id) that the table has a commit this app id's checkpoint
+    goes on from: at a start that finds one, and right after its writer made the
+    table."""
+    mark = committed_mark(layout, app_id)
+    if not fs.exists(mark):
+        fs.write_once(mark, json.dumps({"table": layout.table, "app_id": app_id}))
+
+
+def check_log(fs: HadoopFS, layout: TableLayout, app_id: str, key: str) -> None:
+    """A table with no commit that ``app_id`` committed to before (its mark) lost its
+    ``_delta_log`` (deleted or moved): the next commit would start it afresh, without
+    the rows it held, while the checkpoint reads on past their records. The start stops
+    instead (exit 2, naming ``key``), saying what to do. A new checkpoint (another app
+    id) starts from its start settings: not refused. (The mark is written right after
+    the first commit: a log lost between the two is not noticed; nor is one lost under
+    a running writer, whose next append may make a new table there, nor a table
+    another app id has committed to since: the check is for a commit, not this app
+    id's.)"""
+    mark = committed_mark(layout, app_id)
+    if fs.exists(mark):
+        raise LayoutError(
+            key, f"{layout.table} has no Delta commit, but this checkpoint (app id "
+            f"{app_id}) committed to it before: its _delta_log was deleted or moved, and "
+            "the next commit would start the table afresh without those rows while the "
+            "checkpoint reads on past their records",
+            fix=f"restore the _delta_log to keep them; or, to go on without them, delete "
+            f"{mark}")
 
 
 class DeltaTableWriter(DeltaFiles, TableWriter):
@@ -73,12 +112,14 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
                  type_widening: bool = False,
                  task_filesystem: tuple[str, dict[str, Any]] | str =
                  "no filesystem for the tasks", arrow_records: bool = True,
-                 **kwargs: Any) -> None:
+                 config_key: str = "table.name", **kwargs: Any) -> None:
         """``task_filesystem``: where the Arrow tasks write the table's files and how
         (:func:`~lakesink.runtime.storage.delta_task_filesystem`), or why they do not;
         ``arrow_records``: the records are expected to take the Arrow path
-        (:class:`~lakesink.tables.formats.WriterOptions`)."""
+        (:class:`~lakesink.tables.formats.WriterOptions`); ``config_key``: the key a
+        refusal of the table names (:func:`check_log`)."""
         super().__init__(spark, layout, **kwargs)
+        self.config_key = config_key
         self.checkpoint_interval = checkpoint_interval
         self.merge_schema = merge_schema
         self.type_widening = type_widening
@@ -168,15 +209,26 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
         return {str(k): int(txns.get(k)) for k in txns.keySet() if str(k) != self.app_id}
 
     def prepare(self) -> None:
-        if self.exists:  # a Delta table's own metadata is the authority on its partitions
+        """Check an existing table (its partition columns; a log that is gone, see
+        :func:`check_log`), then :meth:`TableWriter.prepare` and the staging sweep."""
+        exists = self.exists
+        if exists:  # a Delta table's own metadata is the authority on its partitions
             compare_layout({"format": "delta", "partition_by": self.partition_columns()},
                            "delta", self.partition_by, table=self.layout.table)
             if self.type_widening and self._property("delta.enableTypeWidening") != "true":
                 # a table made without it (SQL: once in the table's life)
                 self.spark.sql(f"ALTER TABLE delta.`{self.layout.table}` SET TBLPROPERTIES "
                                "('delta.enableTypeWidening' = 'true')")
+        else:
+            check_log(self.fs, self.layout, self.app_id, self.config_key)
         super().prepare()
+        if exists:
+            self.mark_committed()
         self.sweep_staging()
+
+    def mark_committed(self) -> None:
+        """:func:`mark_committed` for this writer's table and app id."""
+        mark_committed(self.fs, self.layout, self.app_id)
 
     def write_batch(
         self, batch_id: int, df: DataFrame, *, commit_info: CommitInfo | None = None,
@@ -212,6 +264,8 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
             raise
         self._committed = batch_id
         fault_point("after_delta_commit", batch_id)
+        if not exists:  # this append made the table
+            self.mark_committed()
         if not self._committed_by(attempt, before):
             # Delta skipped the append by its txn, without a job: the batch was committed
             # meanwhile — by a writer that took the table over while this one was frozen

@@ -167,6 +167,7 @@ class DeltaFiles:
         # out, a second first start) may have made the table and committed batches
         # between the look above and the builder, which then made nothing
         self._committed, self._committed_known = self._committed_after_making()
+        self.mark_committed()
 
     def _committed_after_making(self) -> tuple[int | None, bool]:
         """(this app id's newest batch, known) right after the table was made: from

@@ -77,6 +77,8 @@ class WriterOptions:
     #: an engine other than ``spark``); a schema it cannot read still sends a batch to
     #: Spark's writer
     arrow_records: bool = False
+    #: the configuration key a refusal of the table names (Delta: a log that is gone)
+    config_key: str = "table.name"
 
     def common(self) -> dict[str, Any]:
         """The keywords every writer takes (:class:`~lakesink.tables.base.TableWriter`)."""
@@ -190,7 +192,8 @@ class DeltaFormat(TableFormat):
                                 merge_schema=options.merge_schema,
                                 type_widening=options.type_widening,
                                 task_filesystem=options.task_filesystem,
-                                arrow_records=options.arrow_records)
+                                arrow_records=options.arrow_records,
+                                config_key=options.config_key)
 
     def duckdb_scan(self, location: str) -> tuple[str, str]:
         # through delta-rs (DuckDB's delta extension is not part of the set-up)

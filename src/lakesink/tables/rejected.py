@@ -98,7 +98,8 @@ class RejectedWriter:
         if table_format(fmt, key="dlq.format").has_log:
             assert spark is not None
             self.delta = open_writer(fmt, spark, dead_letter_layout(layout), WriterOptions(
-                app_id=app_id, files_per_partition=0, **(lease or {})))
+                app_id=app_id, files_per_partition=0, config_key="dlq.format",
+                **(lease or {})))
             self.delta.prepare()
 
     def close(self) -> None:
