@@ -1,6 +1,9 @@
 """Crash tests: SIGKILL the whole process at each fault point, restart, count every id.
 
-Scale the loop with ``CHAOS_ROUNDS`` (default 1 round per point).
+Scale the loop with ``CHAOS_ROUNDS`` (default 1 round per point). The killed run is a
+process of its own; its restart mostly runs in the tests' process
+(:func:`~tests.fixtures.services.kill_then_restart`): it has only what the killed one
+left in the lake, the checkpoint and the source.
 """
 
 from __future__ import annotations
@@ -66,8 +69,10 @@ BAD = [(b"k", b"not json %d" % i) for i in range(7)]
 
 
 def crash_then_recover(kafka_broker, topic: str, tmp_path: Path, fmt: str, point: str,
-                       catalog: dict[str, object] | None = None) -> tuple[list[int], int]:
-    """Returns the ids the table holds and the number of rejected rows.
+                       catalog: dict[str, object] | None = None, restart_in=None,  # noqa: ANN001
+                       ) -> tuple[list[int], int]:
+    """Returns the ids the table holds and the number of rejected rows (``restart_in``:
+    see :func:`kill_then_restart`).
 
     Batch 1 (the one killed) is also the batch where a new field first appears, so every
     case crosses a schema evolution too. With ``catalog``, each batch is registered there.
@@ -79,7 +84,7 @@ def crash_then_recover(kafka_broker, topic: str, tmp_path: Path, fmt: str, point
     if catalog is not None:
         data["catalog"] = catalog
     cfg = write_config(tmp_path / "c.yaml", data)
-    kill_then_restart(cfg, point)
+    kill_then_restart(cfg, point, restart_in=restart_in)
     import duckdb
 
     rejected = duckdb.sql(f"SELECT count(*) FROM read_parquet('{lake}/_rejected/events/*.parquet')"
@@ -89,15 +94,16 @@ def crash_then_recover(kafka_broker, topic: str, tmp_path: Path, fmt: str, point
 
 @pytest.mark.parametrize("round_", range(ROUNDS))
 @pytest.mark.parametrize(("fmt", "point", "catalog"), CASES)
-def test_kill_at_fault_point_then_restart(kafka_broker, topic, tmp_path, fmt, point, catalog,
-                                          round_, request) -> None:
+def test_kill_at_fault_point_then_restart(spark, kafka_broker, topic, tmp_path, fmt, point,
+                                          catalog, round_, request) -> None:
     """Parquet runs register every batch in a catalog (the Quix protocol double,
     pyiceberg's SQL catalog or a Hive metastore): after the restart the catalog lists each
     table file once. A kill between the catalog's answer and the outbox's mark
     (``after_registration``) sends that batch again: the Quix catalog keeps one entry per
     file path (and only that batch is re-sent); Iceberg finds the batch in its snapshot
     history; Hive's steps are idempotent. Read by name through the metastore (Spark SQL),
-    Hive tables hold exactly the produced rows."""
+    Hive tables hold exactly the produced rows. The restart runs in the tests' process
+    (a Hive catalog's in a process of its own: the tests' session has no Hive support)."""
     produce_events(kafka_broker, topic, range(N // 2))
     produce(kafka_broker.bootstrap_servers, topic, BAD)  # rejected rows must survive too
     produce_events(kafka_broker, topic, range(N // 2, N), firmware="2.0")  # a new field
@@ -110,7 +116,8 @@ def test_kill_at_fault_point_then_restart(kafka_broker, topic, tmp_path, fmt, po
                else {"hive": {"uri": hms.uri, "database": database}} if hms
                else {"iceberg": iceberg} if catalog else None)
     try:
-        ids, rejected = crash_then_recover(kafka_broker, topic, tmp_path, fmt, point, section)
+        ids, rejected = crash_then_recover(kafka_broker, topic, tmp_path, fmt, point, section,
+                                           restart_in=None if hms else spark)
         table = tmp_path / "lake" / "events"
         if quix is not None:
             check_registered(quix.registered_files("events"), table, point, catalog)
@@ -218,7 +225,7 @@ def test_lost_checkpoint_commit_replays_without_duplicates(kafka_broker, topic, 
 
 @pytest.mark.parametrize("point", ["after_manifest",
                                    full_only("after_delta_commit", id="after_delta_commit")])
-def test_routed_crash_between_tables_then_restart(kafka_broker, topic, tmp_path, point
+def test_routed_crash_between_tables_then_restart(spark, kafka_broker, topic, tmp_path, point
                                                   ) -> None:
     """Two routes (Parquet first, Delta second) and unrouted records. The kill comes after
     the first table committed batch 1 (``after_manifest``) or after the second did
@@ -240,7 +247,7 @@ def test_routed_crash_between_tables_then_restart(kafka_broker, topic, tmp_path,
     data["routes"] = [{"topics": [names["a"]], "table": {"name": "a"}},
                       {"topics": [names["b"]], "table": {"name": "b", "format": "delta"}}]
     cfg = write_config(tmp_path / "c.yaml", data)
-    kill_then_restart(cfg, point)
+    kill_then_restart(cfg, point, restart_in=spark)
     a, b = read_ids(lake / "a", "parquet"), read_ids(lake / "b", "delta")
     unrouted = duckdb.sql(f"SELECT value FROM read_parquet('{lake}/_rejected/_unrouted/*.parquet')"
                           ).fetchall()
@@ -401,7 +408,7 @@ def test_kill_after_a_delta_rs_commit_then_restart(spark, kafka_broker, topic, t
     data = config_dict(kafka_broker, topic, lake, format="delta", delta_checkpoint_interval=2)
     data["source"]["kafka"]["max_offsets_per_trigger"] = N // 3
     logs = kill_then_restart(write_config(tmp_path / "c.yaml", data), DELTA_RS_POINT,
-                             batch=2)
+                             batch=2, restart_in=spark)
     assert "batch 2: skipped (already committed)" in logs
     log = lake / "events" / "_delta_log"
     infos = [json.loads(line).get("commitInfo") or {} for entry in sorted(log.glob("*.json"))
@@ -424,8 +431,8 @@ def test_kill_after_a_delta_rs_commit_then_restart(spark, kafka_broker, topic, t
     assert not staged, staged
 
 
-def test_kill_while_a_registry_schema_evolves_then_restart(kafka_broker, topic, tmp_path,
-                                                           schema_registry) -> None:
+def test_kill_while_a_registry_schema_evolves_then_restart(spark, kafka_broker, topic,
+                                                           tmp_path, schema_registry) -> None:
     """Avro through a real schema registry: batch 1 brings a newer writer schema (a new
     field, a widened one); the process is killed right after the evolved schema is stored,
     before the batch commits. The restart looks the ids up again and writes every record
@@ -445,7 +452,8 @@ def test_kill_while_a_registry_schema_evolves_then_restart(kafka_broker, topic, 
     data["decode"] = {"format": "avro", "avro": {"schema_file": str(schema_file),
                                                  "registry": {"url": schema_registry.url}}}
     data["source"]["kafka"]["max_offsets_per_trigger"] = N // 3
-    kill_then_restart(write_config(tmp_path / "c.yaml", data), REGISTRY_POINT)
+    kill_then_restart(write_config(tmp_path / "c.yaml", data), REGISTRY_POINT,
+                      restart_in=spark)
     import duckdb
 
     rows = duckdb.sql(f"SELECT id, amount, note FROM read_parquet('{lake}/events/**/*.parquet',"
@@ -463,7 +471,7 @@ def test_kill_while_a_registry_schema_evolves_then_restart(kafka_broker, topic, 
         assert (amount, note) == (want["amount"], want.get("note"))
 
 
-def test_kill_after_a_capped_schema_evolution_then_restart(kafka_broker, topic,
+def test_kill_after_a_capped_schema_evolution_then_restart(spark, kafka_broker, topic,
                                                            tmp_path) -> None:
     """known-open T8: a kill right after a schema evolution that ``table.max_columns``
     capped (3 new fields, room for 2). The redo finds the stored schema full and must
@@ -478,7 +486,7 @@ def test_kill_after_a_capped_schema_evolution_then_restart(kafka_broker, topic,
     produce(kafka_broker.bootstrap_servers, topic,
             [event(0), event(1, a_new=1), event(2, b_new=2, c_new=3), event(3)])
     kill_then_restart(write_config(tmp_path / "c.yaml", data), "after_schema_evolved",
-                      batch=0)
+                      batch=0, restart_in=spark)
     rows = table_rows(lake / "events", "parquet", ["a_new", "b_new"])
     dead = rejected(lake)
     print(f"crash-matrix point=after_schema_evolved max_columns=7 written={sorted(rows)} "

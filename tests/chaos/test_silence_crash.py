@@ -15,7 +15,8 @@ pytestmark = [pytest.mark.chaos, pytest.mark.kafka, pytest.mark.spark]
 
 
 @pytest.mark.parametrize("point", SILENCE_POINTS)
-def test_silence_killed_around_delivery_then_restarted(kafka_broker, tmp_path, point) -> None:
+def test_silence_killed_around_delivery_then_restarted(spark, kafka_broker, tmp_path, point
+                                                       ) -> None:
     import duckdb
 
     topic, produced = replay_topic(kafka_broker)
@@ -26,7 +27,8 @@ def test_silence_killed_around_delivery_then_restarted(kafka_broker, tmp_path, p
     data["source"]["kafka"].update(starting_offsets="earliest", max_offsets_per_trigger=5)
     data["silence"] = {"table": "silences", "topic": events_topic, **REPLAY_SILENCE}
     cfg = write_config(tmp_path / "c.yaml", data)
-    kill_then_restart(cfg, point, batch=None)  # the first silence batch with events
+    # the first silence batch with events; the restart in the tests' process
+    kill_then_restart(cfg, point, batch=None, restart_in=spark)
     con = duckdb.connect()
     table = con.sql("SELECT stream, last_seen_ms FROM read_parquet("
                     f"'{lake}/silences/*.parquet') ORDER BY last_seen_ms").fetchall()

@@ -20,7 +20,9 @@ import pytest
 
 from lakesink.local.sparkcluster import SparkStandalone
 from tests.fixtures.services import (
+    SHORT_LIVED_JIT,
     config_dict,
+    driver_java_options,
     kill_then_restart,
     lakesink_cmd,
     produce_events,
@@ -46,7 +48,10 @@ def cluster_config(cluster: SparkStandalone, kafka_broker, topic: str, lake: Pat
                      "log_level": "ERROR",
                      "conf": {"spark.executor.memory": "640m", "spark.executor.cores": "1",
                               "spark.driver.host": "127.0.0.1",
-                              "spark.driver.bindAddress": "127.0.0.1"}}
+                              "spark.driver.bindAddress": "127.0.0.1",
+                              # short-lived JVMs, as every lakesink process of the tests
+                              **driver_java_options(),
+                              "spark.executor.extraJavaOptions": SHORT_LIVED_JIT}}
     return data
 
 

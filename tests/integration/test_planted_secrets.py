@@ -84,9 +84,10 @@ def test_no_planted_secret_in_any_output(kafka_broker, topic, redis_server, s3_s
     data["trigger"] = {"interval": "1 second"}
     data["storage"] = {"azure": {"account": "plantedaccount", "client_id": "id",
                                  "tenant_id": "tenant"}}
-    data["spark"] = {"conf": {"spark.eventLog.enabled": "true",  # plain JSON lines, to
-                              "spark.eventLog.compress": "false",  # be searched as text
-                              "spark.eventLog.dir": events.as_uri()}}
+    data["spark"]["log_level"] = "WARN"  # Spark's, Kafka's and Hadoop's warnings searched too
+    data["spark"].setdefault("conf", {}).update({
+        "spark.eventLog.enabled": "true",  # plain JSON lines, to be searched as text
+        "spark.eventLog.compress": "false", "spark.eventLog.dir": events.as_uri()})
     cfg = write_config(tmp_path / "a.yaml", data)
     jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
             f'username="alice" password="{sec.users["alice"]}" planted="{m["JAAS"]}";')
