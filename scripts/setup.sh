@@ -11,6 +11,7 @@ say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 # --- JDK 17, Maven and redis-server (the tests' and the Redis demo's server) -------------
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v pkill >/dev/null 2>&1 || need_apt+=(procps)  # the clean-up of a failed step
 
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
@@ -65,15 +66,16 @@ cleanup() {  # a failed step: stop the others (their children: mvn's JVM, go's c
   rm -rf "$LOGS"
 }
 trap cleanup EXIT
-beside() {  # beside NAME [NICE]: run the function NAME in the background, at a lower
-  # priority than the Python install (default 10)
+beside() {  # beside NAME: run the function NAME in the background, at a lower priority
+  # (nice 10) than the Python install
   ( trap 'echo "$SECONDS" > "$LOGS/$1.done"' EXIT  # when it ended (as await says)
-    renice -n "${2:-10}" "$BASHPID" >/dev/null 2>&1 || true
+    renice -n 10 "$BASHPID" >/dev/null 2>&1 || true
     "$1" ) >"$LOGS/$1.log" 2>&1 &
   PIDS[$1]=$!
 }
 await() {  # await NAME: wait for it and show its log; the set-up stops if it failed
   local rc=0
+  [ -n "${PIDS[$1]:-}" ] || return 0  # not started here (fake_gcs beside the tests)
   wait "${PIDS[$1]}" || rc=$?
   unset "PIDS[$1]"
   cat "$LOGS/$1.log" >&2
@@ -101,15 +103,18 @@ jars() {
 }
 # --- fake-gcs-server (the GCS emulator of the tests), built from the Go module proxy ----
 FAKE_GCS_VERSION="v1.56.1"
+fake_gcs_wanted() {
+  [ ! -x .tools/bin/fake-gcs-server ] \
+    || [ "$(cat .tools/fake-gcs.version 2>/dev/null)" != "$FAKE_GCS_VERSION" ]
+}
 fake_gcs() {
-  if [ ! -x .tools/bin/fake-gcs-server ] \
-      || [ "$(cat .tools/fake-gcs.version 2>/dev/null)" != "$FAKE_GCS_VERSION" ]; then
+  if fake_gcs_wanted; then
     if command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ]; then
       say "building fake-gcs-server $FAKE_GCS_VERSION with go install"
       mkdir -p .tools/bin
       # a test double: built without optimisation and cgo (a fresh cache: 69 s, not 83 s)
-      if CGO_ENABLED=0 GOBIN="$ROOT/.tools/bin" "$(command -v go || echo /usr/local/go/bin/go)" \
-          install -gcflags='all=-N -l' -ldflags='-s -w' \
+      if CGO_ENABLED=0 GOBIN="$ROOT/.tools/bin" ${GO_TIMEOUT:+timeout "$GO_TIMEOUT"} \
+          "$(command -v go || echo /usr/local/go/bin/go)" install -gcflags='all=-N -l' -ldflags='-s -w' \
           "github.com/fsouza/fake-gcs-server@$FAKE_GCS_VERSION"; then
         echo "$FAKE_GCS_VERSION" > .tools/fake-gcs.version
       else
@@ -145,7 +150,23 @@ apicurio() {
   fi
 }
 beside jars
-beside fake_gcs  # the last to end; at nice 0 beside the Python install: 158 s, not 147 s
+if [ "${LAKESINK_GCS_BESIDE_TESTS:-}" = 1 ] && fake_gcs_wanted; then
+  # `dev.sh test`: the set-up's last step to end (a fresh clone: 147-158 s, the rest done
+  # by ~125 s) goes on beside the tests instead, at nice 19 (their idle time); the GCS
+  # tests wait for it (lakesink.local.gcsserver), or are skipped if it fails
+  mkdir -p .tools
+  if kill -0 "$(cat .tools/fake-gcs.building 2>/dev/null || echo x)" 2>/dev/null; then
+    say "fake-gcs-server: a build started earlier is still running (.tools/fake-gcs.log)"
+  else
+    setsid nohup nice -n 19 bash -c "$(declare -f say fake_gcs_wanted fake_gcs)
+      ROOT='$ROOT' FAKE_GCS_VERSION='$FAKE_GCS_VERSION' GO_TIMEOUT=600 fake_gcs
+      rm -f .tools/fake-gcs.building" >.tools/fake-gcs.log 2>&1 </dev/null &
+    echo $! > .tools/fake-gcs.building  # the build's shell (setsid, nohup, nice exec)
+    say "fake-gcs-server: building beside the tests (log .tools/fake-gcs.log)"
+  fi
+else
+  beside fake_gcs  # the last to end (at nice 0, a fresh set-up took 158 s, not 147 s)
+fi
 beside azurite
 beside apicurio
 
@@ -163,24 +184,27 @@ if [ -z "$PY" ]; then
   PY="$(command -v python3.11)"
 fi
 stamp_py=".venv/.lakesink-installed"
+uv_install() {  # the packages with uv: it downloads and builds side by side (a fresh
+  # machine: 40 s, pip alone 117 s). uv does not read pip's settings: the certificate
+  # bundle, time-out and find-links are passed on; a machine whose pip is given another
+  # index or constraints (PIP_* or pip.conf) says no here and installs with pip, as
+  # does one where uv fails
+  local cert="${SSL_CERT_FILE:-${PIP_CERT:-}}"
+  [ -z "${PIP_INDEX_URL:-}${PIP_EXTRA_INDEX_URL:-}${PIP_CONSTRAINT:-}" ] || return 1
+  ! .venv/bin/pip config list 2>/dev/null | grep -qE 'index-url|constraint' || return 1
+  .venv/bin/pip install -q uv==0.13.8 || return 1
+  env ${cert:+SSL_CERT_FILE="$cert"} \
+    UV_HTTP_TIMEOUT="${UV_HTTP_TIMEOUT:-${PIP_DEFAULT_TIMEOUT:-30}}" \
+    .venv/bin/uv pip install -q --python .venv/bin/python \
+      ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} -e ".[$extras]"
+}
 extras="test,bench"
 want_py="$( (cat pyproject.toml; echo "$extras") | sha256sum | cut -c1-16)"
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp_py" 2>/dev/null)" != "$want_py" ]; then
   say "creating .venv with $PY and installing lakesink[$extras] (pyspark builds once: ~1 min with uv, ~2 with pip)"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
   .venv/bin/pip install -q --upgrade pip wheel setuptools
-  # uv downloads and builds side by side (a fresh machine: 40 s, pip alone 117 s). uv
-  # does not read pip's settings: the certificate bundle, time-out and find-links are
-  # passed on; a machine whose pip is given another index or constraints (PIP_* or
-  # pip.conf) installs with pip, as does one where uv fails
-  cert="${SSL_CERT_FILE:-${PIP_CERT:-}}"
-  if pip_config="$(.venv/bin/pip config list 2>/dev/null)"; [ -z "${PIP_INDEX_URL:-}${PIP_EXTRA_INDEX_URL:-}${PIP_CONSTRAINT:-}" ] \
-      && ! grep -qE 'index-url|constraint' <<<"$pip_config" \
-      && .venv/bin/pip install -q uv==0.13.8 \
-      && env ${cert:+SSL_CERT_FILE="$cert"} \
-         UV_HTTP_TIMEOUT="${UV_HTTP_TIMEOUT:-${PIP_DEFAULT_TIMEOUT:-30}}" \
-         .venv/bin/uv pip install -q --python .venv/bin/python \
-           ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} -e ".[$extras]"; then
+  if uv_install; then
     say "the Python packages: installed with uv"
   else
     say "the Python packages: pip installs them (pip settings uv does not read, or uv failed)"
