@@ -15,7 +15,7 @@ case "$cmd" in
     bash scripts/setup.sh
     exec .venv/bin/lakesink demo "$@" ;;
   test)
-    LAKESINK_GCS_BESIDE_TESTS=1 bash scripts/setup.sh
+    bash scripts/setup.sh
     exec .venv/bin/python -m pytest "$@" ;;
   *)
     sed -n '2,7p' "$0"; exit 2 ;;

@@ -75,7 +75,6 @@ beside() {  # beside NAME: run the function NAME in the background, at a lower p
 }
 await() {  # await NAME: wait for it and show its log; the set-up stops if it failed
   local rc=0
-  [ -n "${PIDS[$1]:-}" ] || return 0  # not started here (fake_gcs beside the tests)
   wait "${PIDS[$1]}" || rc=$?
   unset "PIDS[$1]"
   cat "$LOGS/$1.log" >&2
@@ -103,18 +102,15 @@ jars() {
 }
 # --- fake-gcs-server (the GCS emulator of the tests), built from the Go module proxy ----
 FAKE_GCS_VERSION="v1.56.1"
-fake_gcs_wanted() {
-  [ ! -x .tools/bin/fake-gcs-server ] \
-    || [ "$(cat .tools/fake-gcs.version 2>/dev/null)" != "$FAKE_GCS_VERSION" ]
-}
 fake_gcs() {
-  if fake_gcs_wanted; then
+  if [ ! -x .tools/bin/fake-gcs-server ] \
+      || [ "$(cat .tools/fake-gcs.version 2>/dev/null)" != "$FAKE_GCS_VERSION" ]; then
     if command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ]; then
       say "building fake-gcs-server $FAKE_GCS_VERSION with go install"
       mkdir -p .tools/bin
       # a test double: built without optimisation and cgo (a fresh cache: 69 s, not 83 s)
-      if CGO_ENABLED=0 GOBIN="$ROOT/.tools/bin" ${GO_TIMEOUT:+timeout "$GO_TIMEOUT"} \
-          "$(command -v go || echo /usr/local/go/bin/go)" install -gcflags='all=-N -l' -ldflags='-s -w' \
+      if CGO_ENABLED=0 GOBIN="$ROOT/.tools/bin" "$(command -v go || echo /usr/local/go/bin/go)" \
+          install -gcflags='all=-N -l' -ldflags='-s -w' \
           "github.com/fsouza/fake-gcs-server@$FAKE_GCS_VERSION"; then
         echo "$FAKE_GCS_VERSION" > .tools/fake-gcs.version
       else
@@ -150,23 +146,7 @@ apicurio() {
   fi
 }
 beside jars
-if [ "${LAKESINK_GCS_BESIDE_TESTS:-}" = 1 ] && fake_gcs_wanted; then
-  # `dev.sh test`: the set-up's last step to end (a fresh clone: 147-158 s, the rest done
-  # by ~125 s) goes on beside the tests instead, at nice 19 (their idle time); the GCS
-  # tests wait for it (lakesink.local.gcsserver), or are skipped if it fails
-  mkdir -p .tools
-  if kill -0 "$(cat .tools/fake-gcs.building 2>/dev/null || echo x)" 2>/dev/null; then
-    say "fake-gcs-server: a build started earlier is still running (.tools/fake-gcs.log)"
-  else
-    setsid nohup nice -n 19 bash -c "$(declare -f say fake_gcs_wanted fake_gcs)
-      ROOT='$ROOT' FAKE_GCS_VERSION='$FAKE_GCS_VERSION' GO_TIMEOUT=600 fake_gcs
-      rm -f .tools/fake-gcs.building" >.tools/fake-gcs.log 2>&1 </dev/null &
-    echo $! > .tools/fake-gcs.building  # the build's shell (setsid, nohup, nice exec)
-    say "fake-gcs-server: building beside the tests (log .tools/fake-gcs.log)"
-  fi
-else
-  beside fake_gcs  # the last to end (at nice 0, a fresh set-up took 158 s, not 147 s)
-fi
+beside fake_gcs  # the last to end (at nice 0, a fresh set-up took 158 s, not 147 s)
 beside azurite
 beside apicurio
 

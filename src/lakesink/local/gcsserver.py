@@ -19,38 +19,11 @@ from lakesink.runtime.jars import repo_root
 from lakesink.local.services import LocalService, free_port, port_open, stop_process, tail
 
 
-def fake_gcs_binary(wait_s: float = 900.0) -> Path:
-    """The binary; first, the end of its build if ``dev.sh test`` left it running beside
-    the tests (``.tools/fake-gcs.building`` names the build's process)."""
-    tools = repo_root() / ".tools"
-    _wait_for_build(tools / "fake-gcs.building", wait_s)
-    path = tools / "bin" / "fake-gcs-server"
+def fake_gcs_binary() -> Path:
+    path = repo_root() / ".tools" / "bin" / "fake-gcs-server"
     if not path.exists():
-        log = tools / "fake-gcs.log"
-        raise ServiceError("fake-gcs-server is missing: run scripts/setup.sh (needs Go)"
-                           + (f"; its build's log {log}:\n{tail(log)}" if log.exists() else ""))
+        raise ServiceError("fake-gcs-server is missing: run scripts/setup.sh (needs Go)")
     return path
-
-
-def _wait_for_build(marker: Path, wait_s: float) -> None:
-    import os
-
-    deadline = time.monotonic() + wait_s
-    while marker.exists() and time.monotonic() < deadline:
-        try:
-            pid = int(marker.read_text().strip())
-        except ValueError:
-            pid = None  # being written: look again
-        except OSError:
-            return  # removed meanwhile: the build ended
-        if pid is not None:
-            try:
-                os.kill(pid, 0) if pid > 0 else None
-            except OSError:
-                return  # no build running (a marker left by a killed one)
-            if pid <= 0:
-                return
-        time.sleep(1)
 
 
 class FakeGcs(LocalService):
