@@ -32,7 +32,7 @@ from lakesink.cli_common import (
     _print_config_file,
     _print_report,
     _setup_logging,
-    _spark,
+    session_of,
     app,
     err,
     out,
@@ -153,7 +153,7 @@ def _run_loaded(cfg: Any, log_level: str | None) -> None:  # noqa: ANN401
 
     stop = StopRequest()
     try:
-        spark = _spark(cfg)
+        spark = session_of(cfg)
         stop.install()
         pipeline = Pipeline.build(cfg, spark)
         taken, early = early, None  # the run stops it
@@ -228,7 +228,7 @@ def _kdi_repair(argv: list[str]) -> None:
             log.warning("%s without its pair: the whole table is optimized, as "
                         "kafka-delta-ingest does", args.partial_filter)
         cfg = load_config(flags=kdi.repair_flags(args), compat="off")
-        spark = _spark(cfg, suffix="-repair")
+        spark = session_of(cfg, suffix="-repair")
         spec = TableSpec(cfg)
         _print_report("repair", maintenance.repair(spec, spark, apply=True))
         _print_report("compact", maintenance.compact(

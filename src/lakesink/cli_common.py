@@ -104,8 +104,9 @@ def _common_flags(bootstrap: str | None, topics: list[str] | None, table: str | 
     }
 
 
-def _spark(cfg: Any, *, suffix: str = ""):  # noqa: ANN202
-    """The SparkSession of a command, from the config's ``spark`` section."""
+def session_of(cfg: Any, *, suffix: str = ""):  # noqa: ANN202
+    """The SparkSession of a command (and of the demo), from the config's ``spark``,
+    ``storage`` and ``catalog`` sections."""
     from lakesink.catalog.hive import spark_conf as catalog_conf
     from lakesink.config.plan import plan
     from lakesink.runtime import storage

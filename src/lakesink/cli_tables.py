@@ -23,7 +23,7 @@ from lakesink.cli_common import (
     _load,
     _print_report,
     _setup_logging,
-    _spark,
+    session_of,
     app,
     out,
 )
@@ -39,7 +39,7 @@ def _dlq_session(config: Path | None, set_: list[str] | None, flags: dict[str, A
     from lakesink.app import preflight
 
     preflight(cfg)
-    return cfg, _spark(cfg, suffix="-dlq")
+    return cfg, session_of(cfg, suffix="-dlq")
 
 
 def _collect(config: Path | None, set_: list[str] | None, flags: dict[str, Any],
@@ -68,7 +68,7 @@ def _per_table(cfg: Any, suffix: str, without_spark: Any, with_spark: Any) -> li
     done = {spec.name: without_spark(spec) for spec in specs} if specs is not None else {}
     if specs is not None and all(d is not None for d in done.values()):
         return list(done.values())
-    spark = _spark(cfg, suffix=suffix)
+    spark = session_of(cfg, suffix=suffix)
     return [done.get(spec.name) or with_spark(spec, spark)
             for spec in _tables(cfg, spark) or []]
 

@@ -123,7 +123,7 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
     import os
 
     from lakesink.app import Pipeline
-    from lakesink.runtime.spark import build_spark_session
+    from lakesink.cli_common import session_of
 
     lake = lake.resolve()
     remote = _remote_lake(storage)
@@ -174,8 +174,7 @@ def run_demo(*, events: int, lake: Path, partitions: int, console: Console,
                         "# lag; every other command works on the lake as it is)\n"
                         + config_file_text(cfg))
             t = time.monotonic()
-            spark = build_spark_session(master=cfg.spark.master,
-                                        driver_memory=cfg.spark.driver_memory)
+            spark = session_of(cfg)  # as `lakesink run` makes it: spark.* settings apply
             pipeline = Pipeline.build(cfg, spark)
             if keep_running:
                 stats = _keep_running(pipeline, feed, events, rate, cfg.metrics, console)

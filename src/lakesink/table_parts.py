@@ -283,15 +283,17 @@ class TableParts:
                                           spark=spark)
             if registrar is not None:
                 registrar.start()
+            rejected = RejectedWriter(
+                self.fs, layout, app_id=app_id, fmt=self.spec.dlq.format, spark=spark,
+                lease=storage.lease_options(self.spec.storage, self.spec.table,
+                                            self.spec.dlq.format))
         except BaseException:
-            writer.close()  # a refused start holds no writer lease
-            raise
+            writer.close()  # a refused start (a catalog's, the dead-letter table's)
+            raise           # holds no writer lease
         return BatchFunction(
             schema=self.schema, policy=self.policy, rebuild=self.rebuild,
             store_schema=schema_store(self.fs, layout), writer=writer,
-            rejected=RejectedWriter(self.fs, layout, app_id=app_id, fmt=self.spec.dlq.format,
-                                    spark=spark,
-                                    lease=storage.lease_options(self.spec.storage, self.spec.table, self.spec.dlq.format)),
+            rejected=rejected,
             app_id=app_id,
             source_columns=self.source_columns, transforms=self.transforms,
             engine=table.engine,

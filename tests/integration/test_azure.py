@@ -143,7 +143,7 @@ def _cli(server: Any, tmp_path: Any, data: dict[str, Any], *args: str,  # noqa: 
     from tests.fixtures.services import write_config
 
     config = write_config(tmp_path / "azure.yaml", data)
-    with mock.patch("lakesink.cli_tables._spark", side_effect=AssertionError(
+    with mock.patch("lakesink.cli_tables.session_of", side_effect=AssertionError(
             "the command started Spark")) if spark_free else contextlib.nullcontext():
         result = CliRunner().invoke(app, [*args, "-c", str(config)], env=server.env())
     assert result.exit_code == 0, result.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 
 from tests.fixtures.services import (
     config_dict,
+    driver_java_options,
     full_only,
     duckdb_ids,
     lakesink_cmd,
@@ -39,8 +41,6 @@ def test_until_caught_up_exits_0_with_every_record(kafka_broker, topic, tmp_path
     assert sorted(duckdb_ids(lake / "events")) == list(range(1500))
     assert '"written": 1500' in result.stderr
     # lakesink's own log lines are JSON objects; those of a batch name it and its table
-    import json
-
     ours = [json.loads(line) for line in result.stderr.splitlines()
             if line.startswith('{"time"')]
     committed = [r for r in ours if "committed in" in r["message"]]
@@ -107,7 +107,10 @@ def test_demo_command(tmp_path, fmt, storage, source) -> None:
     extra = ["--set", "table.compression=zstd"] if keep else []  # --set applies as for run
     args = ["demo", "--events", "3000", "--lake", str(tmp_path / "lake"),
             "--format", fmt, "--storage", storage, "--source", source, *extra]
-    result = _keep_running(args) if keep else run_cli(*args)
+    # the tests' JVM options, as a user's spark settings reach the demo's session
+    # (speed only: the class-data archive, C1)
+    env = {"LAKESINK_SPARK__CONF": json.dumps(driver_java_options())}
+    result = _keep_running(args, env) if keep else run_cli(*args, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     if extra:
         import duckdb
@@ -147,8 +150,6 @@ def test_demo_command(tmp_path, fmt, storage, source) -> None:
         (read,) = [line.strip() for line in result.stdout.splitlines() if "import duckdb" in line]
         shown = subprocess.run(["bash", "-c", read], capture_output=True, text=True, timeout=60)
         assert shown.returncode == 0 and "berlin" in shown.stdout, shown.stderr[-2000:]
-        import json
-
         from typer.testing import CliRunner
 
         from lakesink.cli import app
@@ -159,7 +160,8 @@ def test_demo_command(tmp_path, fmt, storage, source) -> None:
         assert (table["rows"], table["format"]) == (rows if keep else 3000, fmt), table
 
 
-def _keep_running(args: list[str]) -> subprocess.CompletedProcess[str]:
+def _keep_running(args: list[str], extra: dict[str, str]
+                  ) -> subprocess.CompletedProcess[str]:
     """``lakesink demo --keep-running``: watched on its status page and /metrics until
     the stream has taken live events beyond the sample, then stopped with SIGINT."""
     import re
@@ -168,7 +170,8 @@ def _keep_running(args: list[str]) -> subprocess.CompletedProcess[str]:
     from lakesink.local.services import free_port
 
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESINK_")}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("LAKESINK_")},
+           **extra}
     proc = subprocess.Popen(lakesink_cmd(*args, "--keep-running", "--set",
                                          f"metrics.port={port}"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

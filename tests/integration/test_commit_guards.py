@@ -12,13 +12,12 @@ from typing import Any
 import duckdb
 import pytest
 
-from lakesink.app import Pipeline
 from lakesink.config import load_config
 from lakesink.config.plan import TableSpec
 from lakesink.errors import ConfigError
 from lakesink.local.services import produce
 from lakesink.tables import fs as fs_module
-from tests.fixtures.runs import flatten
+from tests.fixtures.runs import flatten, run_once
 from tests.fixtures.services import (
     config_dict,
     delta_ids,
@@ -32,11 +31,6 @@ from tests.fixtures.services import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
-
-
-def run_once(spark, data: dict[str, Any]) -> Any:  # noqa: ANN001, ANN401
-    return Pipeline.build(load_config(flags=flatten(data), env={}), spark).run(
-        until_caught_up=True)
 
 
 def dead_letters(lake: Path, table: str = "events") -> list[tuple[Any, ...]]:

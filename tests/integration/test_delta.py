@@ -388,13 +388,21 @@ def test_delta_rs_reads_the_batches_a_spark_written_checkpoint_holds(spark, tmp_
 
 def test_a_table_whose_log_is_gone_is_refused_at_start_not_made_again(spark, tmp_path
                                                                       ) -> None:
-    """A Delta table an app id (a checkpoint) committed to carries that app id's mark in
-    its lakesink folder (made by Spark's first append, or from the driver for the Arrow
-    path). Its ``_delta_log`` deleted, the checkpoint's next start is refused (exit 2,
-    naming what to do) instead of making an empty table at the folder while the
-    checkpoint reads on past the lost rows' records. A new checkpoint (another app id)
-    is not refused, nor is the old one once its mark is removed, as the message says."""
+    """A Delta table holding a batch of an app id (a checkpoint) carries that app id's
+    mark in its lakesink folder, written right after its first commit (a table only
+    made, from the driver for the Arrow path, has none: a start killed before its
+    first batch is not refused). Its ``_delta_log`` deleted, the checkpoint's next
+    start is refused (exit 2, naming what to do) instead of making an empty table at
+    the folder while the checkpoint reads on past the lost rows' records; so is it
+    when another app id (a ``dlq replay``, another checkpoint) has made the table
+    again since (stop 61's read-through: that start went on, the rows were lost). A
+    new checkpoint (another app id) is not refused, nor is the old one once its mark
+    is removed, as the message says."""
     import shutil
+    from pathlib import Path
+
+    import pyarrow as pa
+    from deltalake import CommitProperties, Transaction, write_deltalake
 
     from lakesink.tables.delta import COMMITTED_MARKS, DeltaTableWriter
     from lakesink.tables.layout import TableLayout
@@ -404,30 +412,42 @@ def test_a_table_whose_log_is_gone_is_refused_at_start_not_made_again(spark, tmp
                                 partition_by=[], arrow_records=arrow,
                                 task_filesystem=("local", {}))
 
-    rows = spark.createDataFrame([(1, "a"), (2, "b")], "id long, name string")
-    by_spark, by_driver = writer("spark_made", arrow=False), writer("driver_made", arrow=True)
-    by_spark.prepare()  # a new table: nothing to refuse
-    by_driver.prepare()
-    for name in ("spark_made", "driver_made"):  # no commit yet: no mark (a start killed
-        # before its first commit is not refused)
-        assert not (tmp_path / ".lakesink" / name / COMMITTED_MARKS).exists(), name
-    assert not by_spark.write_batch(0, rows).skipped
-    by_driver.ensure_table(lambda: rows.limit(0), at_start=True)
-    for name in ("spark_made", "driver_made"):
-        mark = tmp_path / ".lakesink" / name / COMMITTED_MARKS / "app-1.json"
-        assert mark.is_file(), name
-        shutil.rmtree(tmp_path / name / "_delta_log")
-        with pytest.raises(LayoutError) as refused:
+    def mark(name: str) -> Path:
+        return tmp_path / ".lakesink" / name / COMMITTED_MARKS / "app-1.json"
+
+    def refused(name: str, now: str) -> None:
+        with pytest.raises(LayoutError) as refusal:
             writer(name, arrow=True).prepare()
-        said = str(refused.value)
-        assert refused.value.key == "table.name" and "has no Delta commit, but this " \
-            "checkpoint (app id app-1) committed to it before" in said, said
+        said = str(refusal.value)
+        assert refusal.value.key == "table.name" and f"{now}, but this checkpoint (app " \
+            "id app-1) committed to it before" in said, said
         assert f"restore the _delta_log to keep them; or, to go on without them, delete " \
-            f"file://{mark}" in said, said
-    # not refused (no commit here: this JVM's Delta still caches the deleted log; a
-    # table made afresh is a new process's): a new checkpoint, and the old one unmarked
+            f"file://{mark(name)}" in said, said
+
+    rows = spark.createDataFrame([(1, "a"), (2, "b")], "id long, name string")
+    names = ("spark_made", "driver_made", "made_again")
+    made = {name: writer(name, arrow=name != "spark_made") for name in names}
+    for name in names:
+        made[name].prepare()  # a new table: nothing to refuse
+    made["driver_made"].ensure_table(lambda: rows.limit(0), at_start=True)
+    for name in names:  # no batch yet: no mark
+        assert not mark(name).exists(), name
+    for name in names:
+        assert not made[name].write_batch(0, rows).skipped
+        assert mark(name).is_file(), name
+        made[name].close()
+        shutil.rmtree(tmp_path / name / "_delta_log")
+    refused("spark_made", "has no Delta commit")
+    refused("driver_made", "has no Delta commit")
+    # another app id makes the table again (delta-rs: this JVM's Delta caches the
+    # deleted log), as a `dlq replay` of the rejected rows would
+    write_deltalake(str(tmp_path / "made_again"), pa.table({"id": [3], "name": ["c"]}),
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(app_id="dlq-x", version=0)]))
+    refused("made_again", "has Delta commits, none of this checkpoint (app id app-1)")
+    # not refused: a new checkpoint, and the old one unmarked
     writer("spark_made", arrow=True, app_id="app-2").prepare()
-    (tmp_path / ".lakesink" / "spark_made" / COMMITTED_MARKS / "app-1.json").unlink()
+    mark("spark_made").unlink()
     writer("spark_made", arrow=True).prepare()
 
 

@@ -185,3 +185,20 @@ def test_a_stale_spark_delta_writer_stops_instead_of_waiting_forever(spark, tmp_
     finally:
         for writer in (*holders, stale):
             writer.close()
+
+
+@pytest.mark.parametrize("store", ["s3", "hdfs"])
+def test_a_lease_step_removed_while_it_is_read_reads_as_absent(
+        request, spark, tmp_path, store) -> None:
+    """A stale writer's renewal finds its next step taken and reads it, while the new
+    holder prunes that step (CI, stop 61: HDFS's ``open`` failed with
+    FileNotFoundException and the stale writer stopped with a raw JVM error instead of
+    LeaseLost). A file removed between the existence check and the open reads as absent."""
+    from lakesink.tables.fs import HadoopFS
+
+    where = _Store(request, spark, tmp_path, store)
+    fs = HadoopFS(spark, where.lake)
+    gone = f"{where.lake}/.lakesink/events/writer-x/lease-000000000004.json"
+    fs.exists = lambda path: True  # type: ignore[method-assign] # the check saw it
+    assert fs.read_text(gone) is None
+    assert fs.read_json(gone) is None

@@ -14,7 +14,7 @@ from lakesink.config import load_config
 from lakesink.errors import ConfigError, LayoutError
 from lakesink.pipeline.partitioning import partition_path, time_parts, to_utc
 from lakesink.local.services import produce
-from tests.fixtures.runs import flatten
+from tests.fixtures.runs import flatten, run_once
 from tests.fixtures.services import (
     ENGINE,
     config_dict,
@@ -24,12 +24,6 @@ from tests.fixtures.services import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
-
-
-def run_once(spark, data: dict[str, Any]) -> Any:  # noqa: ANN001, ANN401
-    cfg = load_config(flags=flatten(data), env={})
-    pipeline = Pipeline.build(cfg, spark)
-    return pipeline.run(until_caught_up=True)
 
 
 BAD_RECORDS = [

@@ -16,7 +16,7 @@ import pytest
 from lakesink.app import Pipeline
 from lakesink.config import load_config
 from lakesink.errors import SourceError
-from tests.fixtures.runs import flatten
+from tests.fixtures.runs import flatten, run_once
 from tests.fixtures.services import config_dict, duckdb_ids, produce_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
@@ -67,11 +67,6 @@ def data_for(broker: Any, topic: str, lake: Path, source: dict[str, Any]) -> dic
     data = config_dict(broker, topic, lake)
     data["source"]["kafka"].update(source)
     return data
-
-
-def run_once(spark: Any, data: dict[str, Any], env: dict[str, str]) -> Any:  # noqa: ANN401
-    cfg = load_config(flags=flatten(data), env=env)
-    return Pipeline.build(cfg, spark).run(until_caught_up=True)
 
 
 def lag_over(data: dict[str, Any], env: dict[str, str]) -> Any:  # noqa: ANN401

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from lakesink.local.services import produce
-from tests.fixtures.services import run_cli
+from tests.fixtures.services import driver_java_options, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
@@ -19,6 +19,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark, pyt
 README_TRANSFORMS = ["date: substr(meta.producer.timestamp, `0`, `10`)",
                      "meta.kafka.offset: kafka.offset", "meta.kafka.partition: kafka.partition",
                      "meta.kafka.topic: kafka.topic"]
+
+
+def jvm_env() -> dict[str, str]:
+    """The tests' JVM options for a command line's run (speed only), as a user's spark
+    settings reach it: the environment (the command line has no config file)."""
+    return {"LAKESINK_SPARK__CONF": json.dumps(driver_java_options())}
 
 
 def run_in_process(spark: Any, *argv: str, env: dict[str, str] | None = None) -> Any:  # noqa: ANN401
@@ -43,7 +49,7 @@ def test_the_readme_command_line_runs_as_is(kafka_broker, topic, tmp_path) -> No
     result = run_cli("kdi", "ingest", topic, str(table), "-l", "60",
                      "-K", "auto.offset.reset=earliest", "-t", *README_TRANSFORMS,
                      "-k", kafka_broker.bootstrap_servers, "-e",
-                     "--num_arrow_writer_threads", "4")
+                     "--num_arrow_writer_threads", "4", env=jvm_env())
     assert result.returncode == 0, result.stderr[-3000:]
     assert "--num_arrow_writer_threads" in result.stderr  # reported as ignored
     rows = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
@@ -81,7 +87,7 @@ def test_taking_over_a_table_kafka_delta_ingest_wrote(spark, kafka_broker, tmp_p
                         app_transactions=[Transaction(app_id="kdi-0", version=29)]))
     flags = ["kdi", "ingest", "--topic", topic, "--table_base_uri", str(table.parent),
              "-k", kafka_broker.bootstrap_servers, "-g", f"g-{topic}", "-e", "-l", "1"]
-    no_app_id = run_cli(*flags)  # the old deployment's -a forgotten: txn kafka_delta_ingest-*
+    no_app_id = run_cli(*flags, env=jvm_env())  # the old deployment's -a forgotten: txn kafka_delta_ingest-*
     assert no_app_id.returncode == 2, no_app_id.stderr[-3000:]
     assert "-a: the table has 1 file(s) but no kafka-delta-ingest offsets" in no_app_id.stderr
     still_running = Consumer({"bootstrap.servers": kafka_broker.bootstrap_servers,
@@ -90,7 +96,7 @@ def test_taking_over_a_table_kafka_delta_ingest_wrote(spark, kafka_broker, tmp_p
     still_running.subscribe([topic])
     while not still_running.assignment():  # a member of the group, as kdi is while it runs
         still_running.poll(0.5)
-    refused = run_cli(*flags, "-a", "kdi")
+    refused = run_cli(*flags, "-a", "kdi", env=jvm_env())
     still_running.close()  # leaves the group
     print(f"kdi take-over refusals: {no_app_id.stderr.strip().splitlines()[-1]!r}; "
           f"{refused.stderr.strip().splitlines()[-1]!r}")
@@ -124,7 +130,7 @@ def test_taking_over_a_table_kafka_delta_ingest_wrote(spark, kafka_broker, tmp_p
         Pipeline.build(file_cfg, spark).processor.close()
     assert "partition 0 would start at 30, but the table holds offsets up to 49" in str(
         stale.value)
-    result = run_cli(*flags, "-a", "kdi")
+    result = run_cli(*flags, "-a", "kdi", env=jvm_env())
     assert result.returncode == 0, result.stderr[-3000:]
     assert "taking over from kafka-delta-ingest's offsets" in result.stderr
     ids = DeltaTable(str(table)).to_pyarrow_table(columns=["id"]).column("id").to_pylist()

@@ -19,7 +19,7 @@ from lakesink.config.plan import plan
 from lakesink.sources.offsets import lag
 from lakesink.sources.redis_positions import position
 from lakesink.status import status
-from tests.fixtures.runs import flatten
+from tests.fixtures.runs import flatten, run_once as caught_up
 from tests.fixtures.services import read_ids, redis_config, redis_events, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis, pytest.mark.spark]
@@ -61,9 +61,7 @@ N = 2000
 def run_once(spark, data: dict[str, Any], path=None) -> Any:
     """One caught-up run of ``data`` (through a config file at ``path``, if given: a flag
     cannot say null)."""
-    cfg = (load_config(write_config(path, data), env={}) if path is not None
-           else load_config(flags=flatten(data), env={}))
-    return Pipeline.build(cfg, spark).run(until_caught_up=True)
+    return caught_up(spark, data if path is None else write_config(path, data))
 
 
 def rejected_rows(lake, fmt: str) -> list[dict[str, Any]]:

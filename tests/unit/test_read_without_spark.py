@@ -176,7 +176,7 @@ def test_a_parquet_vacuum_on_local_disk_deletes_without_spark(
     def no_spark(*_: object, **__: object) -> None:
         raise AssertionError("the command started Spark")
 
-    monkeypatch.setattr(lakesink.cli_tables, "_spark", no_spark)
+    monkeypatch.setattr(lakesink.cli_tables, "session_of", no_spark)
     shown = CliRunner().invoke(app, ["vacuum", "-c", str(_config(tmp_path)), "--json"])
     assert shown.exit_code == 0, shown.output
     assert json.loads(shown.output)[0]["files_deleted"] == 0

@@ -319,3 +319,33 @@ def test_azure_outside_the_public_cloud_keeps_spark_writer() -> None:
     cfg = load_config(overrides=[*BASE, "table.base_path=abfss://c@a.dfs.core.chinacloudapi.cn/x"],
                       env={"LAKESINK_STORAGE__AZURE__SAS_TOKEN": "sv=s3cret"})
     assert isinstance(task_filesystem(cfg.storage, cfg.table.base_path), str)
+
+
+def test_a_file_not_found_is_told_apart_anywhere_in_the_java_causes() -> None:
+    """``HadoopFS.read_text`` reads a file removed under it as absent: a JVM error whose
+    chain of causes holds ``java.io.FileNotFoundException`` (HDFS wraps it in a
+    ``RemoteException``); any other error is raised."""
+    from lakesink.tables.fs import not_found
+
+    class Java:
+        def __init__(self, name: str, cause: Any = None) -> None:  # noqa: ANN401
+            self.name, self.cause = name, cause
+
+        def getClass(self) -> Any:  # noqa: ANN401, N802 - the JVM's names
+            return type("C", (), {"getName": lambda _: self.name})()
+
+        def getCause(self) -> Any:  # noqa: ANN401, N802
+            return self.cause
+
+    def error(java: Java | None) -> Exception:
+        exc = RuntimeError("An error occurred while calling o1.open")
+        exc.java_exception = java  # type: ignore[attr-defined]
+        return exc
+
+    remote = Java("org.apache.hadoop.ipc.RemoteException",
+                  Java("java.io.FileNotFoundException"))
+    assert not_found(error(Java("java.io.FileNotFoundException")))
+    assert not_found(error(remote))
+    assert not not_found(error(Java("java.io.IOException", Java("java.net.ConnectException"))))
+    assert not not_found(error(None))
+    assert not not_found(RuntimeError("no JVM"))

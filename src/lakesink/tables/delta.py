@@ -53,8 +53,8 @@ logger = logging.getLogger(__name__)
 #: a log checkpoint every N commits unless configured: delta-spark's default
 CHECKPOINT_INTERVAL = 10
 #: in the table's lakesink folder, ``<this>/<app id>.json``: written (create-if-absent)
-#: once the table has a commit that app id's checkpoint reads on from; a table found
-#: later with its mark and no commit lost its ``_delta_log``
+#: once the table holds a batch of that app id (its ``SetTransaction``); a table found
+#: later with the mark and without that app id's transaction lost its ``_delta_log``
 COMMITTED_MARKS = "delta_committed"
 
 
@@ -72,33 +72,37 @@ def committed_mark(layout: TableLayout, app_id: str) -> str:
 
 
 def mark_committed(fs: HadoopFS, layout: TableLayout, app_id: str) -> None:
-    """Record (once per app id) that the table has a commit this app id's checkpoint
-    goes on from: at a start that finds one, and right after its writer made the
-    table."""
+    """Record (once per app id) that the table holds a batch of this app id: right
+    after its first commit, and at a start that finds one. One ``exists`` before the
+    create: a start with the mark in place (the common case) makes no failed
+    conditional create."""
     mark = committed_mark(layout, app_id)
     if not fs.exists(mark):
         fs.write_once(mark, json.dumps({"table": layout.table, "app_id": app_id}))
 
 
-def check_log(fs: HadoopFS, layout: TableLayout, app_id: str, key: str) -> None:
-    """A table with no commit that ``app_id`` committed to before (its mark) lost its
-    ``_delta_log`` (deleted or moved): the next commit would start it afresh, without
-    the rows it held, while the checkpoint reads on past their records. The start stops
-    instead (exit 2, naming ``key``), saying what to do. A new checkpoint (another app
-    id) starts from its start settings: not refused. (The mark is written right after
-    the first commit: a log lost between the two is not noticed; nor is one lost under
-    a running writer, whose next append may make a new table there, nor a table
-    another app id has committed to since: the check is for a commit, not this app
-    id's.)"""
+def check_log(fs: HadoopFS, layout: TableLayout, app_id: str, key: str, *,
+              has_commit: bool) -> None:
+    """A table without a batch of ``app_id`` (no commit at all: ``has_commit`` False; or
+    commits, none with its transaction) that this app id committed to before (its
+    mark) lost its ``_delta_log``: deleted or moved, and perhaps made afresh since by
+    another writer (a ``dlq replay``, another checkpoint). The next commit would go on
+    without the rows it held while the checkpoint reads on past their records. The
+    start stops instead (exit 2, naming ``key``), saying what to do. A new checkpoint
+    (another app id) starts from its start settings: not refused. Not noticed: a log
+    lost between the first commit and the mark, or under a running writer."""
     mark = committed_mark(layout, app_id)
-    if fs.exists(mark):
-        raise LayoutError(
-            key, f"{layout.table} has no Delta commit, but this checkpoint (app id "
-            f"{app_id}) committed to it before: its _delta_log was deleted or moved, and "
-            "the next commit would start the table afresh without those rows while the "
-            "checkpoint reads on past their records",
-            fix=f"restore the _delta_log to keep them; or, to go on without them, delete "
-            f"{mark}")
+    if not fs.exists(mark):
+        return
+    now = ("has no Delta commit" if not has_commit else
+           f"has Delta commits, none of this checkpoint (app id {app_id})")
+    raise LayoutError(
+        key, f"{layout.table} {now}, but this checkpoint (app id {app_id}) committed to "
+        "it before: its _delta_log was deleted or moved (and the table made again "
+        "since, if it has commits), and the checkpoint would read on past the records "
+        "of the rows it held",
+        fix=f"restore the _delta_log to keep them; or, to go on without them, delete "
+        f"{mark}")
 
 
 class DeltaTableWriter(DeltaFiles, TableWriter):
@@ -129,6 +133,7 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
         self._committed: int | None = None
         self._committed_known = False
         self._has_commits = False
+        self._marked = False  # this app id's mark is in place (see mark_committed)
         self._table: Any = None  # delta-rs's handle, for commit_files
         #: delta-rs refused a commit (why, when): Spark's writer for REFUSAL_HOLD_S
         self._refused: tuple[str, float] | None = None
@@ -219,16 +224,26 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
                 # a table made without it (SQL: once in the table's life)
                 self.spark.sql(f"ALTER TABLE delta.`{self.layout.table}` SET TBLPROPERTIES "
                                "('delta.enableTypeWidening' = 'true')")
-        else:
-            check_log(self.fs, self.layout, self.app_id, self.config_key)
-        super().prepare()
-        if exists:
-            self.mark_committed()
+        super().prepare()  # the lease: what follows reads the log as its holder
+        try:
+            self._committed_known = False  # not a view from before the lease
+            exists = self.exists
+            if exists and self._known_committed() is not None:
+                self.mark_committed()
+            else:  # no batch of this app id: was there one before?
+                check_log(self.fs, self.layout, self.app_id, self.config_key,
+                          has_commit=exists)
+        except BaseException:
+            self.close()  # a refused start holds no lease
+            raise
         self.sweep_staging()
 
     def mark_committed(self) -> None:
-        """:func:`mark_committed` for this writer's table and app id."""
-        mark_committed(self.fs, self.layout, self.app_id)
+        """:func:`mark_committed` for this writer's table and app id, once per writer
+        (after each commit: the first one writes it)."""
+        if not self._marked:
+            mark_committed(self.fs, self.layout, self.app_id)
+            self._marked = True
 
     def write_batch(
         self, batch_id: int, df: DataFrame, *, commit_info: CommitInfo | None = None,
@@ -239,6 +254,7 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
         if committed is not None and committed >= batch_id:
             logger.info("batch %d already committed to Delta (txn %d): skipped", batch_id,
                         committed)
+            self.mark_committed()  # a batch of this app id is in the log
             return BatchResult(batch_id, skipped=True)
         attempt = uuid.uuid4().hex
         before = self._version()
@@ -264,8 +280,7 @@ class DeltaTableWriter(DeltaFiles, TableWriter):
             raise
         self._committed = batch_id
         fault_point("after_delta_commit", batch_id)
-        if not exists:  # this append made the table
-            self.mark_committed()
+        self.mark_committed()
         if not self._committed_by(attempt, before):
             # Delta skipped the append by its txn, without a job: the batch was committed
             # meanwhile — by a writer that took the table over while this one was frozen

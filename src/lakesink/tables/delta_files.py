@@ -167,7 +167,6 @@ class DeltaFiles:
         # out, a second first start) may have made the table and committed batches
         # between the look above and the builder, which then made nothing
         self._committed, self._committed_known = self._committed_after_making()
-        self.mark_committed()
 
     def _committed_after_making(self) -> tuple[int | None, bool]:
         """(this app id's newest batch, known) right after the table was made: from
@@ -254,6 +253,7 @@ class DeltaFiles:
                     logger.warning("batch %d is already in the Delta log (txn %d): not "
                                    "committed again", batch_id, recorded)
                     self._committed = recorded
+                    self.mark_committed()  # a batch of this app id is in the log
                     return BatchResult(batch_id, skipped=True)
                 before = table.version()
                 self.fence()
@@ -302,6 +302,7 @@ class DeltaFiles:
             raise
         self._committed = batch_id
         fault_point("after_delta_commit", batch_id)
+        self.mark_committed()
         size = sum(f.bytes for f in staged)
         self.measured(int(info.get("written", 0)), size)
         return BatchResult(batch_id, files=len(staged), bytes=size, info=info)

@@ -225,6 +225,8 @@ class HadoopFS:
                       if st.isDirectory())
 
     def read_text(self, path: str) -> str | None:
+        """The file's text; None if it does not exist (also when it is removed while
+        this reads it)."""
         if path.startswith("file:"):  # without a JVM round trip (bookkeeping reads)
             try:
                 return local_path(path).read_text(encoding="utf-8")
@@ -232,6 +234,14 @@ class HadoopFS:
                 return None
         if not self.exists(path):
             return None
+        try:
+            return self._read(path)
+        except Exception as exc:
+            if not_found(exc):  # removed between the check and the read (a lease step
+                return None     # another writer pruned): absent, as the contract says
+            raise
+
+    def _read(self, path: str) -> str:
         stream = self.fs.open(self._p(path))
         try:
             reader = self._jvm.java.io.BufferedReader(
@@ -337,6 +347,20 @@ class HadoopFS:
 
     def write_json(self, path: str, data: Any) -> None:
         self.write_text(path, json.dumps(data, indent=1, sort_keys=True))
+
+
+def not_found(exc: BaseException) -> bool:
+    """Whether a JVM call failed because the file was not there: a
+    ``java.io.FileNotFoundException`` anywhere in its chain of causes (HDFS's client
+    unwraps the NameNode's ``RemoteException`` into one; S3A and local disk raise it)."""
+    java = getattr(exc, "java_exception", None)
+    for _ in range(10):
+        if java is None:
+            return False
+        if str(java.getClass().getName()) == "java.io.FileNotFoundException":
+            return True
+        java = java.getCause()
+    return False
 
 
 def link_once(path: Path, text: str) -> bool:
