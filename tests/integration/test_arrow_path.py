@@ -23,11 +23,10 @@ from typing import Any
 import duckdb
 import pytest
 
-from lakesink.app import Pipeline
 from lakesink.config import load_config
 from lakesink.errors import ConfigError
 from lakesink.local.services import produce
-from tests.fixtures.runs import flatten
+from tests.fixtures.runs import flatten, run_once
 from tests.fixtures.services import config_dict, delta_ids, produce_events, read_ids
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
@@ -100,11 +99,6 @@ def _random_records(rng: random.Random, n: int) -> list[bytes | None]:
                 record[name] = values[0] if rng.random() < 0.7 else rng.choice(values)
         out.append(json.dumps(record).encode())
     return out
-
-
-def _run(spark, data: dict[str, Any]) -> Any:  # noqa: ANN001, ANN401
-    cfg = load_config(flags=flatten(data), env={})
-    return Pipeline.build(cfg, spark).run(until_caught_up=True)
 
 
 def _config(kafka_broker, topic: str, lake: Path, engine: str, **table: Any) -> dict[str, Any]:
@@ -198,7 +192,7 @@ def test_the_arrow_path_writes_one_new_file_per_folder_per_batch(
         data = config_dict(kafka_broker, topic, lake, format=fmt, engine="arrow",
                            files_per_partition=setting)
         data["source"]["kafka"]["max_offsets_per_trigger"] = 300
-        stats = _run(spark, data)
+        stats = run_once(spark, data)
         assert stats.written == 600
         assert sorted(read_ids(lake / "events", fmt)) == list(range(600))
         files[setting] = _files_per_batch_folder(lake / "events", fmt)
@@ -222,7 +216,7 @@ def test_arrow_path_writes_what_the_spark_path_writes(spark, kafka_broker, topic
                for engine, lake in lakes.items()}
     for data in configs.values():  # more than one batch into the folders either way
         data["source"]["kafka"]["max_offsets_per_trigger"] = len(values) // 3 + 1
-    stats = {engine: _run(spark, configs[engine]) for engine in lakes}
+    stats = {engine: run_once(spark, configs[engine]) for engine in lakes}
 
     spark_rows, arrow_rows = (_rows(lakes[e] / "events") for e in ("spark", "arrow"))
     assert len(spark_rows) + len(_dead_letters(lakes["spark"])) == len(values)
@@ -251,7 +245,7 @@ def test_engine_arrow_refuses_a_table_it_cannot_write(spark, kafka_broker, topic
     data = _config(kafka_broker, topic, tmp_path / "lake", "arrow",
                    transforms=["doubled: id * 2"])
     with pytest.raises(ConfigError, match="table.engine"):
-        _run(spark, data)
+        run_once(spark, data)
 
 
 def _delta_rows(spark, table: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], int]:  # noqa: ANN001
@@ -301,7 +295,7 @@ def test_arrow_path_commits_to_delta_what_the_spark_path_commits(spark, kafka_br
     produce(kafka_broker.bootstrap_servers, topic,
             [(b"k%d" % i, v) for i, v in enumerate(values)])
     lakes = {engine: tmp_path / engine for engine in ("spark", "arrow")}
-    stats = {engine: _run(spark, _config(kafka_broker, topic, lake, engine, format="delta",
+    stats = {engine: run_once(spark, _config(kafka_broker, topic, lake, engine, format="delta",
                                          timestamp_column="at", delta_checkpoint_interval=3))
              for engine, lake in lakes.items()}
     want_rs, want_spark, want_count = _delta_rows(spark, lakes["spark"] / "events")
@@ -341,7 +335,7 @@ def _delta_with_commits(spark, kafka_broker, topic: str, lake: Path, caplog, see
     produce(kafka_broker.bootstrap_servers, topic,
             [(b"k%d" % i, v) for i, v in enumerate(values)])
     with caplog.at_level(logging.WARNING, logger="lakesink"):
-        stats = _run(spark, _config(kafka_broker, topic, lake, "auto", format="delta"))
+        stats = run_once(spark, _config(kafka_broker, topic, lake, "auto", format="delta"))
     rows, by_spark, count = _delta_rows(spark, lake / "events")
     dead = _dead_letters(lake)
     assert len(rows) + len(dead) == len(values) == stats.written + stats.rejected
@@ -437,7 +431,7 @@ def test_time_folders_are_utc_whatever_the_session_time_zone(spark, kafka_broker
     zone = spark.conf.get("spark.sql.session.timeZone")
     spark.conf.set("spark.sql.session.timeZone", "Asia/Kathmandu")
     try:
-        stats = {(engine, column): _run(spark, _config(kafka_broker, topic, lake, engine,
+        stats = {(engine, column): run_once(spark, _config(kafka_broker, topic, lake, engine,
                                                        timestamp_column=column))
                  for (engine, column), lake in lakes.items()}
     finally:
@@ -483,7 +477,7 @@ def test_a_refused_commit_that_lands_late_keeps_its_dead_letters(
     produce(kafka_broker.bootstrap_servers, topic,
             [(b"k%d" % i, v) for i, v in enumerate(values)])
     lake = tmp_path / "lake"
-    stats = _run(spark, _config(kafka_broker, topic, lake, "auto", format="delta"))
+    stats = run_once(spark, _config(kafka_broker, topic, lake, "auto", format="delta"))
     assert landed == [1]  # the window was walked: the batch came through the late put
     assert stats.skipped == 1  # Spark's writer found it committed
     ids = delta_ids(lake / "events")
@@ -522,7 +516,7 @@ def test_a_batch_cut_off_after_its_suspects_moved_in_leaves_no_row(spark, kafka_
             [(b"k%d" % i, v) for i, v in enumerate(values)])
     lake = tmp_path / "lake"
     data = _config(kafka_broker, topic, lake, "arrow", format="delta")
-    stats = _run(spark, data)  # the batch is tried again (a restart does the same)
+    stats = run_once(spark, data)  # the batch is tried again (a restart does the same)
     assert cut
     table = lake / "events"
     rows, by_spark, count = _delta_rows(spark, table)

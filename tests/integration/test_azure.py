@@ -13,10 +13,8 @@ from typing import Any
 
 import pytest
 
-from lakesink.app import Pipeline
-from lakesink.config import load_config
 from lakesink.local.services import produce
-from tests.fixtures.runs import flatten
+from tests.fixtures.runs import run_once
 from tests.fixtures.services import ENGINE, config_dict, json_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark,
@@ -26,8 +24,7 @@ _prefix = itertools.count()
 
 
 def run_azure(spark, data: dict[str, Any], server: Any) -> Any:  # noqa: ANN001, ANN401
-    cfg = load_config(flags=flatten(data), env=server.env())
-    return Pipeline.build(cfg, spark).run(until_caught_up=True)
+    return run_once(spark, data, server.env())
 
 
 def delta_rs_ids(server: Any, table: str) -> tuple[list[int], Any]:  # noqa: ANN401

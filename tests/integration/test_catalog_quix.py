@@ -11,15 +11,13 @@ from typing import Any
 
 import pytest
 
-from lakesink.app import Pipeline
 from lakesink.catalog.base import CatalogFile, CommittedBatch
 from lakesink.catalog.outbox import partition_of
 from lakesink.catalog.quix import QuixCatalog
-from lakesink.config import load_config
 from lakesink.config.catalog import QuixCatalogConfig
 from lakesink.errors import CatalogError, CatalogUnavailable, LayoutError
 from tests.fixtures.quix_catalog import QuixCatalogDouble
-from tests.fixtures.runs import flatten
+from tests.fixtures.runs import run_once
 from tests.fixtures.services import config_dict, duckdb_ids, produce_events
 
 pytestmark = [pytest.mark.integration]
@@ -116,8 +114,7 @@ def quix_run(spark, kafka_broker, topic: str, lake: Path, quix: QuixCatalogDoubl
     data["source"]["kafka"]["max_offsets_per_trigger"] = 500
     data["catalog"] = {"quix": {"url": quix.url, "timeout_s": 1}, "retry_initial_s": 0.2,
                        **catalog}
-    cfg = load_config(flags=flatten(data), env={"CATALOG_AUTH_TOKEN": "tok"})
-    return Pipeline.build(cfg, spark).run(until_caught_up=True)
+    return run_once(spark, data, {"CATALOG_AUTH_TOKEN": "tok"})
 
 
 @pytest.mark.kafka

@@ -15,7 +15,7 @@ pytest.importorskip("danube")
 from lakesink.app import Pipeline
 from lakesink.config import load_config
 from tests.fixtures.danube_broker import DanubeDouble
-from tests.fixtures.runs import flatten
+from tests.fixtures.runs import flatten, run_once
 from tests.fixtures.services import json_events, read_ids, source_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -58,7 +58,7 @@ def test_danube_topics_every_message_once(spark, danube, tmp_path, fmt) -> None:
     (table,) = status(plan(load_config(flags=flatten(data), env={})))
     assert table.lag == {t: 0 for t in topics} and table.rows == 1200, table
     danube.publish(topics[0], [v for _, v in json_events(range(1200, 1300))])
-    Pipeline.build(load_config(flags=flatten(data), env={}), spark).run(until_caught_up=True)
+    run_once(spark, data)
     assert sorted(read_ids(lake / "events", fmt)) == list(range(1300))
 
 

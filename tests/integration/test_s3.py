@@ -13,7 +13,7 @@ import pytest
 from lakesink.app import Pipeline
 from lakesink.config import load_config
 from lakesink.local.services import produce
-from tests.fixtures.runs import flatten
+from tests.fixtures.runs import flatten, run_once
 from tests.fixtures.services import (
     ENGINE,
     config_dict,
@@ -32,8 +32,7 @@ def _env(server: Any, prefix: str) -> dict[str, str]:  # noqa: ANN401
 
 
 def run_s3(spark, data: dict[str, Any], env: dict[str, str]) -> Any:  # noqa: ANN001, ANN401
-    cfg = load_config(flags=flatten(data), env=env)
-    return Pipeline.build(cfg, spark).run(until_caught_up=True)
+    return run_once(spark, data, env)
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "delta"])
